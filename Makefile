@@ -1,0 +1,55 @@
+# dpwin — PGXS build
+#
+#   make && make install          build and install the extension
+#   make installcheck             pg_regress suite, isolation specs and TAP
+#                                 tests against a running sandbox
+#                                 (see test/sandbox.sh)
+
+EXTENSION = dpwin
+EXTVERSION = 0.1.0
+
+MODULE_big = dpwin
+OBJS = $(patsubst %.c,%.o,$(sort $(wildcard src/*.c)))
+
+# The extension script is assembled from one file per capability so that
+# each capability's SQL sits next to its own concerns.
+DATA_built = $(EXTENSION)--$(EXTVERSION).sql
+INSTALL_PARTS = $(sort $(wildcard sql/install/*.sql))
+
+CURL_CONFIG ?= curl-config
+PG_CPPFLAGS = -I$(srcdir)/src $(shell $(CURL_CONFIG) --cflags)
+# -Wextra with PostgreSQL: fmgr calling convention (PG_FUNCTION_ARGS) and
+# server headers leave parameters unused by design.
+PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter
+SHLIB_LINK = $(shell $(CURL_CONFIG) --libs) -lcrypto
+
+REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
+REGRESS_OPTS = --inputdir=$(srcdir) --outputdir=$(CURDIR)
+
+ISOLATION = $(patsubst test/isolation/specs/%.spec,%,$(sort $(wildcard test/isolation/specs/*.spec)))
+ISOLATION_OPTS = --inputdir=$(srcdir)/test/isolation --outputdir=$(CURDIR)/output_iso
+
+TAP_SUITE = $(sort $(wildcard test/t/*.t))
+
+EXTRA_CLEAN = output_iso
+
+PG_CONFIG ?= pg_config
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)
+
+$(EXTENSION)--$(EXTVERSION).sql: $(INSTALL_PARTS)
+	cat $^ > $@
+
+.PHONY: regresscheck isolationcheck tapcheck
+regresscheck:
+	$(pg_regress_installcheck) $(REGRESS_OPTS) $(REGRESS)
+isolationcheck:
+ifneq ($(ISOLATION),)
+	$(pg_isolation_regress_installcheck) $(ISOLATION_OPTS) $(ISOLATION)
+endif
+# The TAP suite talks to the sandbox (test/sandbox.sh env), not to a
+# temporary installation, so it runs with the caller's environment.
+tapcheck:
+	prove -I $(srcdir)/test/lib $(TAP_SUITE)
+
+installcheck: tapcheck

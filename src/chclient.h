@@ -1,0 +1,93 @@
+/*-------------------------------------------------------------------------
+ *
+ * chclient.h
+ *	  ClickHouse statements on top of the transport: maps transport
+ *	  statuses to ereport (with the HTTP status and ClickHouse exception
+ *	  code in the error context), quotes identifiers and literals, parses
+ *	  TabSeparated answers, and settles statements whose reply was lost.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef DPWIN_CHCLIENT_H
+#define DPWIN_CHCLIENT_H
+
+#include "chhttp.h"
+#include "nodes/pg_list.h"
+
+typedef struct ChClient
+{
+	ChHttp	   *http;
+	const DpwinServerConf *conf;
+	char	   *query_id_prefix;	/* e.g. "dpwin-<invocation>-" */
+	uint64		seq;			/* makes each query_id unique */
+} ChClient;
+
+extern ChClient *ch_client_open(const DpwinServerConf *conf,
+								const char *query_id_prefix);
+extern void ch_client_close(ChClient *client);
+
+/* A fresh unique query_id: prefix + label + sequence number. */
+extern char *ch_next_query_id(ChClient *client, const char *label);
+
+/*
+ * Run one statement and return the answer (TabSeparated unless the
+ * statement says otherwise).  Any failure ereports: ClickHouse errors with
+ * ERRCODE_FDW_ERROR family codes and the server's message, authentication
+ * failures with ERRCODE_INVALID_AUTHORIZATION_SPECIFICATION, connection
+ * failures with ERRCODE_FDW_UNABLE_TO_ESTABLISH_CONNECTION, lost replies
+ * and timeouts with ERRCODE_CONNECTION_FAILURE, cancellation with
+ * ERRCODE_QUERY_CANCELED.  Every request sends settings that make the
+ * behaviour independent of server defaults (async_insert=0,
+ * wait_end_of_query=1, ...).
+ */
+extern char *ch_exec(ChClient *client, const char *sql);
+
+/* Same, with a caller-chosen query_id (for statements that may need
+ * settling). */
+extern char *ch_exec_id(ChClient *client, const char *sql, const char *query_id);
+
+/*
+ * Run one statement and return the status instead of raising, for callers
+ * that must handle a lost reply themselves (INSERT, EXCHANGE).  The body is
+ * streamed from reader when not NULL.
+ */
+extern ChHttpStatus ch_try(ChClient *client, const char *sql,
+						   const char *query_id, ChHttpBodyReader reader,
+						   void *reader_arg, ChHttpReply *reply);
+
+/* ereport for a failed ch_try; what names the operation. */
+extern void ch_report(ChHttpStatus status, const ChHttpReply *reply,
+					  const char *what) pg_attribute_noreturn();
+
+/* Could retrying this failure succeed (connection error, 5xx, timeout)? */
+extern bool ch_status_transient(ChHttpStatus status, const ChHttpReply *reply);
+
+/* Does the outcome of the statement need settling (it may have run)? */
+extern bool ch_status_outcome_unknown(ChHttpStatus status);
+
+/*
+ * Make sure the statement with this query_id is no longer running on the
+ * server: look it up in system.processes and KILL QUERY ... SYNC when it is
+ * still there.  ereports if it cannot be settled.
+ */
+extern void ch_settle_query(ChClient *client, const char *query_id);
+
+/* `ident` with backticks, escaping backslash and backtick. */
+extern char *ch_quote_ident(const char *ident);
+
+/* 'literal' with single quotes, escaping backslash and quote. */
+extern char *ch_quote_literal(const char *str);
+
+/* `db`.`table` */
+extern char *ch_qualified_name(const char *database, const char *table);
+
+/*
+ * Parse a TabSeparated answer: a List of rows, each a List of palloc'd,
+ * unescaped C strings ("\N" becomes NULL).
+ */
+extern List *ch_parse_tsv(const char *body);
+
+/* The only value of a one-row, one-column answer; ereports otherwise. */
+extern char *ch_scalar(ChClient *client, const char *sql);
+
+#endif							/* DPWIN_CHCLIENT_H */

@@ -1,0 +1,75 @@
+/*-------------------------------------------------------------------------
+ *
+ * chhttp.h
+ *	  libcurl transport to the ClickHouse HTTP interface.
+ *
+ *	  This layer never ereports for a transport or server failure: it
+ *	  returns a status and fills a reply, and chclient.c decides what the
+ *	  status means to the caller.  It never logs or prints the password.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef DPWIN_CHHTTP_H
+#define DPWIN_CHHTTP_H
+
+#include "lib/stringinfo.h"
+#include "route.h"
+
+typedef enum ChHttpStatus
+{
+	CHHTTP_OK = 0,				/* 2xx; reply->body holds the answer */
+	CHHTTP_SERVER_ERROR,		/* the server answered with an error status */
+	CHHTTP_CONNECT_FAILED,		/* no connection: nothing was sent */
+	CHHTTP_TLS_FAILED,			/* TLS handshake or peer verification failed */
+	CHHTTP_TIMEOUT,				/* connect or request timeout: outcome unknown */
+	CHHTTP_REPLY_LOST,			/* sent, then the connection dropped: outcome
+								 * unknown */
+	CHHTTP_CANCELED,			/* interrupted by a pending cancel or die */
+	CHHTTP_CLIENT_ERROR			/* local failure (bad URL, libcurl error) */
+} ChHttpStatus;
+
+typedef struct ChHttpReply
+{
+	long		http_code;		/* 0 when no answer arrived */
+	int			exception_code; /* X-ClickHouse-Exception-Code, or 0 */
+	StringInfoData body;		/* answer or error text, NUL-terminated */
+	char	   *transport_error;	/* palloc'd libcurl message, or NULL */
+	char	   *query_id;		/* X-ClickHouse-Query-Id echoed, or NULL */
+} ChHttpReply;
+
+/*
+ * Supplies the request body in pieces: copy at most max bytes into buf and
+ * return how many, 0 at the end.  May not ereport (it runs inside libcurl);
+ * set *failed and return 0 to abort the request.
+ */
+typedef size_t (*ChHttpBodyReader) (void *arg, char *buf, size_t max,
+									bool *failed);
+
+typedef struct ChHttp ChHttp;
+
+/*
+ * One keep-alive connection (a curl easy handle) configured from the
+ * server options.  Released with chhttp_close() or when the memory context
+ * it was created in is reset or deleted.
+ */
+extern ChHttp *chhttp_open(const DpwinServerConf *conf);
+extern void chhttp_close(ChHttp *http);
+
+/*
+ * POST one statement.  With no body (reader == NULL) the statement is the
+ * request body; with a body the statement goes in the `query` URL
+ * parameter and the body is streamed from reader with chunked encoding.
+ * query_id is sent as the `query_id` parameter; settings are extra URL
+ * parameters ("k=v&k2=v2", already escaped) sent in addition to the
+ * server's; timeout_ms > 0 overrides the request timeout.  reply is
+ * initialised by the call.
+ */
+extern ChHttpStatus chhttp_post(ChHttp *http, const char *sql,
+								const char *query_id, const char *settings,
+								ChHttpBodyReader reader, void *reader_arg,
+								int timeout_ms, ChHttpReply *reply);
+
+/* Short English name of a status, for messages. */
+extern const char *chhttp_status_name(ChHttpStatus status);
+
+#endif							/* DPWIN_CHHTTP_H */

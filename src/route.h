@@ -1,0 +1,84 @@
+/*-------------------------------------------------------------------------
+ *
+ * route.h
+ *	  The route catalog (dpwin.route) and the ClickHouse foreign servers
+ *	  (the dpwin_clickhouse wrapper) as seen by the rest of dpwin.
+ *
+ *	  Never talks to ClickHouse.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef DPWIN_ROUTE_H
+#define DPWIN_ROUTE_H
+
+#include "datatype/timestamp.h"
+
+typedef struct DpwinRoute
+{
+	int32		route_id;
+	char	   *route_name;
+	Oid			source_relid;
+	char	   *source_schema;
+	char	   *source_table;
+	int			ncolumns;
+	char	  **columns;		/* route column order == target column order */
+	Oid		   *column_types;	/* current PostgreSQL types of the columns */
+	int32	   *column_typmods;
+	bool	   *column_notnull;
+	int			window_index;	/* index of the window column in columns */
+	char	   *window_column;
+	char	   *server_name;
+	char	   *target_database;
+	char	   *target_table;
+	int64		lookback_us;
+	int64		chunk_us;
+	int			parallelism;
+	int			batch_rows;
+	int64		max_encoded_bytes;
+	Oid			evidence_function;	/* InvalidOid when none */
+	Oid			owner;
+	char	   *config_fingerprint;
+} DpwinRoute;
+
+/*
+ * Connection settings of a dpwin_clickhouse foreign server, merged with the
+ * calling user's user mapping.  The password is kept only here; nothing may
+ * print it.
+ */
+typedef struct DpwinServerConf
+{
+	char	   *server_name;
+	char	   *url;			/* http(s)://host:port, no trailing slash */
+	char	   *ca_file;		/* NULL: system CAs */
+	bool		verify_peer;
+	int			connect_timeout_ms;
+	int			request_timeout_ms;
+	char	   *settings;		/* extra URL parameters "k=v&k2=v2", or NULL */
+	char	   *user;			/* NULL: none */
+	char	   *password;		/* NULL: none */
+} DpwinServerConf;
+
+/*
+ * Load a route by name or id (reads dpwin.route through SPI; the caller
+ * must be inside a transaction).  Resolves the columns' current types.
+ * missing_ok = false ereports ERRCODE_UNDEFINED_OBJECT naming the route.
+ */
+extern DpwinRoute *dpwin_route_load(const char *route_name, bool missing_ok);
+extern DpwinRoute *dpwin_route_load_by_id(int32 route_id);
+
+/* Owner or superuser, else ERRCODE_INSUFFICIENT_PRIVILEGE naming the route. */
+extern void dpwin_route_check_owner(const DpwinRoute *route, const char *action);
+
+/* Member of dpwin_operator (or superuser) and SELECT on the source columns. */
+extern void dpwin_route_check_can_refresh(const DpwinRoute *route);
+
+/*
+ * Recompute the route's config fingerprint from its current definition
+ * (SHA-256 hex of a canonical text form).
+ */
+extern char *dpwin_route_fingerprint(const DpwinRoute *route);
+
+/* Server options + user mapping for userid; ereports if not a dpwin server. */
+extern DpwinServerConf *dpwin_server_conf(const char *server_name, Oid userid);
+
+#endif							/* DPWIN_ROUTE_H */

@@ -1,0 +1,59 @@
+/*-------------------------------------------------------------------------
+ *
+ * rowbinary.h
+ *	  PostgreSQL Datum -> ClickHouse RowBinary encoders, with fidelity
+ *	  checks (a value that cannot be represented exactly is an error, never
+ *	  a rounded number) and the PostgreSQL/ClickHouse type parity rules.
+ *
+ *	  No I/O.  See docs/types.md for the map.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef DPWIN_ROWBINARY_H
+#define DPWIN_ROWBINARY_H
+
+#include "lib/stringinfo.h"
+
+typedef struct RbEncoder RbEncoder;
+
+/*
+ * Can a PostgreSQL column (typid, typmod) be encoded as the ClickHouse type
+ * ch_type (as system.columns.type prints it, e.g. "Nullable(Decimal(18, 2))",
+ * "DateTime64(6, 'UTC')", "Array(Nullable(Int32))")?  Returns NULL when it
+ * can, else a palloc'd sentence saying why not.  A PostgreSQL column that
+ * may hold NULLs (pg_notnull false) needs a Nullable ClickHouse type.
+ */
+extern char *rb_type_parity(Oid typid, int32 typmod, bool pg_notnull,
+							const char *ch_type);
+
+/* Is this PostgreSQL type supported at all (docs/types.md)? */
+extern bool rb_type_supported(Oid typid);
+
+/*
+ * The ClickHouse type dpwin would choose for a PostgreSQL column (used by
+ * the demo, docs and tests to create matching targets).
+ */
+extern char *rb_default_ch_type(Oid typid, int32 typmod, bool pg_notnull);
+
+/*
+ * Build an encoder for ncols columns.  names are the column names (for
+ * error messages); window_index is the column whose value names a row in
+ * fidelity errors.  ereports ERRCODE_DATATYPE_MISMATCH if any column fails
+ * rb_type_parity().  Allocated in CurrentMemoryContext.
+ */
+extern RbEncoder *rb_encoder_create(int ncols, char *const *names,
+									const Oid *typids, const int32 *typmods,
+									const bool *pg_notnull,
+									char *const *ch_types, int window_index);
+
+/*
+ * Append the RowBinary encoding of one row to out.  Values are Datums of
+ * the columns' PostgreSQL types.  A value that does not fit the ClickHouse
+ * type exactly ereports ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE (or
+ * ERRCODE_DATETIME_VALUE_OUT_OF_RANGE / ERRCODE_INVALID_PARAMETER_VALUE)
+ * naming the column and the row's window value.
+ */
+extern void rb_encode_row(RbEncoder *enc, const Datum *values,
+						  const bool *isnull, StringInfo out);
+
+#endif							/* DPWIN_ROWBINARY_H */

@@ -1,0 +1,116 @@
+/*-------------------------------------------------------------------------
+ *
+ * target.h
+ *	  The ClickHouse side of a refresh: admission of the target, staging
+ *	  tables, building and verifying the replacement generation, EXCHANGE,
+ *	  and UUID reconciliation.  Never reads PostgreSQL data.
+ *
+ *	  Every function runs ClickHouse statements through chclient and
+ *	  ereports on failure; the coordinator holds the target's lease while
+ *	  calling any function that mutates the target.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef DPWIN_TARGET_H
+#define DPWIN_TARGET_H
+
+#include "chclient.h"
+#include "digest.h"
+#include "route.h"
+
+/* What admission learned about the target; compared again before EXCHANGE. */
+typedef struct DpwinTargetInfo
+{
+	char	   *database;
+	char	   *table;
+	char	   *uuid;			/* system.tables.uuid */
+	char	   *engine_full;
+	char	   *partition_key;	/* "" when unpartitioned */
+	char	   *sorting_key;
+	int			ncolumns;
+	char	  **column_names;	/* target order */
+	char	  **column_types;	/* as system.columns.type prints them */
+	int			window_precision;	/* p of DateTime64(p, 'UTC') */
+	bool		window_nullable;
+	char	   *schema_fingerprint; /* SHA-256 hex over names/types/engine */
+	char	   *quoted_columns; /* "`a`, `b`, ..." in target order */
+} DpwinTargetInfo;
+
+/*
+ * Admission (DESIGN.md §3 step 3, issue 5): Atomic database, plain
+ * MergeTree, no TTL, projections, dependent views, DEFAULT/MATERIALIZED/
+ * ALIAS columns, active mutations or row policies; the route's columns in
+ * the same order with parity of types (rowbinary.c); window column
+ * DateTime64(p, 'UTC') with p <= 6 (optionally Nullable).  Each refusal
+ * ereports with its own errcode and a message naming the target and what
+ * is wrong, before anything is written.
+ */
+extern DpwinTargetInfo *dpwin_target_admit(ChClient *client,
+										   const DpwinRoute *route);
+
+/*
+ * Probe once per server that EXCHANGE TABLES works (two scratch tables in
+ * the target database, dropped afterwards); a clear error when it does
+ * not, or when the server is too old for Atomic/EXCHANGE/DateTime64.
+ */
+extern void dpwin_target_probe_exchange(ChClient *client, const char *database);
+
+/* CREATE TABLE db.name AS db.target (same structure, engine, keys). */
+extern void dpwin_target_create_like(ChClient *client,
+									 const DpwinTargetInfo *target,
+									 const char *name);
+
+/* DROP TABLE IF EXISTS db.name SYNC. */
+extern void dpwin_target_drop_table(ChClient *client, const char *database,
+									const char *name);
+
+/* Does db.name exist?  Its uuid (palloc'd) or NULL. */
+extern char *dpwin_target_table_uuid(ChClient *client, const char *database,
+									 const char *name);
+
+/*
+ * Digest of db.table restricted by where_sql (NULL: all rows), computed by
+ * ClickHouse over formatRow('RowBinary', target columns).
+ */
+extern void dpwin_target_digest(ChClient *client, const DpwinTargetInfo *target,
+								const char *table, const char *where_sql,
+								const DpwinDigestKey *key, DpwinDigest *out);
+
+/*
+ * The predicate selecting target rows to keep: outside [lo, hi) or with a
+ * NULL window value, as ClickHouse SQL over the window column.
+ */
+extern char *dpwin_target_keep_predicate(const DpwinTargetInfo *target,
+										 const char *window_column,
+										 TimestampTz lo, TimestampTz hi);
+
+/*
+ * Copy rows into db.dest: INSERT INTO dest SELECT cols FROM db.src [WHERE
+ * where_sql], with a caller-chosen query_id so that a lost reply can be
+ * settled.  ereports on failure (after settling the query).
+ */
+extern void dpwin_target_copy_rows(ChClient *client,
+								   const DpwinTargetInfo *target,
+								   const char *dest, const char *src,
+								   const char *where_sql);
+
+/*
+ * EXCHANGE TABLES db.target AND db.generation under query_id.  Returns the
+ * transport status without raising, so that the coordinator can reconcile
+ * by UUIDs after a lost reply.
+ */
+extern ChHttpStatus dpwin_target_exchange(ChClient *client,
+										  const DpwinTargetInfo *target,
+										  const char *generation,
+										  const char *query_id,
+										  ChHttpReply *reply);
+
+/* RENAME TABLE db.from TO db.to. */
+extern void dpwin_target_rename(ChClient *client, const char *database,
+								const char *from, const char *to);
+
+/* List table names in database starting with prefix. */
+extern List *dpwin_target_list_tables(ChClient *client, const char *database,
+									  const char *prefix);
+
+#endif							/* DPWIN_TARGET_H */

@@ -1,0 +1,208 @@
+#!/usr/bin/env bash
+#
+# test/sandbox.sh start|stop|restart-pg|restart-ch|env|status
+#
+# A throwaway PostgreSQL 15 cluster with dpwin and pg_cron preloaded, plus
+# the local ClickHouse endpoint (test/chendpoint) on the embedded engine,
+# both on loopback and both living under test/.sandbox (git-ignored).
+#
+#   start       install what is missing, build, install, start both (idempotent)
+#   stop        stop both, by the pids they recorded
+#   restart-pg  immediate restart of PostgreSQL (crash tests)
+#   restart-ch  restart of the ClickHouse endpoint (data persists)
+#   env         print `export` lines for PGHOST, PGPORT, PGDATABASE, PGUSER,
+#               DPWIN_CH_URL, DPWIN_CH_USER, DPWIN_CH_PASSWORD,
+#               DPWIN_CH_CONTROL_URL
+#
+# Ports can be chosen with DPWIN_PGPORT, DPWIN_CH_PORT and
+# DPWIN_CH_CONTROL_PORT.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+SB=$ROOT/test/.sandbox
+PGBIN=/usr/lib/postgresql/15/bin
+PGPORT_=${DPWIN_PGPORT:-54329}
+CHPORT=${DPWIN_CH_PORT:-18123}
+CHCPORT=${DPWIN_CH_CONTROL_PORT:-18124}
+PGDB=dpwin_test
+PGUSER_=postgres
+CHUSER=dpwin
+
+log() { printf 'sandbox: %s\n' "$*" >&2; }
+
+apt_packages="postgresql-15 postgresql-server-dev-15 postgresql-15-cron libcurl4-openssl-dev libssl-dev libmicrohttpd-dev libipc-run-perl curl make gcc pkg-config"
+
+install_deps() {
+	local missing=()
+	for p in $apt_packages; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
+	done
+	if [ ${#missing[@]} -gt 0 ]; then
+		log "installing Debian packages: ${missing[*]}"
+		export DEBIAN_FRONTEND=noninteractive
+		apt-get update -qq
+		apt-get install -y -qq "${missing[@]}" >/dev/null
+	fi
+	if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+		log "installing nodejs and npm"
+		apt-get install -y -qq nodejs npm >/dev/null
+	fi
+	"$ROOT/test/install-engine.sh" >"$SB/engine_path"
+}
+
+build() {
+	log "building dpwin"
+	make -C "$ROOT" -s >/dev/null
+	make -C "$ROOT" -s install >/dev/null
+	make -C "$ROOT/test/chendpoint" -s >/dev/null
+}
+
+pg_running() {
+	[ -f "$SB/pg/postmaster.pid" ] && kill -0 "$(head -1 "$SB/pg/postmaster.pid")" 2>/dev/null
+}
+
+ch_running() {
+	[ -f "$SB/ch.pid" ] && kill -0 "$(cat "$SB/ch.pid")" 2>/dev/null
+}
+
+as_pg() {
+	# initdb and the postmaster refuse to run as root
+	if [ "$(id -u)" = 0 ]; then
+		su postgres -s /bin/bash -c "$*"
+	else
+		bash -c "$*"
+	fi
+}
+
+init_pg() {
+	[ -f "$SB/pg/PG_VERSION" ] && return 0
+	log "creating PostgreSQL cluster"
+	mkdir -p "$SB/pg" "$SB/run"
+	[ "$(id -u)" = 0 ] && chown postgres:postgres "$SB/pg" "$SB/run"
+	as_pg "$PGBIN/initdb -D '$SB/pg' -U $PGUSER_ -A trust -E UTF8 --locale=C.UTF-8 >/dev/null"
+	cat >>"$SB/pg/postgresql.conf" <<EOF
+# dpwin sandbox
+listen_addresses = '127.0.0.1'
+port = $PGPORT_
+unix_socket_directories = '$SB/run'
+shared_preload_libraries = 'dpwin, pg_cron'
+cron.database_name = '$PGDB'
+max_worker_processes = 96
+max_connections = 120
+fsync = off
+synchronous_commit = off
+full_page_writes = off
+logging_collector = off
+log_line_prefix = '%m [%p] %q%u@%d '
+log_min_messages = info
+dpwin.max_workers = 16
+EOF
+}
+
+start_pg() {
+	if pg_running; then
+		log "PostgreSQL already running"
+		return 0
+	fi
+	as_pg "$PGBIN/pg_ctl -D '$SB/pg' -l '$SB/run/postgresql.log' -w -t 60 start >/dev/null"
+	psql -h "$SB/run" -p "$PGPORT_" -U $PGUSER_ -d postgres -qAtc \
+		"SELECT 1 FROM pg_database WHERE datname = '$PGDB'" | grep -q 1 ||
+		psql -h "$SB/run" -p "$PGPORT_" -U $PGUSER_ -d postgres -qc "CREATE DATABASE $PGDB"
+	psql -h "$SB/run" -p "$PGPORT_" -U $PGUSER_ -d $PGDB -qc \
+		"CREATE EXTENSION IF NOT EXISTS pg_cron; CREATE EXTENSION IF NOT EXISTS dpwin" >/dev/null
+}
+
+start_ch() {
+	if ch_running; then
+		log "ClickHouse endpoint already running"
+		return 0
+	fi
+	mkdir -p "$SB/ch"
+	[ -f "$SB/ch_password" ] || head -c 18 /dev/urandom | base64 | tr -d '/+=' >"$SB/ch_password"
+	chmod 600 "$SB/ch_password"
+	local lib
+	lib=$(cat "$SB/engine_path")
+	nohup "$ROOT/test/chendpoint/chendpoint" --lib "$lib" --path "$SB/ch" \
+		--listen "127.0.0.1:$CHPORT" --control "127.0.0.1:$CHCPORT" \
+		--user "$CHUSER" --password "$(cat "$SB/ch_password")" \
+		--log "$SB/ch_queries.log" >>"$SB/ch.log" 2>&1 &
+	echo $! >"$SB/ch.pid"
+	for _ in $(seq 1 300); do
+		if curl -fsS "http://127.0.0.1:$CHPORT/ping" >/dev/null 2>&1; then
+			return 0
+		fi
+		ch_running || { tail -20 "$SB/ch.log" >&2; log "ClickHouse endpoint died"; exit 1; }
+		sleep 0.2
+	done
+	log "ClickHouse endpoint did not answer /ping"
+	exit 1
+}
+
+stop_pg() {
+	pg_running && as_pg "$PGBIN/pg_ctl -D '$SB/pg' -m fast -w stop >/dev/null" || true
+}
+
+stop_ch() {
+	if ch_running; then
+		local pid
+		pid=$(cat "$SB/ch.pid")
+		kill -TERM "$pid"
+		for _ in $(seq 1 100); do
+			kill -0 "$pid" 2>/dev/null || break
+			sleep 0.1
+		done
+		kill -0 "$pid" 2>/dev/null && kill -KILL "$pid"
+	fi
+	rm -f "$SB/ch.pid"
+}
+
+print_env() {
+	cat <<EOF
+export PGHOST='$SB/run'
+export PGPORT='$PGPORT_'
+export PGDATABASE='$PGDB'
+export PGUSER='$PGUSER_'
+export DPWIN_CH_URL='http://127.0.0.1:$CHPORT'
+export DPWIN_CH_USER='$CHUSER'
+export DPWIN_CH_PASSWORD='$(cat "$SB/ch_password" 2>/dev/null)'
+export DPWIN_CH_CONTROL_URL='http://127.0.0.1:$CHCPORT'
+export DPWIN_SANDBOX='$SB'
+export DPWIN_PGDATA='$SB/pg'
+EOF
+}
+
+case "${1:-}" in
+	start)
+		mkdir -p "$SB"
+		install_deps
+		build
+		init_pg
+		start_pg
+		start_ch
+		print_env >"$SB/env"
+		log "up: PostgreSQL on port $PGPORT_, ClickHouse endpoint on port $CHPORT"
+		;;
+	stop)
+		stop_pg
+		stop_ch
+		;;
+	restart-pg)
+		pg_running && as_pg "$PGBIN/pg_ctl -D '$SB/pg' -m immediate -w stop >/dev/null" || true
+		start_pg
+		;;
+	restart-ch)
+		stop_ch
+		start_ch
+		;;
+	env)
+		print_env
+		;;
+	status)
+		pg_running && echo "postgresql: running" || echo "postgresql: stopped"
+		ch_running && echo "clickhouse: running" || echo "clickhouse: stopped"
+		;;
+	*)
+		echo "usage: $0 start|stop|restart-pg|restart-ch|env|status" >&2
+		exit 2
+		;;
+esac

@@ -1,0 +1,36 @@
+# dpwin refuses to load without shared_preload_libraries, with a hint.
+use strict;
+use warnings;
+use Test::More;
+use DpwinTest;
+use File::Temp qw(tempdir);
+use IPC::Run qw(run timeout);
+
+my $pgbin = '/usr/lib/postgresql/15/bin';
+my $dir = tempdir(CLEANUP => 1);
+chmod 0777, $dir;
+my $as = $> == 0 ? [ 'su', 'postgres', '-s', '/bin/bash', '-c' ] : [ 'bash', '-c' ];
+my $port = 54400 + ($$ % 500);
+
+ok(run([ @$as, "$pgbin/initdb -D $dir/data -U postgres -A trust >/dev/null" ]), 'initdb');
+ok(run([ @$as, "$pgbin/pg_ctl -D $dir/data -o '-p $port -k $dir -c listen_addresses=' -l $dir/log -w start >/dev/null" ]), 'start a cluster without dpwin preloaded');
+
+my ($out, $err) = ('', '');
+run [ 'psql', '-X', '-h', $dir, '-p', $port, '-U', 'postgres', '-d', 'postgres',
+	'-v', 'VERBOSITY=verbose', '-c', 'CREATE EXTENSION dpwin' ],
+  '>', \$out, '2>', \$err, timeout(60);
+like($err, qr/55000: dpwin must be loaded via shared_preload_libraries/,
+	'CREATE EXTENSION without preload fails with SQLSTATE 55000');
+like($err, qr/HINT:\s+Add dpwin to shared_preload_libraries/, 'with a hint');
+
+($out, $err) = ('', '');
+run [ 'psql', '-X', '-h', $dir, '-p', $port, '-U', 'postgres', '-d', 'postgres',
+	'-c', "LOAD 'dpwin'" ], '>', \$out, '2>', \$err, timeout(60);
+like($err, qr/must be loaded via shared_preload_libraries/, 'LOAD fails the same way');
+
+run([ @$as, "$pgbin/pg_ctl -D $dir/data -m immediate -w stop >/dev/null" ]);
+
+# and the sandbox, which preloads it, has the extension
+is(psql_ok("SELECT dpwin.version()"), '0.1.0', 'sandbox: dpwin.version()');
+
+done_testing();
