@@ -87,7 +87,10 @@ extern char *ch_qualified_name(const char *database, const char *table);
  */
 extern List *ch_parse_tsv(const char *body);
 
-/* The only value of a one-row, one-column answer; ereports otherwise. */
+/*
+ * The only value of a one-row, one-column answer (NULL for \N); ereports
+ * otherwise.
+ */
 extern char *ch_scalar(ChClient *client, const char *sql);
 
 #endif							/* DPWIN_CHCLIENT_H */

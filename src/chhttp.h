@@ -31,16 +31,29 @@ typedef enum ChHttpStatus
 typedef struct ChHttpReply
 {
 	long		http_code;		/* 0 when no answer arrived */
-	int			exception_code; /* X-ClickHouse-Exception-Code, or 0 */
+	int			exception_code; /* X-ClickHouse-Exception-Code (or the code
+								 * of an exception found in the body); -1: an
+								 * exception without a readable code; 0: none */
 	StringInfoData body;		/* answer or error text, NUL-terminated */
 	char	   *transport_error;	/* palloc'd libcurl message, or NULL */
-	char	   *query_id;		/* X-ClickHouse-Query-Id echoed, or NULL */
+	char	   *query_id;		/* X-ClickHouse-Query-Id echoed by the server,
+								 * else the query_id sent, or NULL */
+	const char *server_name;	/* foreign server the request went to (owned
+								 * by the ChHttp), for messages */
 } ChHttpReply;
 
 /*
+ * On any status but CHHTTP_OK, the password of the connection never
+ * appears in reply->body or reply->transport_error (occurrences are
+ * replaced by "********").
+ *
  * Supplies the request body in pieces: copy at most max bytes into buf and
  * return how many, 0 at the end.  May not ereport (it runs inside libcurl);
- * set *failed and return 0 to abort the request.
+ * set *failed and return 0 to abort the request: chhttp_post() then returns
+ * CHHTTP_CLIENT_ERROR ("the request body could not be produced").  The
+ * connection is dropped mid-body, so the server sees a truncated chunked
+ * body and fails the INSERT; blocks it already wrote may remain, which is
+ * why loads go to attempt-owned staging tables.
  */
 typedef size_t (*ChHttpBodyReader) (void *arg, char *buf, size_t max,
 									bool *failed);
@@ -61,8 +74,10 @@ extern void chhttp_close(ChHttp *http);
  * parameter and the body is streamed from reader with chunked encoding.
  * query_id is sent as the `query_id` parameter; settings are extra URL
  * parameters ("k=v&k2=v2", already escaped) sent in addition to the
- * server's; timeout_ms > 0 overrides the request timeout.  reply is
- * initialised by the call.
+ * server's (and win over them); timeout_ms > 0 overrides the request
+ * timeout.  reply is initialised by the call and allocated in the caller's
+ * CurrentMemoryContext.  A pending query cancel or die aborts the transfer
+ * (CHHTTP_CANCELED); the caller must then CHECK_FOR_INTERRUPTS().
  */
 extern ChHttpStatus chhttp_post(ChHttp *http, const char *sql,
 								const char *query_id, const char *settings,

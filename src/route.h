@@ -37,7 +37,7 @@ typedef struct DpwinRoute
 	int64		max_encoded_bytes;
 	Oid			evidence_function;	/* InvalidOid when none */
 	Oid			owner;
-	char	   *config_fingerprint;
+	char	   *config_fingerprint;	/* as stored by create/alter_route */
 } DpwinRoute;
 
 /*
@@ -59,9 +59,21 @@ typedef struct DpwinServerConf
 } DpwinServerConf;
 
 /*
- * Load a route by name or id (reads dpwin.route through SPI; the caller
- * must be inside a transaction).  Resolves the columns' current types.
- * missing_ok = false ereports ERRCODE_UNDEFINED_OBJECT naming the route.
+ * Load a route by name or id (reads dpwin.route through SPI as the
+ * extension's owner, so any role may call it; the caller must be inside a
+ * transaction with a snapshot; it may be connected to SPI).  Takes
+ * AccessShareLock on the source until the end of the transaction.
+ * Resolves the source by its OID and the columns' current names, types and
+ * NOT NULL flags; source_schema/source_table are the relation's current
+ * names.  A source that no longer exists is ERRCODE_UNDEFINED_TABLE, a
+ * route column that no longer exists ERRCODE_UNDEFINED_COLUMN.
+ * missing_ok = false ereports ERRCODE_UNDEFINED_OBJECT naming the route;
+ * missing_ok = true returns NULL instead.
+ *
+ * config_fingerprint is the stored one, i.e. what the owner last confirmed;
+ * dpwin_route_fingerprint() of the loaded route differs from it when the
+ * source was renamed or a column's type changed since.  alter_route with no
+ * options re-validates the route and stores the new fingerprint.
  */
 extern DpwinRoute *dpwin_route_load(const char *route_name, bool missing_ok);
 extern DpwinRoute *dpwin_route_load_by_id(int32 route_id);
@@ -69,7 +81,13 @@ extern DpwinRoute *dpwin_route_load_by_id(int32 route_id);
 /* Owner or superuser, else ERRCODE_INSUFFICIENT_PRIVILEGE naming the route. */
 extern void dpwin_route_check_owner(const DpwinRoute *route, const char *action);
 
-/* Member of dpwin_operator (or superuser) and SELECT on the source columns. */
+/*
+ * Member of dpwin_operator (or superuser), SELECT on the source columns,
+ * USAGE on the server, EXECUTE on the evidence function (checked before any
+ * I/O, as it is only called after publication), and no row-level security
+ * applying to the caller on the source (a filtered read would delete target
+ * rows).  Each failure is ERRCODE_INSUFFICIENT_PRIVILEGE naming the route.
+ */
 extern void dpwin_route_check_can_refresh(const DpwinRoute *route);
 
 /*
@@ -78,7 +96,15 @@ extern void dpwin_route_check_can_refresh(const DpwinRoute *route);
  */
 extern char *dpwin_route_fingerprint(const DpwinRoute *route);
 
-/* Server options + user mapping for userid; ereports if not a dpwin server. */
+/*
+ * Server options + the user mapping of userid (else the PUBLIC one; with
+ * neither, user and password are NULL).  ereports ERRCODE_UNDEFINED_OBJECT
+ * if the server does not exist, ERRCODE_WRONG_OBJECT_TYPE if it is not a
+ * dpwin_clickhouse server.  Does not check USAGE on the server.
+ */
 extern DpwinServerConf *dpwin_server_conf(const char *server_name, Oid userid);
+
+/* Same checks as dpwin_server_conf() without reading options; the server's OID. */
+extern Oid	dpwin_server_check(const char *server_name);
 
 #endif							/* DPWIN_ROUTE_H */

@@ -31,7 +31,10 @@ extern bool rb_type_supported(Oid typid);
 
 /*
  * The ClickHouse type dpwin would choose for a PostgreSQL column (used by
- * the demo, docs and tests to create matching targets).
+ * the demo, docs and tests to create matching targets), palloc'd; NULL
+ * when there is none (unsupported type, or an array column that may hold
+ * NULLs: ClickHouse has no Nullable(Array(...))).  Unconstrained numeric
+ * gets Decimal(38, 10), checked per value.
  */
 extern char *rb_default_ch_type(Oid typid, int32 typmod, bool pg_notnull);
 
@@ -49,9 +52,20 @@ extern RbEncoder *rb_encoder_create(int ncols, char *const *names,
 /*
  * Append the RowBinary encoding of one row to out.  Values are Datums of
  * the columns' PostgreSQL types.  A value that does not fit the ClickHouse
- * type exactly ereports ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE (or
- * ERRCODE_DATETIME_VALUE_OUT_OF_RANGE / ERRCODE_INVALID_PARAMETER_VALUE)
- * naming the column and the row's window value.
+ * type exactly ereports, naming the column, the value and (errdetail) the
+ * row's window value in UTC:
+ *	 ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE	 numeric too large or too precise for
+ *										 Decimal(P, S), numeric +-Infinity
+ *	 ERRCODE_DATETIME_VALUE_OUT_OF_RANGE date/timestamp +-infinity, outside
+ *										 1900-01-01 .. 2299-12-31 (Date:
+ *										 1970-01-01 .. 2149-06-06), or with
+ *										 digits below DateTime64's 10^-p s
+ *	 ERRCODE_INVALID_PARAMETER_VALUE	 numeric NaN, multi-dimensional array
+ *	 ERRCODE_NULL_VALUE_NOT_ALLOWED		 NULL (or NULL array element) for a
+ *										 type that is not Nullable
+ * Nothing is ever rounded.  Allocates nothing per value except for toasted
+ * or compressed values (freed again) and jsonb.  The row is appended; on
+ * error, out may hold a partial row.
  */
 extern void rb_encode_row(RbEncoder *enc, const Datum *values,
 						  const bool *isnull, StringInfo out);

@@ -55,7 +55,13 @@ extern DpwinTargetInfo *dpwin_target_admit(ChClient *client,
  */
 extern void dpwin_target_probe_exchange(ChClient *client, const char *database);
 
-/* CREATE TABLE db.name AS db.target (same structure, engine, keys). */
+/*
+ * CREATE TABLE db.name AS db.target (same structure, engine, keys,
+ * indices, settings), then check that the copy has target's columns and
+ * types and, when target->engine_full is set, its engine_full: the target
+ * may have changed since admission.  Only column_names/column_types/
+ * ncolumns/database/table (and optionally engine_full) are read.
+ */
 extern void dpwin_target_create_like(ChClient *client,
 									 const DpwinTargetInfo *target,
 									 const char *name);
@@ -83,6 +89,22 @@ extern void dpwin_target_digest(ChClient *client, const DpwinTargetInfo *target,
 extern char *dpwin_target_keep_predicate(const DpwinTargetInfo *target,
 										 const char *window_column,
 										 TimestampTz lo, TimestampTz hi);
+
+/* The complement: rows with the window value in [lo, hi). */
+extern char *dpwin_target_window_predicate(const DpwinTargetInfo *target,
+										   const char *window_column,
+										   TimestampTz lo, TimestampTz hi);
+
+/*
+ * Exact check of the kept rows (seed 002, "Capacity and verification"):
+ * the number of distinct rows (RowBinary bytes) whose multiplicity differs
+ * between db.target WHERE keep_sql and db.generation WHERE keep_sql; 0
+ * when the two multisets are equal.  Costs a GROUP BY over the kept rows.
+ */
+extern int64 dpwin_target_compare_kept(ChClient *client,
+									   const DpwinTargetInfo *target,
+									   const char *generation,
+									   const char *keep_sql);
 
 /*
  * Copy rows into db.dest: INSERT INTO dest SELECT cols FROM db.src [WHERE

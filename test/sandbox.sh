@@ -102,9 +102,9 @@ EOF
 start_pg() {
 	if pg_running; then
 		log "PostgreSQL already running"
-		return 0
+	else
+		as_pg "$PGBIN/pg_ctl -D '$SB/pg' -l '$SB/run/postgresql.log' -w -t 60 start >/dev/null"
 	fi
-	as_pg "$PGBIN/pg_ctl -D '$SB/pg' -l '$SB/run/postgresql.log' -w -t 60 start >/dev/null"
 	psql -h "$SB/run" -p "$PGPORT_" -U $PGUSER_ -d postgres -qAtc \
 		"SELECT 1 FROM pg_database WHERE datname = '$PGDB'" | grep -q 1 ||
 		psql -h "$SB/run" -p "$PGPORT_" -U $PGUSER_ -d postgres -qc "CREATE DATABASE $PGDB"

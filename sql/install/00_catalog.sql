@@ -1,6 +1,7 @@
 /* dpwin — catalog (DESIGN.md §2)
  *
- * The extension script is assembled from sql/install/*.sql in name order.
+ * The extension script is assembled from the files of sql/install, in name
+ * order.
  * This part owns the schema's tables; every other part adds functions.
  *
  * Ordinary roles never write these tables: the functions that mutate them

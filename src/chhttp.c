@@ -1,0 +1,956 @@
+/*-------------------------------------------------------------------------
+ *
+ * chhttp.c
+ *	  libcurl transport to the ClickHouse HTTP interface.
+ *
+ *	  One ChHttp owns one curl easy handle, so consecutive requests of one
+ *	  backend or worker reuse a keep-alive connection.  chhttp_post() sends
+ *	  one statement and classifies what happened into a ChHttpStatus; it
+ *	  never ereports for a transport or server failure (chclient.c decides
+ *	  what a status means), and nothing here ever prints the password: it
+ *	  travels only as HTTP basic auth, never in the URL.
+ *
+ *	  libcurl calls back into this file while a request runs.  Those
+ *	  callbacks must not ereport: a longjmp out of libcurl would leave the
+ *	  handle in an undefined state.  So they do not palloc in the usual way
+ *	  (the reply buffer grows with MCXT_ALLOC_NO_OOM), do not call
+ *	  CHECK_FOR_INTERRUPTS (they only look at the pending flags), and report
+ *	  trouble through fields of the ChHttp that chhttp_post() inspects after
+ *	  curl_easy_perform() returns.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <ctype.h>
+
+#include <curl/curl.h>
+
+#include "chhttp.h"
+#include "dpwin.h"
+#include "miscadmin.h"
+#include "utils/memutils.h"
+
+/*
+ * Idle keep-alive connections older than this are not reused.  ClickHouse
+ * closes idle HTTP connections after keep_alive_timeout (10 s by default in
+ * older servers, more in newer ones); reusing one the server is closing at
+ * that very moment would turn a harmless reconnect into a lost reply.
+ */
+#define CHHTTP_MAX_IDLE_S		5
+
+/* How much of a 200 answer's tail is searched for an in-body exception. */
+#define CHHTTP_EXCEPTION_TAIL	65536
+
+/* Longest X-ClickHouse-Query-Id / X-ClickHouse-Exception-Tag we keep. */
+#define CHHTTP_HEADER_VALUE_MAX	256
+
+struct ChHttp
+{
+	CURL	   *curl;
+	MemoryContext mcxt;			/* private context holding this struct */
+	MemoryContextCallback cleanup;
+
+	/* private copy of the connection settings */
+	char	   *server_name;
+	char	   *url;
+	char	   *ca_file;
+	bool		verify_peer;
+	int			connect_timeout_ms;
+	int			request_timeout_ms;
+	char	   *server_settings;
+	char	   *user;
+	char	   *password;
+
+	struct curl_slist *text_headers;	/* statement as the body */
+	struct curl_slist *stream_headers;	/* streamed (chunked) body */
+
+	/* state of the request in progress, reset by chhttp_post() */
+	char		errbuf[CURL_ERROR_SIZE];
+	ChHttpReply *reply;
+	MemoryContext reply_mcxt;	/* where reply->body grows */
+	bool		body_too_large;
+	bool		body_oom;
+	bool		canceled;
+	bool		reader_failed;
+	ChHttpBodyReader reader;
+	void	   *reader_arg;
+	bool		have_exception_header;
+	char		query_id[CHHTTP_HEADER_VALUE_MAX];
+	char		sent_query_id[CHHTTP_HEADER_VALUE_MAX];
+	char		exception_tag[CHHTTP_HEADER_VALUE_MAX];
+};
+
+static bool curl_initialized = false;
+
+static void chhttp_cleanup_callback(void *arg);
+static size_t chhttp_write_cb(char *ptr, size_t size, size_t nmemb, void *userdata);
+static size_t chhttp_header_cb(char *buffer, size_t size, size_t nitems, void *userdata);
+static size_t chhttp_read_cb(char *buffer, size_t size, size_t nitems, void *userdata);
+static int	chhttp_xferinfo_cb(void *clientp, curl_off_t dltotal, curl_off_t dlnow,
+							   curl_off_t ultotal, curl_off_t ulnow);
+static bool chhttp_interrupt_pending(void);
+static bool chhttp_body_exception(ChHttp *http, ChHttpReply *reply);
+static int	chhttp_parse_code(const char *s);
+static char *chhttp_strdup_or_null(const char *s);
+static char *chhttp_scrub(char *s, const char *secret);
+static ChHttpStatus chhttp_post_inner(ChHttp *http, const char *sql,
+									  const char *query_id, const char *settings,
+									  ChHttpBodyReader reader, void *reader_arg,
+									  int timeout_ms, ChHttpReply *reply);
+static ChHttpStatus chhttp_finish(ChHttp *http, ChHttpReply *reply,
+								  ChHttpStatus status);
+
+/*
+ * Open a connection object.  No network traffic happens here: the first
+ * request connects.
+ */
+ChHttp *
+chhttp_open(const DpwinServerConf *conf)
+{
+	MemoryContext mcxt;
+	MemoryContext oldcxt;
+	ChHttp	   *http;
+
+	if (!curl_initialized)
+	{
+		CURLcode	rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+
+		if (rc != CURLE_OK)
+			ereport(ERROR,
+					(errcode(ERRCODE_FDW_ERROR),
+					 errmsg("could not initialize libcurl: %s",
+							curl_easy_strerror(rc))));
+		curl_initialized = true;
+	}
+
+	/*
+	 * A private child context: deleting it (chhttp_close) or resetting or
+	 * deleting the caller's context (an ERROR) runs the callback that
+	 * releases the curl handle, so the handle cannot outlive its owner.
+	 */
+	mcxt = AllocSetContextCreate(CurrentMemoryContext,
+								 "dpwin ClickHouse connection",
+								 ALLOCSET_SMALL_SIZES);
+	oldcxt = MemoryContextSwitchTo(mcxt);
+
+	http = palloc0(sizeof(ChHttp));
+	http->mcxt = mcxt;
+	http->server_name = pstrdup(conf->server_name != NULL ? conf->server_name : "");
+	http->url = pstrdup(conf->url);
+	/* tolerate a trailing slash even though the validator strips it */
+	{
+		size_t		len = strlen(http->url);
+
+		while (len > 0 && http->url[len - 1] == '/')
+			http->url[--len] = '\0';
+	}
+	http->ca_file = chhttp_strdup_or_null(conf->ca_file);
+	http->verify_peer = conf->verify_peer;
+	http->connect_timeout_ms = conf->connect_timeout_ms;
+	http->request_timeout_ms = conf->request_timeout_ms;
+	http->server_settings = chhttp_strdup_or_null(conf->settings);
+	http->user = chhttp_strdup_or_null(conf->user);
+	http->password = chhttp_strdup_or_null(conf->password);
+
+	http->cleanup.func = chhttp_cleanup_callback;
+	http->cleanup.arg = http;
+	MemoryContextRegisterResetCallback(mcxt, &http->cleanup);
+
+	MemoryContextSwitchTo(oldcxt);
+
+	http->curl = curl_easy_init();
+	if (http->curl == NULL)
+	{
+		MemoryContextDelete(mcxt);
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("could not create a libcurl handle")));
+	}
+
+	/*
+	 * Headers that never change.  "Expect:" turns off curl's
+	 * "Expect: 100-continue" handshake, which only adds a round trip (or a
+	 * one-second stall against servers that do not answer it).
+	 */
+	http->text_headers = curl_slist_append(NULL, "Content-Type: text/plain; charset=UTF-8");
+	if (http->text_headers != NULL)
+		http->text_headers = curl_slist_append(http->text_headers, "Expect:");
+	http->stream_headers = curl_slist_append(NULL, "Content-Type: application/octet-stream");
+	if (http->stream_headers != NULL)
+		http->stream_headers = curl_slist_append(http->stream_headers, "Transfer-Encoding: chunked");
+	if (http->stream_headers != NULL)
+		http->stream_headers = curl_slist_append(http->stream_headers, "Expect:");
+	if (http->text_headers == NULL || http->stream_headers == NULL)
+	{
+		MemoryContextDelete(mcxt);
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory")));
+	}
+
+	return http;
+}
+
+/* Release the handle (and the connection) now. */
+void
+chhttp_close(ChHttp *http)
+{
+	if (http == NULL)
+		return;
+	/* runs chhttp_cleanup_callback, then frees http itself */
+	MemoryContextDelete(http->mcxt);
+}
+
+/*
+ * Reset callback of the private context.  Also runs during abort
+ * processing, so it must not fail.
+ */
+static void
+chhttp_cleanup_callback(void *arg)
+{
+	ChHttp	   *http = (ChHttp *) arg;
+
+	if (http->curl != NULL)
+	{
+		curl_easy_cleanup(http->curl);
+		http->curl = NULL;
+	}
+	if (http->text_headers != NULL)
+	{
+		curl_slist_free_all(http->text_headers);
+		http->text_headers = NULL;
+	}
+	if (http->stream_headers != NULL)
+	{
+		curl_slist_free_all(http->stream_headers);
+		http->stream_headers = NULL;
+	}
+	/* do not leave the password lying around in freed memory */
+	if (http->password != NULL)
+		explicit_bzero(http->password, strlen(http->password));
+}
+
+const char *
+chhttp_status_name(ChHttpStatus status)
+{
+	switch (status)
+	{
+		case CHHTTP_OK:
+			return "ok";
+		case CHHTTP_SERVER_ERROR:
+			return "server error";
+		case CHHTTP_CONNECT_FAILED:
+			return "connection failed";
+		case CHHTTP_TLS_FAILED:
+			return "TLS failure";
+		case CHHTTP_TIMEOUT:
+			return "timeout";
+		case CHHTTP_REPLY_LOST:
+			return "reply lost";
+		case CHHTTP_CANCELED:
+			return "canceled";
+		case CHHTTP_CLIENT_ERROR:
+			return "client error";
+	}
+	return "unknown";
+}
+
+/*
+ * Append "name=<value>" to buf, percent-encoding the value (RFC 3986:
+ * everything but unreserved characters), after a "&" unless buf ends in
+ * "?".  Done here rather than with curl_easy_escape so that no malloc'd
+ * string can be orphaned by an out-of-memory ereport.
+ */
+static void
+chhttp_append_param(StringInfo buf, const char *name, const char *value)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	const unsigned char *p;
+
+	if (buf->data[buf->len - 1] != '?')
+		appendStringInfoChar(buf, '&');
+	appendStringInfo(buf, "%s=", name);
+	for (p = (const unsigned char *) value; *p != '\0'; p++)
+	{
+		if (isascii(*p) && (isalnum(*p) || *p == '-' || *p == '.' ||
+							*p == '_' || *p == '~'))
+			appendStringInfoChar(buf, (char) *p);
+		else
+		{
+			appendStringInfoChar(buf, '%');
+			appendStringInfoChar(buf, hex[*p >> 4]);
+			appendStringInfoChar(buf, hex[*p & 0x0F]);
+		}
+	}
+}
+
+/*
+ * Set up and run one request.  See chhttp.h for the contract.
+ */
+ChHttpStatus
+chhttp_post(ChHttp *http, const char *sql, const char *query_id,
+			const char *settings, ChHttpBodyReader reader, void *reader_arg,
+			int timeout_ms, ChHttpReply *reply)
+{
+	ChHttpStatus status;
+
+	status = chhttp_post_inner(http, sql, query_id, settings, reader,
+							   reader_arg, timeout_ms, reply);
+	return chhttp_finish(http, reply, status);
+}
+
+/*
+ * Complete the reply: name the server, fall back to the query_id that was
+ * sent when the server did not echo one, and make sure the password cannot
+ * reach a message even if a server or proxy echoes it in an error.
+ */
+static ChHttpStatus
+chhttp_finish(ChHttp *http, ChHttpReply *reply, ChHttpStatus status)
+{
+	if (reply->query_id == NULL && http->sent_query_id[0] != '\0')
+		reply->query_id = pstrdup(http->sent_query_id);
+	reply->server_name = http->server_name;
+
+	if (status != CHHTTP_OK && http->password != NULL && http->password[0] != '\0')
+	{
+		char	   *scrubbed;
+
+		if (reply->transport_error != NULL)
+			reply->transport_error = chhttp_scrub(reply->transport_error,
+												  http->password);
+		scrubbed = chhttp_scrub(reply->body.data, http->password);
+		if (scrubbed != reply->body.data)
+		{
+			resetStringInfo(&reply->body);
+			appendStringInfoString(&reply->body, scrubbed);
+			pfree(scrubbed);
+		}
+	}
+	return status;
+}
+
+/* s with every occurrence of secret replaced; s itself when there is none. */
+static char *
+chhttp_scrub(char *s, const char *secret)
+{
+	size_t		slen = strlen(secret);
+	StringInfoData buf;
+	const char *p;
+	const char *hit;
+
+	if (strstr(s, secret) == NULL)
+		return s;
+	initStringInfo(&buf);
+	for (p = s; (hit = strstr(p, secret)) != NULL; p = hit + slen)
+	{
+		appendBinaryStringInfo(&buf, p, hit - p);
+		appendStringInfoString(&buf, "********");
+	}
+	appendStringInfoString(&buf, p);
+	return buf.data;
+}
+
+static ChHttpStatus
+chhttp_post_inner(ChHttp *http, const char *sql, const char *query_id,
+				  const char *settings, ChHttpBodyReader reader, void *reader_arg,
+				  int timeout_ms, ChHttpReply *reply)
+{
+	CURL	   *curl = http->curl;
+	StringInfoData url;
+	CURLcode	rc;
+	long		http_code = 0;
+	long		request_size = 0;
+	bool		setopt_ok = true;
+
+	memset(reply, 0, sizeof(ChHttpReply));
+	initStringInfo(&reply->body);
+	strlcpy(http->sent_query_id, query_id != NULL ? query_id : "",
+			sizeof(http->sent_query_id));
+
+	if (curl == NULL)
+	{
+		reply->transport_error = pstrdup("the connection was already closed");
+		return CHHTTP_CLIENT_ERROR;
+	}
+
+	/* everything that can ereport happens before the transfer starts */
+	initStringInfo(&url);
+	appendStringInfo(&url, "%s/?", http->url);
+	if (reader != NULL)
+		chhttp_append_param(&url, "query", sql);
+	if (query_id != NULL && query_id[0] != '\0')
+		chhttp_append_param(&url, "query_id", query_id);
+	/* the server's settings first: the request's own ones override them */
+	if (http->server_settings != NULL && http->server_settings[0] != '\0')
+		appendStringInfo(&url, "%s%s", url.data[url.len - 1] == '?' ? "" : "&",
+						 http->server_settings);
+	if (settings != NULL && settings[0] != '\0')
+		appendStringInfo(&url, "%s%s", url.data[url.len - 1] == '?' ? "" : "&",
+						 settings);
+
+	/*
+	 * curl_easy_reset drops every option but keeps live connections and the
+	 * DNS cache, so each request starts from a known state while still
+	 * reusing the keep-alive connection.
+	 */
+	curl_easy_reset(curl);
+
+	http->errbuf[0] = '\0';
+	http->reply = reply;
+	http->reply_mcxt = CurrentMemoryContext;
+	http->body_too_large = false;
+	http->body_oom = false;
+	http->canceled = false;
+	http->reader_failed = false;
+	http->reader = reader;
+	http->reader_arg = reader_arg;
+	http->have_exception_header = false;
+	http->query_id[0] = '\0';
+	http->exception_tag[0] = '\0';
+
+#define SETOPT(opt, val) \
+	do { if (curl_easy_setopt(curl, (opt), (val)) != CURLE_OK) setopt_ok = false; } while (0)
+
+	SETOPT(CURLOPT_ERRORBUFFER, http->errbuf);
+	SETOPT(CURLOPT_URL, url.data);
+	/* libcurl must not install signal handlers in a PostgreSQL process */
+	SETOPT(CURLOPT_NOSIGNAL, 1L);
+#if LIBCURL_VERSION_NUM >= 0x075500
+	SETOPT(CURLOPT_PROTOCOLS_STR, "http,https");
+#else
+	SETOPT(CURLOPT_PROTOCOLS, (long) (CURLPROTO_HTTP | CURLPROTO_HTTPS));
+#endif
+	/* credentials come only from the user mapping, never from the URL */
+	SETOPT(CURLOPT_DISALLOW_USERNAME_IN_URL, 1L);
+	SETOPT(CURLOPT_USERAGENT, "dpwin/" DPWIN_VERSION_STR);
+	SETOPT(CURLOPT_MAXAGE_CONN, (long) CHHTTP_MAX_IDLE_S);
+	SETOPT(CURLOPT_TCP_KEEPALIVE, 1L);
+	SETOPT(CURLOPT_CONNECTTIMEOUT_MS, (long) Max(http->connect_timeout_ms, 0));
+	SETOPT(CURLOPT_TIMEOUT_MS,
+		   (long) (timeout_ms > 0 ? timeout_ms : Max(http->request_timeout_ms, 0)));
+
+	if (http->user != NULL)
+	{
+		SETOPT(CURLOPT_HTTPAUTH, (long) CURLAUTH_BASIC);
+		SETOPT(CURLOPT_USERNAME, http->user);
+		SETOPT(CURLOPT_PASSWORD, http->password != NULL ? http->password : "");
+	}
+
+	SETOPT(CURLOPT_SSL_VERIFYPEER, http->verify_peer ? 1L : 0L);
+	SETOPT(CURLOPT_SSL_VERIFYHOST, http->verify_peer ? 2L : 0L);
+	if (http->ca_file != NULL && http->ca_file[0] != '\0')
+		SETOPT(CURLOPT_CAINFO, http->ca_file);
+
+	SETOPT(CURLOPT_POST, 1L);
+	if (reader != NULL)
+	{
+		SETOPT(CURLOPT_HTTPHEADER, http->stream_headers);
+		SETOPT(CURLOPT_READFUNCTION, chhttp_read_cb);
+		SETOPT(CURLOPT_READDATA, http);
+	}
+	else
+	{
+		SETOPT(CURLOPT_HTTPHEADER, http->text_headers);
+		SETOPT(CURLOPT_POSTFIELDS, sql);
+		SETOPT(CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) strlen(sql));
+	}
+
+	SETOPT(CURLOPT_WRITEFUNCTION, chhttp_write_cb);
+	SETOPT(CURLOPT_WRITEDATA, http);
+	SETOPT(CURLOPT_HEADERFUNCTION, chhttp_header_cb);
+	SETOPT(CURLOPT_HEADERDATA, http);
+	SETOPT(CURLOPT_NOPROGRESS, 0L);
+	SETOPT(CURLOPT_XFERINFOFUNCTION, chhttp_xferinfo_cb);
+	SETOPT(CURLOPT_XFERINFODATA, http);
+#undef SETOPT
+
+	if (!setopt_ok)
+	{
+		http->reply = NULL;
+		pfree(url.data);
+		reply->transport_error = pstrdup("could not configure the libcurl handle");
+		return CHHTTP_CLIENT_ERROR;
+	}
+
+	rc = curl_easy_perform(curl);
+
+	http->reply = NULL;
+	curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &http_code);
+	curl_easy_getinfo(curl, CURLINFO_REQUEST_SIZE, &request_size);
+	/* the URL may not outlive the transfer: unset it before freeing */
+	curl_easy_setopt(curl, CURLOPT_URL, "");
+	curl_easy_setopt(curl, CURLOPT_POSTFIELDS, NULL);
+	pfree(url.data);
+
+	reply->http_code = http_code;
+	if (http->query_id[0] != '\0')
+		reply->query_id = pstrdup(http->query_id);
+
+	if (rc != CURLE_OK)
+	{
+		reply->transport_error = pstrdup(http->errbuf[0] != '\0' ?
+										 http->errbuf : curl_easy_strerror(rc));
+
+		/*
+		 * A server that fails after it has sent "200 OK" reports the error
+		 * at the end of the body and then breaks the connection: that is a
+		 * server error with a message, not a lost reply.
+		 */
+		if (http_code >= 200 && (rc == CURLE_PARTIAL_FILE || rc == CURLE_RECV_ERROR) &&
+			chhttp_body_exception(http, reply))
+			return CHHTTP_SERVER_ERROR;
+
+		switch (rc)
+		{
+			case CURLE_COULDNT_RESOLVE_HOST:
+			case CURLE_COULDNT_RESOLVE_PROXY:
+			case CURLE_COULDNT_CONNECT:
+				return CHHTTP_CONNECT_FAILED;
+
+			case CURLE_SSL_CONNECT_ERROR:
+			case CURLE_PEER_FAILED_VERIFICATION:
+			case CURLE_SSL_CERTPROBLEM:
+			case CURLE_SSL_CIPHER:
+			case CURLE_SSL_CACERT_BADFILE:
+			case CURLE_SSL_CRL_BADFILE:
+			case CURLE_SSL_ISSUER_ERROR:
+			case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
+			case CURLE_SSL_INVALIDCERTSTATUS:
+			case CURLE_SSL_CLIENTCERT:
+			case CURLE_SSL_ENGINE_NOTFOUND:
+			case CURLE_SSL_ENGINE_SETFAILED:
+			case CURLE_SSL_ENGINE_INITFAILED:
+				return CHHTTP_TLS_FAILED;
+
+			case CURLE_OPERATION_TIMEDOUT:
+
+				/*
+				 * A timeout before any byte of the request went out (while
+				 * resolving, connecting or in the TLS handshake) cannot have
+				 * run anything: report it as a failed connection.
+				 */
+				if (request_size <= 0)
+					return CHHTTP_CONNECT_FAILED;
+				return CHHTTP_TIMEOUT;
+
+			case CURLE_ABORTED_BY_CALLBACK:
+				if (http->canceled)
+					return CHHTTP_CANCELED;
+				if (http->reader_failed)
+				{
+					pfree(reply->transport_error);
+					reply->transport_error = pstrdup("the request body could not be produced");
+					return CHHTTP_CLIENT_ERROR;
+				}
+				return CHHTTP_CLIENT_ERROR;
+
+			case CURLE_WRITE_ERROR:
+				if (http->body_too_large || http->body_oom)
+				{
+					pfree(reply->transport_error);
+					reply->transport_error =
+						pstrdup(http->body_too_large ?
+								"the answer exceeds the maximum size of 1 GB" :
+								"out of memory while receiving the answer");
+				}
+				return CHHTTP_CLIENT_ERROR;
+
+			case CURLE_GOT_NOTHING:
+			case CURLE_RECV_ERROR:
+			case CURLE_SEND_ERROR:
+			case CURLE_PARTIAL_FILE:
+			case CURLE_SEND_FAIL_REWIND:
+			case CURLE_HTTP2:
+			case CURLE_HTTP2_STREAM:
+			case CURLE_WEIRD_SERVER_REPLY:
+			case CURLE_BAD_CONTENT_ENCODING:
+
+				/*
+				 * The connection broke.  If not even the request line went
+				 * out, the server cannot have started anything.
+				 */
+				if (request_size <= 0 && http_code == 0)
+					return CHHTTP_CONNECT_FAILED;
+				return CHHTTP_REPLY_LOST;
+
+			case CURLE_LOGIN_DENIED:
+				pfree(reply->transport_error);
+				reply->transport_error =
+					pstrdup("credentials in the url option are not allowed; put them in a user mapping");
+				return CHHTTP_CLIENT_ERROR;
+
+			default:
+				return CHHTTP_CLIENT_ERROR;
+		}
+	}
+
+	if (http_code < 200 || http_code > 299)
+	{
+		if (reply->exception_code <= 0)
+		{
+			int			code = chhttp_parse_code(reply->body.data);
+
+			if (code > 0)
+				reply->exception_code = code;
+		}
+		return CHHTTP_SERVER_ERROR;
+	}
+
+	/*
+	 * Status 200 but the query failed after the headers went out: the
+	 * server says so with X-ClickHouse-Exception-Code (a header or a
+	 * trailer) or with an exception block at the end of the body.
+	 */
+	if (http->have_exception_header)
+	{
+		/*
+		 * Cut the body down to the message: framed, or else from the last
+		 * line that starts with "Code: " (what older servers append).
+		 */
+		if (!chhttp_body_exception(http, reply))
+		{
+			char	   *data = reply->body.data;
+			int			i;
+
+			for (i = reply->body.len - 6; i >= 0; i--)
+			{
+				if ((i == 0 || data[i - 1] == '\n') &&
+					strncmp(data + i, "Code: ", 6) == 0)
+				{
+					char	   *copy = pstrdup(data + i);
+
+					resetStringInfo(&reply->body);
+					appendStringInfoString(&reply->body, copy);
+					pfree(copy);
+					break;
+				}
+			}
+		}
+		if (reply->exception_code <= 0)
+		{
+			int			code = chhttp_parse_code(reply->body.data);
+
+			if (code > 0)
+				reply->exception_code = code;
+		}
+		return CHHTTP_SERVER_ERROR;
+	}
+	if (chhttp_body_exception(http, reply))
+		return CHHTTP_SERVER_ERROR;
+
+	return CHHTTP_OK;
+}
+
+/*
+ * Look for an exception that a server appended to a 200 answer.  Two forms
+ * exist: since ClickHouse 25.11 a block framed by "__exception__<tag>" and
+ * "<tag>__exception__" with the tag announced in X-ClickHouse-Exception-Tag;
+ * before that, a line "__exception__" followed by "Code: N. DB::Exception".
+ * Only the tail is searched and the second form must start a line, so row
+ * data that merely mentions an exception does not match.
+ *
+ * On a match, the body is cut to the exception message and
+ * reply->exception_code is set; returns whether it matched.  Runs after the
+ * transfer, so it may palloc.
+ */
+static bool
+chhttp_body_exception(ChHttp *http, ChHttpReply *reply)
+{
+	char	   *data = reply->body.data;
+	int			len = reply->body.len;
+	int			start = Max(0, len - CHHTTP_EXCEPTION_TAIL);
+	char	   *msg = NULL;
+	int			msglen = 0;
+
+	if (http->exception_tag[0] != '\0')
+	{
+		char	   *open_marker = psprintf("__exception__%s", http->exception_tag);
+		size_t		olen = strlen(open_marker);
+		int			i;
+
+		/* the last opening marker in the tail */
+		for (i = len - (int) olen; i >= start; i--)
+		{
+			if (memcmp(data + i, open_marker, olen) == 0)
+			{
+				msg = data + i + olen;
+				msglen = len - (i + (int) olen);
+				break;
+			}
+		}
+		pfree(open_marker);
+		if (msg != NULL)
+		{
+			/* drop the trailing "<len> <tag>__exception__" line */
+			char	   *close_marker = psprintf("%s__exception__", http->exception_tag);
+			char	   *end = NULL;
+			char	   *p;
+
+			for (p = msg; (p = strstr(p, close_marker)) != NULL; p++)
+				end = p;
+			pfree(close_marker);
+			if (end != NULL)
+			{
+				/* back up over " <len>" */
+				while (end > msg && end[-1] == ' ')
+					end--;
+				while (end > msg && isdigit((unsigned char) end[-1]))
+					end--;
+				msglen = end - msg;
+			}
+		}
+	}
+
+	if (msg == NULL)
+	{
+		const char *marker = "__exception__\n";
+		size_t		mlen = strlen(marker);
+		int			i;
+
+		for (i = len - (int) mlen; i >= start; i--)
+		{
+			if ((i == 0 || data[i - 1] == '\n') &&
+				memcmp(data + i, marker, mlen) == 0 &&
+				strncmp(data + i + mlen, "Code: ", 6) == 0)
+			{
+				msg = data + i + mlen;
+				msglen = len - (i + (int) mlen);
+				break;
+			}
+		}
+	}
+
+	if (msg == NULL)
+		return false;
+
+	/* keep just the message as the body */
+	{
+		char	   *copy;
+
+		while (msglen > 0 && (msg[0] == '\n' || msg[0] == '\r'))
+		{
+			msg++;
+			msglen--;
+		}
+		copy = pnstrdup(msg, msglen);
+		resetStringInfo(&reply->body);
+		appendStringInfoString(&reply->body, copy);
+		pfree(copy);
+	}
+	if (reply->exception_code <= 0)
+	{
+		int			code = chhttp_parse_code(reply->body.data);
+
+		if (code > 0)
+			reply->exception_code = code;
+	}
+	/* an exception without a code is still an exception */
+	if (reply->exception_code == 0)
+		reply->exception_code = -1;
+	return true;
+}
+
+/* The N of a "Code: N." prefix, or 0. */
+static int
+chhttp_parse_code(const char *s)
+{
+	const char *p = s;
+	long		code = 0;
+
+	while (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')
+		p++;
+	if (strncmp(p, "Code: ", 6) != 0)
+		return 0;
+	p += 6;
+	while (isdigit((unsigned char) *p) && code < 1000000)
+		code = code * 10 + (*p++ - '0');
+	return (int) code;
+}
+
+static char *
+chhttp_strdup_or_null(const char *s)
+{
+	return s != NULL ? pstrdup(s) : NULL;
+}
+
+/*
+ * Is a cancel or die pending that CHECK_FOR_INTERRUPTS would act on right
+ * now?  Mirrors the conditions of ProcessInterrupts(), so that a held-off
+ * cancel does not abort a request that the caller then cannot report.
+ */
+static bool
+chhttp_interrupt_pending(void)
+{
+	if (InterruptHoldoffCount != 0 || CritSectionCount != 0)
+		return false;
+	if (ProcDiePending)
+		return true;
+	if (QueryCancelPending && QueryCancelHoldoffCount == 0)
+		return true;
+	return false;
+}
+
+/* ---- libcurl callbacks: none of these may ereport ---- */
+
+static size_t
+chhttp_write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+	ChHttp	   *http = (ChHttp *) userdata;
+	StringInfo	body;
+	size_t		n = size * nmemb;
+
+	if (http->reply == NULL)
+		return 0;
+	body = &http->reply->body;
+
+	if ((size_t) body->len + n + 1 > (size_t) body->maxlen)
+	{
+		size_t		need = (size_t) body->len + n + 1;
+		size_t		newlen = (size_t) body->maxlen;
+		char	   *newdata;
+
+		if (need > MaxAllocSize)
+		{
+			http->body_too_large = true;
+			return 0;
+		}
+		while (newlen < need)
+			newlen *= 2;
+		if (newlen > MaxAllocSize)
+			newlen = MaxAllocSize;
+		newdata = MemoryContextAllocExtended(http->reply_mcxt, newlen,
+											 MCXT_ALLOC_NO_OOM);
+		if (newdata == NULL)
+		{
+			http->body_oom = true;
+			return 0;
+		}
+		memcpy(newdata, body->data, body->len + 1);
+		pfree(body->data);
+		body->data = newdata;
+		body->maxlen = (int) newlen;
+	}
+	memcpy(body->data + body->len, ptr, n);
+	body->len += (int) n;
+	body->data[body->len] = '\0';
+	return n;
+}
+
+/* Copy a header value (without the CRLF) into dst, truncating. */
+static void
+chhttp_copy_header_value(char *dst, const char *src, size_t srclen)
+{
+	size_t		i = 0;
+
+	while (srclen > 0 && (*src == ' ' || *src == '\t'))
+	{
+		src++;
+		srclen--;
+	}
+	while (srclen > 0 && (src[srclen - 1] == '\r' || src[srclen - 1] == '\n' ||
+						  src[srclen - 1] == ' ' || src[srclen - 1] == '\t'))
+		srclen--;
+	for (i = 0; i < srclen && i < CHHTTP_HEADER_VALUE_MAX - 1; i++)
+		dst[i] = src[i];
+	dst[i] = '\0';
+}
+
+static bool
+chhttp_header_is(const char *line, size_t len, const char *name, size_t *valoff)
+{
+	size_t		nlen = strlen(name);
+
+	if (len <= nlen || line[nlen] != ':' || pg_strncasecmp(line, name, nlen) != 0)
+		return false;
+	*valoff = nlen + 1;
+	return true;
+}
+
+static size_t
+chhttp_header_cb(char *buffer, size_t size, size_t nitems, void *userdata)
+{
+	ChHttp	   *http = (ChHttp *) userdata;
+	size_t		len = size * nitems;
+	size_t		off;
+	char		value[CHHTTP_HEADER_VALUE_MAX];
+
+	if (http->reply == NULL)
+		return len;
+
+	/*
+	 * A new status line starts a new response (after "100 Continue" or an
+	 * authentication round trip): forget what the previous one said.
+	 */
+	if (len >= 5 && strncmp(buffer, "HTTP/", 5) == 0)
+	{
+		http->have_exception_header = false;
+		http->reply->exception_code = 0;
+		http->exception_tag[0] = '\0';
+		return len;
+	}
+
+	if (chhttp_header_is(buffer, len, "X-ClickHouse-Exception-Code", &off))
+	{
+		long		code = 0;
+		size_t		i;
+
+		chhttp_copy_header_value(value, buffer + off, len - off);
+		for (i = 0; isdigit((unsigned char) value[i]) && code < 1000000; i++)
+			code = code * 10 + (value[i] - '0');
+		http->have_exception_header = true;
+		/* a present but unreadable code still means an exception */
+		http->reply->exception_code = code != 0 ? (int) code : -1;
+	}
+	else if (chhttp_header_is(buffer, len, "X-ClickHouse-Query-Id", &off))
+		chhttp_copy_header_value(http->query_id, buffer + off, len - off);
+	else if (chhttp_header_is(buffer, len, "X-ClickHouse-Exception-Tag", &off))
+		chhttp_copy_header_value(http->exception_tag, buffer + off, len - off);
+
+	return len;
+}
+
+static size_t
+chhttp_read_cb(char *buffer, size_t size, size_t nitems, void *userdata)
+{
+	ChHttp	   *http = (ChHttp *) userdata;
+	size_t		max = size * nitems;
+	bool		failed = false;
+	size_t		n;
+
+	if (chhttp_interrupt_pending())
+	{
+		http->canceled = true;
+		return CURL_READFUNC_ABORT;
+	}
+	if (http->reader == NULL)
+		return 0;
+
+	n = http->reader(http->reader_arg, buffer, max, &failed);
+	if (failed)
+	{
+		http->reader_failed = true;
+		return CURL_READFUNC_ABORT;
+	}
+	if (n > max)
+	{
+		/* a reader bug; never hand libcurl more than it asked for */
+		http->reader_failed = true;
+		return CURL_READFUNC_ABORT;
+	}
+	return n;
+}
+
+static int
+chhttp_xferinfo_cb(void *clientp, curl_off_t dltotal, curl_off_t dlnow,
+				   curl_off_t ultotal, curl_off_t ulnow)
+{
+	ChHttp	   *http = (ChHttp *) clientp;
+
+	if (chhttp_interrupt_pending())
+	{
+		http->canceled = true;
+		return 1;
+	}
+	return 0;
+}

@@ -1,0 +1,88 @@
+/*-------------------------------------------------------------------------
+ *
+ * extract.h
+ *	  The dynamic shared memory segment through which a coordinator hands
+ *	  an extraction to its chunk workers: the exported snapshot's name, the
+ *	  chunk queue, and one result slot per chunk.
+ *
+ *	  Workers take chunks with an atomic counter, so a slow chunk never
+ *	  holds up the others; they write only their own chunk's slot, and the
+ *	  coordinator reads the slots after every worker has stopped.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef DPWIN_EXTRACT_H
+#define DPWIN_EXTRACT_H
+
+#include "datatype/timestamp.h"
+#include "port/atomics.h"
+#include "storage/dsm.h"
+#include "storage/spin.h"
+#include "utils/uuid.h"
+
+#include "digest.h"
+
+#define DPWIN_EXTRACT_MAGIC		0x44505745
+
+typedef enum DpwinChunkResult
+{
+	DPWIN_CHUNK_PENDING = 0,
+	DPWIN_CHUNK_RUNNING,
+	DPWIN_CHUNK_VERIFIED,
+	DPWIN_CHUNK_FAILED
+} DpwinChunkResult;
+
+typedef struct DpwinChunkSlot
+{
+	int			chunk_no;
+	TimestampTz lo;
+	TimestampTz hi;
+	DpwinChunkResult result;
+	int			attempts;		/* attempts made */
+	uint64		rows;
+	uint64		bytes;
+	DpwinDigest digest;
+	double		seconds;		/* wall time of the verified attempt */
+	char		staging_table[NAMEDATALEN * 2];
+} DpwinChunkSlot;
+
+typedef struct DpwinExtractShared
+{
+	uint32		magic;
+	Oid			database_id;
+	Oid			user_id;
+	int32		route_id;
+	int32		target_id;
+	int64		lease_epoch;
+	pg_uuid_t	invocation_id;
+	int			progress_slot;
+	int			retry_backoff_ms;
+	DpwinDigestKey key;
+	char		snapshot_name[64];
+
+	pg_atomic_uint32 next_chunk;	/* the chunk queue */
+	pg_atomic_uint32 stop;		/* set on the first permanent failure */
+
+	slock_t		mutex;			/* protects the error fields */
+	int			error_code;
+	char		error_message[1024];
+	char		error_detail[1024];
+
+	Size		types_offset;	/* target column types, '\n'-separated */
+	int			nchunks;
+	DpwinChunkSlot chunks[FLEXIBLE_ARRAY_MEMBER];
+} DpwinExtractShared;
+
+extern Size dpwin_extract_size(int nchunks, const char *types);
+
+/* The target column types stored after the chunk slots. */
+static inline char *
+dpwin_extract_types(DpwinExtractShared *sh)
+{
+	return ((char *) sh) + sh->types_offset;
+}
+
+/* Background worker entry point of a chunk worker (worker.c). */
+extern PGDLLEXPORT void dpwin_worker_main(Datum main_arg);
+
+#endif							/* DPWIN_EXTRACT_H */

@@ -1,0 +1,407 @@
+/*-------------------------------------------------------------------------
+ *
+ * refresh.c
+ *	  The SQL entry points of a refresh and of recovery from psql:
+ *	  dpwin_refresh(), dpwin.recover(), dpwin.abandon(), dpwin.reconcile(),
+ *	  dpwin.drop_backups(), dpwin.lock_target() and dpwin.unlock_target().
+ *
+ *	  Each call is admitted here, in the caller's backend, before any I/O:
+ *	  the route exists, the caller may run it, the arguments are valid.
+ *	  The work itself runs in a coordinator background worker
+ *	  (coordinator.c); the read-only and clean-up calls talk to ClickHouse
+ *	  from here.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "dpwin.h"
+
+#include "access/htup_details.h"
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "lib/stringinfo.h"
+#include "miscadmin.h"
+#include "storage/lock.h"
+#include "utils/builtins.h"
+#include "utils/fmgrprotos.h"
+#include "utils/json.h"
+#include "utils/jsonb.h"
+#include "utils/timestamp.h"
+
+#include "catalog.h"
+#include "chclient.h"
+#include "coordinator.h"
+#include "lease.h"
+#include "names.h"
+#include "registry.h"
+#include "route.h"
+#include "target.h"
+#include "window.h"
+
+PG_FUNCTION_INFO_V1(dpwin_refresh);
+PG_FUNCTION_INFO_V1(dpwin_recover);
+PG_FUNCTION_INFO_V1(dpwin_abandon);
+PG_FUNCTION_INFO_V1(dpwin_reconcile);
+PG_FUNCTION_INFO_V1(dpwin_drop_backups);
+PG_FUNCTION_INFO_V1(dpwin_lock_target);
+PG_FUNCTION_INFO_V1(dpwin_unlock_target);
+
+/* The result row of dpwin_refresh(), dpwin.recover() and dpwin.abandon(). */
+static Datum
+call_result(FunctionCallInfo fcinfo, const DpwinCallShared *call)
+{
+	TupleDesc	tupdesc;
+	Datum		values[11];
+	bool		nulls[11] = {0};
+	pg_uuid_t  *id = palloc(sizeof(pg_uuid_t));
+
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	tupdesc = BlessTupleDesc(tupdesc);
+
+	*id = call->invocation_id;
+	values[0] = UUIDPGetDatum(id);
+	values[1] = CStringGetTextDatum(call->state);
+	values[2] = TimestampTzGetDatum(call->window_lo);
+	values[3] = TimestampTzGetDatum(call->window_hi);
+	values[4] = Int32GetDatum(call->chunks);
+	values[5] = Int64GetDatum(call->source_rows);
+	values[6] = Int64GetDatum(call->staged_rows);
+	values[7] = Int64GetDatum(call->final_rows);
+	if (call->generation_table[0])
+		values[8] = CStringGetTextDatum(call->generation_table);
+	else
+		nulls[8] = true;
+	if (call->backup_table[0])
+		values[9] = CStringGetTextDatum(call->backup_table);
+	else
+		nulls[9] = true;
+	if (call->details[0])
+		values[10] = DirectFunctionCall1(jsonb_in, CStringGetDatum(call->details));
+	else
+		nulls[10] = true;
+	return HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls));
+}
+
+static void
+call_init(DpwinCallShared *call, DpwinCallMode mode)
+{
+	memset(call, 0, sizeof(*call));
+	call->mode = mode;
+	call->database_id = MyDatabaseId;
+	call->user_id = GetUserId();
+	call->lease_timeout_ms = dpwin_lease_timeout_ms;
+}
+
+/* Load an invocation and its route, and check the caller owns the route. */
+static DpwinRoute *
+invocation_route_for_owner(const pg_uuid_t *id, const char *action,
+						   DpwinInvocation **inv_out)
+{
+	DpwinInvocation *inv;
+	DpwinRoute *route;
+	MemoryContext cxt = CurrentMemoryContext;
+
+	SPI_connect();
+	inv = dpwin_registry_load(id, false);
+	MemoryContextSwitchTo(cxt);
+	inv = memcpy(palloc(sizeof(DpwinInvocation)), inv, sizeof(DpwinInvocation));
+	SPI_finish();
+	route = dpwin_route_load_by_id(inv->route_id);
+	dpwin_route_check_owner(route, action);
+	if (inv_out)
+		*inv_out = inv;
+	return route;
+}
+
+Datum
+dpwin_refresh(PG_FUNCTION_ARGS)
+{
+	DpwinCallShared *call = palloc(sizeof(DpwinCallShared));
+	DpwinRoute *route;
+	TimestampTz interval_end;
+	char	   *route_name;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("route must not be NULL")));
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("interval_end must not be NULL"),
+				 errdetail("dpwin has no wall-clock fallback: the window is [interval_end - lookback, interval_end)."),
+				 errhint("Pass the end of the interval to refresh, e.g. '2026-09-09 00:00:00+00'.")));
+	route_name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	interval_end = PG_GETARG_TIMESTAMPTZ(1);
+	if (TIMESTAMP_NOT_FINITE(interval_end))
+		ereport(ERROR,
+				(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
+				 errmsg("interval_end must be finite")));
+
+	/* Admission, before any I/O. */
+	route = dpwin_route_load(route_name, false);
+	dpwin_route_check_can_refresh(route);
+	(void) dpwin_server_conf(route->server_name, GetUserId());
+	(void) dpwin_window_chunks(interval_end, route->lookback_us, route->chunk_us);
+
+	call_init(call, DPWIN_CALL_REFRESH);
+	call->route_id = route->route_id;
+	call->interval_end = interval_end;
+
+	if (!PG_ARGISNULL(2))
+	{
+		pg_uuid_t  *id = PG_GETARG_UUID_P(2);
+		DpwinInvocation *inv;
+		MemoryContext cxt = CurrentMemoryContext;
+
+		call->invocation_id = *id;
+		SPI_connect();
+		inv = dpwin_registry_load(id, true);
+		MemoryContextSwitchTo(cxt);
+		if (inv)
+		{
+			if (inv->route_id != route->route_id || inv->interval_end != interval_end)
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("invocation %s belongs to another route or interval_end",
+								dpwin_uuid_text(id)),
+						 errhint("Recover it with SELECT * FROM dpwin.recover('%s').",
+								 dpwin_uuid_text(id))));
+			/* Reusing an invocation id is recovery: the route owner's call. */
+			dpwin_route_check_owner(route, "recover");
+			call->mode = DPWIN_CALL_RECOVER;
+		}
+		SPI_finish();
+	}
+	else
+	{
+		Datum		id = DirectFunctionCall1(gen_random_uuid, (Datum) 0);
+
+		memcpy(&call->invocation_id, DatumGetUUIDP(id), sizeof(pg_uuid_t));
+	}
+
+	dpwin_run_coordinator(call);
+	PG_RETURN_DATUM(call_result(fcinfo, call));
+}
+
+static Datum
+run_on_invocation(FunctionCallInfo fcinfo, DpwinCallMode mode, const char *action)
+{
+	DpwinCallShared *call = palloc(sizeof(DpwinCallShared));
+	pg_uuid_t  *id;
+	DpwinRoute *route;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("invocation must not be NULL")));
+	id = PG_GETARG_UUID_P(0);
+	route = invocation_route_for_owner(id, action, NULL);
+	(void) dpwin_server_conf(route->server_name, GetUserId());
+
+	call_init(call, mode);
+	call->invocation_id = *id;
+	call->route_id = route->route_id;
+	dpwin_run_coordinator(call);
+	PG_RETURN_DATUM(call_result(fcinfo, call));
+}
+
+Datum
+dpwin_recover(PG_FUNCTION_ARGS)
+{
+	return run_on_invocation(fcinfo, DPWIN_CALL_RECOVER, "recover");
+}
+
+Datum
+dpwin_abandon(PG_FUNCTION_ARGS)
+{
+	return run_on_invocation(fcinfo, DPWIN_CALL_ABANDON, "abandon");
+}
+
+/*
+ * dpwin.reconcile(invocation): a read-only report of the publication intent
+ * against the physical tables.
+ */
+Datum
+dpwin_reconcile(PG_FUNCTION_ARGS)
+{
+	pg_uuid_t  *id = PG_GETARG_UUID_P(0);
+	DpwinInvocation *inv;
+	DpwinRoute *route = invocation_route_for_owner(id, "reconcile", &inv);
+	DpwinPublication *pub;
+	ChClient   *client;
+	StringInfoData buf;
+	char	   *target_uuid;
+	char	   *gen_uuid = NULL;
+	char	   *backup_uuid = NULL;
+	const char *verdict;
+	MemoryContext cxt = CurrentMemoryContext;
+
+	SPI_connect();
+	pub = dpwin_publication_load(id);
+	MemoryContextSwitchTo(cxt);
+	if (pub)
+	{
+		DpwinPublication *copy = palloc(sizeof(DpwinPublication));
+
+		copy->target_uuid_before = pstrdup(pub->target_uuid_before);
+		copy->generation_table = pstrdup(pub->generation_table);
+		copy->generation_uuid = pstrdup(pub->generation_uuid);
+		copy->backup_table = pstrdup(pub->backup_table);
+		copy->outcome = pub->outcome ? pstrdup(pub->outcome) : NULL;
+		pub = copy;
+	}
+	SPI_finish();
+
+	client = ch_client_open(dpwin_server_conf(route->server_name, GetUserId()),
+							psprintf("dpwin-%s-reconcile-", dpwin_uuid_text(id)));
+	target_uuid = dpwin_target_table_uuid(client, route->target_database,
+										  route->target_table);
+	if (pub)
+	{
+		gen_uuid = dpwin_target_table_uuid(client, route->target_database,
+										   pub->generation_table);
+		backup_uuid = dpwin_target_table_uuid(client, route->target_database,
+											  pub->backup_table);
+		if (target_uuid && strcmp(target_uuid, pub->generation_uuid) == 0)
+			verdict = "published";
+		else if (target_uuid && strcmp(target_uuid, pub->target_uuid_before) == 0 &&
+				 gen_uuid && strcmp(gen_uuid, pub->generation_uuid) == 0)
+			verdict = "not_published";
+		else
+			verdict = "unknown";
+	}
+	else
+		verdict = "no_intent";
+	ch_client_close(client);
+
+	initStringInfo(&buf);
+	appendStringInfo(&buf, "{\"invocation_id\": \"%s\", \"state\": \"%s\", \"verdict\": \"%s\"",
+					 dpwin_uuid_text(id), dpwin_state_name(inv->state), verdict);
+	appendStringInfoString(&buf, ", \"target\": ");
+	escape_json(&buf, ch_qualified_name(route->target_database, route->target_table));
+	appendStringInfo(&buf, ", \"target_uuid_now\": %s",
+					 target_uuid ? psprintf("\"%s\"", target_uuid) : "null");
+	if (pub)
+	{
+		appendStringInfo(&buf, ", \"intent\": {\"target_uuid_before\": \"%s\", \"generation_uuid\": \"%s\", \"outcome\": %s}",
+						 pub->target_uuid_before, pub->generation_uuid,
+						 pub->outcome ? psprintf("\"%s\"", pub->outcome) : "null");
+		appendStringInfoString(&buf, ", \"generation_table\": ");
+		escape_json(&buf, pub->generation_table);
+		appendStringInfo(&buf, ", \"generation_table_uuid_now\": %s",
+						 gen_uuid ? psprintf("\"%s\"", gen_uuid) : "null");
+		appendStringInfoString(&buf, ", \"backup_table\": ");
+		escape_json(&buf, pub->backup_table);
+		appendStringInfo(&buf, ", \"backup_table_uuid_now\": %s",
+						 backup_uuid ? psprintf("\"%s\"", backup_uuid) : "null");
+	}
+	appendStringInfoString(&buf, "}");
+	PG_RETURN_DATUM(DirectFunctionCall1(jsonb_in, CStringGetDatum(buf.data)));
+}
+
+static int
+cmp_desc(const ListCell *a, const ListCell *b)
+{
+	return -strcmp((const char *) lfirst(a), (const char *) lfirst(b));
+}
+
+/*
+ * dpwin.drop_backups(route, keep): drop all but the newest `keep` backups
+ * of the route.  dpwin never drops a backup on its own.
+ */
+Datum
+dpwin_drop_backups(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	char	   *route_name;
+	int			keep;
+	DpwinRoute *route;
+	ChClient   *client;
+	List	   *backups;
+	ListCell   *lc;
+
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("route and keep must not be NULL")));
+	route_name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	keep = PG_GETARG_INT32(1);
+	if (keep < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("keep must be zero or more, not %d", keep)));
+	route = dpwin_route_load(route_name, false);
+	dpwin_route_check_owner(route, "drop backups of");
+
+	InitMaterializedSRF(fcinfo, 0);
+	client = ch_client_open(dpwin_server_conf(route->server_name, GetUserId()),
+							psprintf("dpwin-route%d-drop-backups-", route->route_id));
+	backups = dpwin_target_list_tables(client, route->target_database,
+									   dpwin_backup_prefix(route->route_id));
+	/* Names embed interval_end, so name order is age order. */
+	list_sort(backups, cmp_desc);
+	foreach(lc, backups)
+	{
+		Datum		value;
+		bool		isnull = false;
+
+		if (foreach_current_index(lc) < keep)
+			continue;
+		dpwin_target_drop_table(client, route->target_database, lfirst(lc));
+		value = CStringGetTextDatum(lfirst(lc));
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, &value, &isnull);
+	}
+	ch_client_close(client);
+	PG_RETURN_VOID();
+}
+
+static void
+target_locktag(LOCKTAG *tag, FunctionCallInfo fcinfo)
+{
+	char	   *server;
+	char	   *database;
+	char	   *table;
+	int32		target_id;
+
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("server, database and table must not be NULL")));
+	server = NameStr(*PG_GETARG_NAME(0));
+	database = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	table = text_to_cstring(PG_GETARG_TEXT_PP(2));
+	(void) dpwin_server_conf(server, GetUserId());
+
+	SPI_connect();
+	target_id = dpwin_lease_target_id(server, database, table);
+	SPI_finish();
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) DPWIN_LOCK_CLASS,
+						 (uint32) target_id, 2);
+}
+
+/*
+ * dpwin.lock_target(server, database, table): take the target's guard for
+ * this session, as dpwin's own runs do, so that other writers and DDL can
+ * exclude themselves from a refresh (and a refresh from them).
+ */
+Datum
+dpwin_lock_target(PG_FUNCTION_ARGS)
+{
+	LOCKTAG		tag;
+
+	target_locktag(&tag, fcinfo);
+	(void) LockAcquire(&tag, ExclusiveLock, true, false);
+	PG_RETURN_BOOL(true);
+}
+
+Datum
+dpwin_unlock_target(PG_FUNCTION_ARGS)
+{
+	LOCKTAG		tag;
+
+	target_locktag(&tag, fcinfo);
+	PG_RETURN_BOOL(LockRelease(&tag, ExclusiveLock, true));
+}

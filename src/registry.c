@@ -1,0 +1,553 @@
+/*-------------------------------------------------------------------------
+ *
+ * registry.c
+ *	  The invocation registry, chunk journal, publication intents, evidence
+ *	  and route state.
+ *
+ *	  All writes run as the catalog owner (catalog.c) and are fenced: each
+ *	  one first locks the target's lease row and compares epochs
+ *	  (dpwin_lease_check_epoch), in the same transaction as the write, so a
+ *	  write by a runner whose lease was taken over fails instead of
+ *	  landing.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "dpwin.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/lsyscache.h"
+#include "utils/timestamp.h"
+
+#include "catalog.h"
+#include "lease.h"
+#include "registry.h"
+#include "window.h"
+
+static const char *const state_names[DPWIN_NSTATES] = {
+	[DPWIN_STATE_PLANNED] = "planned",
+	[DPWIN_STATE_EXTRACTING] = "extracting",
+	[DPWIN_STATE_STAGED] = "staged",
+	[DPWIN_STATE_VERIFIED] = "verified",
+	[DPWIN_STATE_PUBLISHING] = "publishing",
+	[DPWIN_STATE_PUBLISHED] = "published",
+	[DPWIN_STATE_EVIDENCED] = "evidenced",
+	[DPWIN_STATE_COMPLETED] = "completed",
+	[DPWIN_STATE_FAILED] = "failed",
+	[DPWIN_STATE_ABANDONED] = "abandoned",
+	[DPWIN_STATE_SNAPSHOT_EXPIRED] = "snapshot_expired",
+	[DPWIN_STATE_UNKNOWN] = "unknown",
+};
+
+#define S(x) (1u << DPWIN_STATE_##x)
+
+/*
+ * Legal predecessors of each state (DESIGN.md §3).  Failure is legal from
+ * any state before publishing; from publishing only once the exchange is
+ * known not to have happened.  unknown can be settled into published by
+ * recovery once the UUIDs show it.
+ */
+static const uint32 legal_predecessors[DPWIN_NSTATES] = {
+	[DPWIN_STATE_PLANNED] = 0,
+	[DPWIN_STATE_EXTRACTING] = S(PLANNED),
+	[DPWIN_STATE_STAGED] = S(EXTRACTING),
+	[DPWIN_STATE_VERIFIED] = S(STAGED),
+	[DPWIN_STATE_PUBLISHING] = S(VERIFIED),
+	[DPWIN_STATE_PUBLISHED] = S(PUBLISHING) | S(UNKNOWN),
+	[DPWIN_STATE_EVIDENCED] = S(PUBLISHED),
+	[DPWIN_STATE_COMPLETED] = S(EVIDENCED),
+	[DPWIN_STATE_FAILED] = S(PLANNED) | S(EXTRACTING) | S(STAGED) | S(VERIFIED) | S(PUBLISHING),
+	[DPWIN_STATE_ABANDONED] = S(PLANNED) | S(EXTRACTING) | S(STAGED) | S(VERIFIED) | S(FAILED),
+	[DPWIN_STATE_SNAPSHOT_EXPIRED] = S(PLANNED) | S(EXTRACTING),
+	[DPWIN_STATE_UNKNOWN] = S(PUBLISHING),
+};
+
+const char *
+dpwin_state_name(DpwinState state)
+{
+	Assert(state >= 0 && state < DPWIN_NSTATES);
+	return state_names[state];
+}
+
+DpwinState
+dpwin_state_from_name(const char *name)
+{
+	for (int i = 0; i < DPWIN_NSTATES; i++)
+		if (strcmp(state_names[i], name) == 0)
+			return (DpwinState) i;
+	elog(ERROR, "unknown dpwin invocation state \"%s\"", name);
+	return DPWIN_STATE_FAILED;	/* keep compiler quiet */
+}
+
+bool
+dpwin_state_is_final(DpwinState state)
+{
+	return state == DPWIN_STATE_COMPLETED || state == DPWIN_STATE_FAILED ||
+		state == DPWIN_STATE_ABANDONED || state == DPWIN_STATE_SNAPSHOT_EXPIRED;
+}
+
+char *
+dpwin_uuid_text(const pg_uuid_t *id)
+{
+	return DatumGetCString(DirectFunctionCall1(uuid_out, UUIDPGetDatum(id)));
+}
+
+static pg_uuid_t *
+uuid_copy(const pg_uuid_t *id)
+{
+	pg_uuid_t  *c = palloc(sizeof(pg_uuid_t));
+
+	memcpy(c, id, sizeof(pg_uuid_t));
+	return c;
+}
+
+static TimestampTz
+value_timestamptz(uint64 row, int col)
+{
+	bool		isnull;
+	Datum		d = dpwin_catalog_value(row, col, &isnull);
+
+	return isnull ? DT_NOBEGIN : DatumGetTimestampTz(d);
+}
+
+DpwinInvocation *
+dpwin_registry_load(const pg_uuid_t *id, bool missing_ok)
+{
+	Oid			types[1] = {UUIDOID};
+	Datum		args[1] = {UUIDPGetDatum(id)};
+	DpwinInvocation *inv;
+	bool		isnull;
+
+	if (dpwin_catalog_exec("SELECT route_id, target_id, interval_end, window_lo, window_hi,"
+						   " plan::text, plan_fingerprint, config_fingerprint,"
+						   " schema_fingerprint, snapshot_id, lease_epoch, state,"
+						   " error, error_sqlstate, caller_role"
+						   " FROM dpwin.invocation WHERE invocation_id = $1",
+						   1, types, args, NULL, false) != 1)
+	{
+		if (missing_ok)
+			return NULL;
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("dpwin invocation %s does not exist", dpwin_uuid_text(id))));
+	}
+
+	inv = palloc0(sizeof(DpwinInvocation));
+	inv->id = *id;
+	inv->route_id = DatumGetInt32(dpwin_catalog_value(0, 1, &isnull));
+	inv->target_id = DatumGetInt32(dpwin_catalog_value(0, 2, &isnull));
+	inv->interval_end = value_timestamptz(0, 3);
+	inv->window_lo = value_timestamptz(0, 4);
+	inv->window_hi = value_timestamptz(0, 5);
+	inv->plan = dpwin_catalog_text(0, 6);
+	inv->plan_fingerprint = dpwin_catalog_text(0, 7);
+	inv->config_fingerprint = dpwin_catalog_text(0, 8);
+	inv->schema_fingerprint = dpwin_catalog_text(0, 9);
+	inv->snapshot_id = dpwin_catalog_text(0, 10);
+	inv->lease_epoch = DatumGetInt64(dpwin_catalog_value(0, 11, &isnull));
+	inv->state = dpwin_state_from_name(dpwin_catalog_text(0, 12));
+	inv->error = dpwin_catalog_text(0, 13);
+	inv->error_sqlstate = dpwin_catalog_text(0, 14);
+	inv->caller_role = DatumGetObjectId(dpwin_catalog_value(0, 15, &isnull));
+	return inv;
+}
+
+void
+dpwin_registry_create(const DpwinInvocation *inv, List *chunks)
+{
+	Oid			types[12] = {UUIDOID, INT4OID, INT4OID, TIMESTAMPTZOID,
+		TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, TEXTOID, TEXTOID, INT8OID,
+	OIDOID, TEXTOID};
+	Datum		args[12];
+	ListCell   *lc;
+
+	dpwin_lease_check_epoch(inv->target_id, inv->lease_epoch);
+
+	args[0] = UUIDPGetDatum(uuid_copy(&inv->id));
+	args[1] = Int32GetDatum(inv->route_id);
+	args[2] = Int32GetDatum(inv->target_id);
+	args[3] = TimestampTzGetDatum(inv->interval_end);
+	args[4] = TimestampTzGetDatum(inv->window_lo);
+	args[5] = TimestampTzGetDatum(inv->window_hi);
+	args[6] = CStringGetTextDatum(inv->plan);
+	args[7] = CStringGetTextDatum(inv->plan_fingerprint);
+	args[8] = CStringGetTextDatum(inv->config_fingerprint);
+	args[9] = Int64GetDatum(inv->lease_epoch);
+	args[10] = ObjectIdGetDatum(inv->caller_role);
+	args[11] = CStringGetTextDatum(dpwin_state_name(DPWIN_STATE_PLANNED));
+	dpwin_catalog_exec("INSERT INTO dpwin.invocation (invocation_id, route_id, target_id,"
+					   " interval_end, window_lo, window_hi, plan, plan_fingerprint,"
+					   " config_fingerprint, lease_epoch, caller_role, state)"
+					   " VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9, $10, $11, $12)",
+					   12, types, args, NULL, false);
+
+	foreach(lc, chunks)
+	{
+		DpwinChunkBounds *c = lfirst(lc);
+		Oid			ctypes[4] = {UUIDOID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID};
+		Datum		cargs[4];
+
+		cargs[0] = args[0];
+		cargs[1] = Int32GetDatum(c->chunk_no);
+		cargs[2] = TimestampTzGetDatum(c->lo);
+		cargs[3] = TimestampTzGetDatum(c->hi);
+		dpwin_catalog_exec("INSERT INTO dpwin.chunk (invocation_id, chunk_no, lo, hi)"
+						   " VALUES ($1, $2, $3, $4)",
+						   4, ctypes, cargs, NULL, false);
+	}
+}
+
+void
+dpwin_registry_transition(const pg_uuid_t *id, DpwinState to, int64 epoch,
+						  const char *errmsg_text, const char *sqlstate)
+{
+	Oid			types[4] = {UUIDOID, TEXTOID, TEXTOID, TEXTOID};
+	Datum		args[4];
+	char		nulls[4] = {' ', ' ', ' ', ' '};
+	bool		isnull;
+	DpwinState	from;
+	int32		target_id;
+	int64		inv_epoch;
+
+	args[0] = UUIDPGetDatum(uuid_copy(id));
+	if (dpwin_catalog_exec("SELECT state, target_id, lease_epoch FROM dpwin.invocation"
+						   " WHERE invocation_id = $1 FOR UPDATE",
+						   1, types, args, NULL, false) != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("dpwin invocation %s does not exist", dpwin_uuid_text(id))));
+	from = dpwin_state_from_name(dpwin_catalog_text(0, 1));
+	target_id = DatumGetInt32(dpwin_catalog_value(0, 2, &isnull));
+	inv_epoch = DatumGetInt64(dpwin_catalog_value(0, 3, &isnull));
+
+	if ((legal_predecessors[to] & (1u << from)) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("illegal state transition of dpwin invocation %s: %s -> %s",
+						dpwin_uuid_text(id), dpwin_state_name(from),
+						dpwin_state_name(to))));
+
+	/*
+	 * Fence: the runner must hold the current epoch.  Marking an invocation
+	 * failed or expired by someone who holds a newer lease is allowed.
+	 */
+	dpwin_lease_check_epoch(target_id, epoch);
+	if (epoch < inv_epoch)
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("fenced: epoch %lld is older than invocation %s's epoch %lld",
+						(long long) epoch, dpwin_uuid_text(id),
+						(long long) inv_epoch)));
+
+	args[1] = CStringGetTextDatum(dpwin_state_name(to));
+	if (errmsg_text)
+		args[2] = CStringGetTextDatum(errmsg_text);
+	else
+		nulls[2] = 'n';
+	if (sqlstate)
+		args[3] = CStringGetTextDatum(sqlstate);
+	else
+		nulls[3] = 'n';
+
+	dpwin_catalog_exec("UPDATE dpwin.invocation SET state = $2,"
+					   " error = COALESCE($3, error),"
+					   " error_sqlstate = COALESCE($4, error_sqlstate),"
+					   " updated_at = clock_timestamp(),"
+					   " finished_at = CASE WHEN $2 IN ('completed', 'failed', 'abandoned',"
+					   "   'snapshot_expired', 'unknown') THEN clock_timestamp() END"
+					   " WHERE invocation_id = $1",
+					   4, types, args, nulls, false);
+}
+
+/* UPDATE dpwin.invocation SET <column> = $2 WHERE invocation_id = $1, fenced. */
+static void
+registry_set_text(const pg_uuid_t *id, int64 epoch, const char *column,
+				  const char *value)
+{
+	Oid			types[2] = {UUIDOID, TEXTOID};
+	Datum		args[2];
+	bool		isnull;
+
+	args[0] = UUIDPGetDatum(uuid_copy(id));
+	args[1] = CStringGetTextDatum(value);
+	if (epoch >= 0)
+	{
+		if (dpwin_catalog_exec("SELECT target_id FROM dpwin.invocation WHERE invocation_id = $1",
+							   1, types, args, NULL, false) != 1)
+			elog(ERROR, "dpwin invocation %s vanished", dpwin_uuid_text(id));
+		dpwin_lease_check_epoch(DatumGetInt32(dpwin_catalog_value(0, 1, &isnull)),
+								epoch);
+	}
+	dpwin_catalog_exec(psprintf("UPDATE dpwin.invocation SET %s = $2,"
+								" updated_at = clock_timestamp()"
+								" WHERE invocation_id = $1", column),
+					   2, types, args, NULL, false);
+}
+
+void
+dpwin_registry_set_schema(const pg_uuid_t *id, int64 epoch,
+						  const char *schema_fingerprint)
+{
+	registry_set_text(id, epoch, "schema_fingerprint", schema_fingerprint);
+}
+
+void
+dpwin_registry_set_snapshot(const pg_uuid_t *id, int64 epoch,
+							const char *snapshot_id)
+{
+	registry_set_text(id, epoch, "snapshot_id", snapshot_id);
+}
+
+void
+dpwin_registry_set_result(const pg_uuid_t *id, const char *result_json)
+{
+	Oid			types[2] = {UUIDOID, TEXTOID};
+	Datum		args[2];
+
+	args[0] = UUIDPGetDatum(uuid_copy(id));
+	args[1] = CStringGetTextDatum(result_json);
+	dpwin_catalog_exec("UPDATE dpwin.invocation SET result = $2::jsonb"
+					   " WHERE invocation_id = $1",
+					   2, types, args, NULL, false);
+}
+
+char *
+dpwin_registry_unsettled_publication(int32 target_id, const pg_uuid_t *except)
+{
+	Oid			types[2] = {INT4OID, UUIDOID};
+	Datum		args[2];
+
+	args[0] = Int32GetDatum(target_id);
+	args[1] = UUIDPGetDatum(uuid_copy(except));
+	if (dpwin_catalog_exec("SELECT i.invocation_id::text FROM dpwin.invocation i"
+						   " LEFT JOIN dpwin.publication p USING (invocation_id)"
+						   " WHERE i.target_id = $1 AND i.invocation_id <> $2"
+						   "   AND (i.state IN ('publishing', 'unknown')"
+						   "        OR (p.invocation_id IS NOT NULL"
+						   "            AND (p.outcome IS NULL OR p.outcome = 'unknown')))"
+						   " ORDER BY i.created_at LIMIT 1",
+						   2, types, args, NULL, false) == 0)
+		return NULL;
+	return dpwin_catalog_text(0, 1);
+}
+
+int
+dpwin_registry_expire_orphans(int32 target_id, int64 epoch,
+							  const pg_uuid_t *except)
+{
+	Oid			types[2] = {INT4OID, UUIDOID};
+	Datum		args[2];
+
+	dpwin_lease_check_epoch(target_id, epoch);
+	args[0] = Int32GetDatum(target_id);
+	args[1] = UUIDPGetDatum(uuid_copy(except));
+	return (int) dpwin_catalog_exec("UPDATE dpwin.invocation SET state = 'snapshot_expired',"
+									" error = 'the coordinator ended before extraction finished; its snapshot is gone',"
+									" error_sqlstate = '55000',"
+									" updated_at = clock_timestamp(), finished_at = clock_timestamp()"
+									" WHERE target_id = $1 AND invocation_id <> $2"
+									"   AND state IN ('planned', 'extracting')",
+									2, types, args, NULL, false);
+}
+
+void
+dpwin_chunk_begin(const pg_uuid_t *id, int chunk_no, int attempt,
+				  const char *staging_table, int32 target_id, int64 epoch)
+{
+	Oid			types[5] = {UUIDOID, INT4OID, INT4OID, TEXTOID, INT8OID};
+	Datum		args[5];
+
+	dpwin_lease_check_epoch(target_id, epoch);
+	args[0] = UUIDPGetDatum(uuid_copy(id));
+	args[1] = Int32GetDatum(chunk_no);
+	args[2] = Int32GetDatum(attempt);
+	args[3] = CStringGetTextDatum(staging_table);
+	args[4] = Int64GetDatum(epoch);
+	if (dpwin_catalog_exec(psprintf("UPDATE dpwin.chunk SET attempt = $3, state = 'running',"
+									" staging_table = $4, lease_epoch = $5, worker_pid = %d,"
+									" rows = NULL, bytes = NULL, digest = NULL, error = NULL,"
+									" started_at = clock_timestamp(), finished_at = NULL"
+									" WHERE invocation_id = $1 AND chunk_no = $2"
+									"   AND state IN ('pending', 'fenced', 'running', 'failed')",
+									MyProcPid),
+						   5, types, args, NULL, false) != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("chunk %d of dpwin invocation %s cannot start a new attempt",
+						chunk_no, dpwin_uuid_text(id))));
+}
+
+void
+dpwin_chunk_end(const pg_uuid_t *id, int chunk_no, int attempt,
+				const char *state, int64 rows, int64 bytes,
+				const DpwinDigest *digest, const char *error,
+				int32 target_id, int64 epoch)
+{
+	Oid			types[7] = {UUIDOID, INT4OID, INT4OID, TEXTOID, INT8OID, INT8OID, TEXTOID};
+	Datum		args[8];
+	char		nulls[9] = "       ";
+	Oid			types8[8];
+
+	dpwin_lease_check_epoch(target_id, epoch);
+	memcpy(types8, types, sizeof(types));
+	types8[7] = TEXTOID;
+	args[0] = UUIDPGetDatum(uuid_copy(id));
+	args[1] = Int32GetDatum(chunk_no);
+	args[2] = Int32GetDatum(attempt);
+	args[3] = CStringGetTextDatum(state);
+	args[4] = Int64GetDatum(rows);
+	args[5] = Int64GetDatum(bytes);
+	if (digest)
+		args[6] = CStringGetTextDatum(dpwin_digest_to_text(digest));
+	else
+		nulls[6] = 'n';
+	if (error)
+		args[7] = CStringGetTextDatum(error);
+	else
+		nulls[7] = 'n';
+	nulls[8] = '\0';
+	if (dpwin_catalog_exec("UPDATE dpwin.chunk SET state = $4, rows = $5, bytes = $6,"
+						   " digest = $7, error = $8, finished_at = clock_timestamp()"
+						   " WHERE invocation_id = $1 AND chunk_no = $2 AND attempt = $3",
+						   8, types8, args, nulls, false) != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("attempt %d of chunk %d of dpwin invocation %s is no longer current",
+						attempt, chunk_no, dpwin_uuid_text(id))));
+}
+
+void
+dpwin_publication_intent(const pg_uuid_t *id, int32 target_id, int64 epoch,
+						 const DpwinPublication *pub,
+						 const char *exchange_query_id)
+{
+	Oid			types[8] = {UUIDOID, INT4OID, UUIDOID, TEXTOID, UUIDOID, TEXTOID,
+	INT8OID, TEXTOID};
+	Datum		args[8];
+
+	dpwin_lease_check_epoch(target_id, epoch);
+	args[0] = UUIDPGetDatum(uuid_copy(id));
+	args[1] = Int32GetDatum(target_id);
+	args[2] = DirectFunctionCall1(uuid_in, CStringGetDatum(pub->target_uuid_before));
+	args[3] = CStringGetTextDatum(pub->generation_table);
+	args[4] = DirectFunctionCall1(uuid_in, CStringGetDatum(pub->generation_uuid));
+	args[5] = CStringGetTextDatum(pub->backup_table);
+	args[6] = Int64GetDatum(epoch);
+	args[7] = CStringGetTextDatum(exchange_query_id);
+	dpwin_catalog_exec("INSERT INTO dpwin.publication (invocation_id, target_id,"
+					   " target_uuid_before, generation_table, generation_uuid,"
+					   " backup_table, lease_epoch, exchange_query_id)"
+					   " VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+					   " ON CONFLICT (invocation_id) DO UPDATE SET"
+					   "   target_uuid_before = EXCLUDED.target_uuid_before,"
+					   "   generation_table = EXCLUDED.generation_table,"
+					   "   generation_uuid = EXCLUDED.generation_uuid,"
+					   "   backup_table = EXCLUDED.backup_table,"
+					   "   lease_epoch = EXCLUDED.lease_epoch,"
+					   "   exchange_query_id = EXCLUDED.exchange_query_id,"
+					   "   intent_at = clock_timestamp(), outcome = NULL, observed_at = NULL"
+					   " WHERE dpwin.publication.outcome IS DISTINCT FROM 'published'",
+					   8, types, args, NULL, false);
+}
+
+DpwinPublication *
+dpwin_publication_load(const pg_uuid_t *id)
+{
+	Oid			types[1] = {UUIDOID};
+	Datum		args[1];
+	DpwinPublication *pub;
+	bool		isnull;
+
+	args[0] = UUIDPGetDatum(uuid_copy(id));
+	if (dpwin_catalog_exec("SELECT target_uuid_before::text, generation_table,"
+						   " generation_uuid::text, backup_table, outcome, lease_epoch"
+						   " FROM dpwin.publication WHERE invocation_id = $1",
+						   1, types, args, NULL, false) != 1)
+		return NULL;
+	pub = palloc0(sizeof(DpwinPublication));
+	pub->target_uuid_before = dpwin_catalog_text(0, 1);
+	pub->generation_table = dpwin_catalog_text(0, 2);
+	pub->generation_uuid = dpwin_catalog_text(0, 3);
+	pub->backup_table = dpwin_catalog_text(0, 4);
+	pub->outcome = dpwin_catalog_text(0, 5);
+	pub->lease_epoch = DatumGetInt64(dpwin_catalog_value(0, 6, &isnull));
+	return pub;
+}
+
+void
+dpwin_publication_outcome(const pg_uuid_t *id, int32 target_id, int64 epoch,
+						  const char *outcome)
+{
+	Oid			types[2] = {UUIDOID, TEXTOID};
+	Datum		args[2];
+
+	dpwin_lease_check_epoch(target_id, epoch);
+	args[0] = UUIDPGetDatum(uuid_copy(id));
+	args[1] = CStringGetTextDatum(outcome);
+	dpwin_catalog_exec("UPDATE dpwin.publication SET outcome = $2,"
+					   " observed_at = clock_timestamp()"
+					   " WHERE invocation_id = $1",
+					   2, types, args, NULL, false);
+}
+
+bool
+dpwin_evidence_write(const pg_uuid_t *id, int32 route_id, int32 target_id,
+					 int64 epoch, const char *metrics_json,
+					 Oid evidence_function)
+{
+	Oid			types[4] = {UUIDOID, INT4OID, INT8OID, TEXTOID};
+	Datum		args[4];
+	uint64		inserted;
+
+	dpwin_lease_check_epoch(target_id, epoch);
+	args[0] = UUIDPGetDatum(uuid_copy(id));
+	args[1] = Int32GetDatum(route_id);
+	args[2] = Int64GetDatum(epoch);
+	args[3] = CStringGetTextDatum(metrics_json);
+	inserted = dpwin_catalog_exec("INSERT INTO dpwin.evidence (invocation_id, route_id,"
+								  " lease_epoch, metrics)"
+								  " VALUES ($1, $2, $3, $4::jsonb)"
+								  " ON CONFLICT (invocation_id) DO NOTHING",
+								  4, types, args, NULL, false);
+
+	/*
+	 * The route's evidence function runs in this same transaction, with the
+	 * caller's privileges, so that its record and dpwin's commit together
+	 * or not at all.
+	 */
+	if (inserted > 0 && OidIsValid(evidence_function))
+	{
+		Datum		metrics = DirectFunctionCall1(jsonb_in,
+												  CStringGetDatum(metrics_json));
+
+		OidFunctionCall2(evidence_function, args[0], metrics);
+	}
+	return inserted > 0;
+}
+
+void
+dpwin_route_state_advance(int32 route_id, TimestampTz interval_end,
+						  const pg_uuid_t *id, int32 target_id, int64 epoch)
+{
+	Oid			types[3] = {INT4OID, TIMESTAMPTZOID, UUIDOID};
+	Datum		args[3];
+
+	dpwin_lease_check_epoch(target_id, epoch);
+	args[0] = Int32GetDatum(route_id);
+	args[1] = TimestampTzGetDatum(interval_end);
+	args[2] = UUIDPGetDatum(uuid_copy(id));
+
+	/* Never backwards: an older window refreshed later leaves it alone. */
+	dpwin_catalog_exec("INSERT INTO dpwin.route_state (route_id, last_interval_end, invocation_id)"
+					   " VALUES ($1, $2, $3)"
+					   " ON CONFLICT (route_id) DO UPDATE SET"
+					   "   last_interval_end = EXCLUDED.last_interval_end,"
+					   "   invocation_id = EXCLUDED.invocation_id,"
+					   "   updated_at = clock_timestamp()"
+					   " WHERE dpwin.route_state.last_interval_end < EXCLUDED.last_interval_end",
+					   3, types, args, NULL, false);
+}

@@ -1,0 +1,154 @@
+/*-------------------------------------------------------------------------
+ *
+ * registry.h
+ *	  The invocation registry, the chunk journal, publication intents,
+ *	  evidence and route state: every durable record of a refresh.
+ *
+ *	  Every mutation is a compare-and-swap on the target's fencing epoch
+ *	  (lease.h), so a runner that lost its lease cannot write, however late
+ *	  it wakes up.  Every change of an invocation's state goes through
+ *	  dpwin_registry_transition(), which asserts the legal predecessor.
+ *
+ *	  Callers must be inside a transaction with SPI connected.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef DPWIN_REGISTRY_H
+#define DPWIN_REGISTRY_H
+
+#include "datatype/timestamp.h"
+#include "nodes/pg_list.h"
+#include "utils/uuid.h"
+
+#include "digest.h"
+
+typedef enum DpwinState
+{
+	DPWIN_STATE_PLANNED,
+	DPWIN_STATE_EXTRACTING,
+	DPWIN_STATE_STAGED,
+	DPWIN_STATE_VERIFIED,
+	DPWIN_STATE_PUBLISHING,
+	DPWIN_STATE_PUBLISHED,
+	DPWIN_STATE_EVIDENCED,
+	DPWIN_STATE_COMPLETED,
+	DPWIN_STATE_FAILED,
+	DPWIN_STATE_ABANDONED,
+	DPWIN_STATE_SNAPSHOT_EXPIRED,
+	DPWIN_STATE_UNKNOWN
+} DpwinState;
+
+#define DPWIN_NSTATES (DPWIN_STATE_UNKNOWN + 1)
+
+typedef struct DpwinInvocation
+{
+	pg_uuid_t	id;
+	int32		route_id;
+	int32		target_id;
+	TimestampTz interval_end;
+	TimestampTz window_lo;
+	TimestampTz window_hi;
+	char	   *plan;			/* jsonb text */
+	char	   *plan_fingerprint;
+	char	   *config_fingerprint;
+	char	   *schema_fingerprint;
+	char	   *snapshot_id;
+	int64		lease_epoch;
+	DpwinState	state;
+	char	   *error;
+	char	   *error_sqlstate;
+	Oid			caller_role;
+} DpwinInvocation;
+
+typedef struct DpwinPublication
+{
+	char	   *target_uuid_before;
+	char	   *generation_table;
+	char	   *generation_uuid;
+	char	   *backup_table;
+	char	   *outcome;		/* NULL while unsettled */
+	int64		lease_epoch;
+} DpwinPublication;
+
+extern const char *dpwin_state_name(DpwinState state);
+extern DpwinState dpwin_state_from_name(const char *name);
+extern bool dpwin_state_is_final(DpwinState state);
+
+extern char *dpwin_uuid_text(const pg_uuid_t *id);
+
+/* Load an invocation; NULL when missing and missing_ok. */
+extern DpwinInvocation *dpwin_registry_load(const pg_uuid_t *id, bool missing_ok);
+
+/*
+ * Record a new invocation in state planned, with its immutable plan and
+ * one pending journal row per chunk (a List of DpwinChunkBounds).
+ */
+extern void dpwin_registry_create(const DpwinInvocation *inv, List *chunks);
+
+/*
+ * The one function that changes an invocation's state.  Checks that the
+ * current state is a legal predecessor of `to` and that `epoch` is still
+ * the target's epoch; ereports otherwise.  errmsg/sqlstate are recorded
+ * with failure states.
+ */
+extern void dpwin_registry_transition(const pg_uuid_t *id, DpwinState to,
+									  int64 epoch, const char *errmsg,
+									  const char *sqlstate);
+
+/* Store what admission learned (schema fingerprint) — fenced. */
+extern void dpwin_registry_set_schema(const pg_uuid_t *id, int64 epoch,
+									  const char *schema_fingerprint);
+extern void dpwin_registry_set_snapshot(const pg_uuid_t *id, int64 epoch,
+										const char *snapshot_id);
+extern void dpwin_registry_set_result(const pg_uuid_t *id, const char *result_json);
+
+/*
+ * An older invocation of the target whose publication is not settled
+ * (intent without outcome, or outcome unknown); NULL when none.
+ */
+extern char *dpwin_registry_unsettled_publication(int32 target_id,
+												  const pg_uuid_t *except);
+
+/*
+ * Invocations of the target left before publication by a coordinator that
+ * no longer runs (the caller holds the target's lease, so none can be
+ * running): their snapshot is gone.  Marks them snapshot_expired and
+ * returns how many.
+ */
+extern int	dpwin_registry_expire_orphans(int32 target_id, int64 epoch,
+										  const pg_uuid_t *except);
+
+/* Chunk journal (all fenced by epoch). */
+extern void dpwin_chunk_begin(const pg_uuid_t *id, int chunk_no, int attempt,
+							  const char *staging_table, int32 target_id,
+							  int64 epoch);
+extern void dpwin_chunk_end(const pg_uuid_t *id, int chunk_no, int attempt,
+							const char *state, int64 rows, int64 bytes,
+							const DpwinDigest *digest, const char *error,
+							int32 target_id, int64 epoch);
+
+/* Publication intent and outcome. */
+extern void dpwin_publication_intent(const pg_uuid_t *id, int32 target_id,
+									 int64 epoch,
+									 const DpwinPublication *pub,
+									 const char *exchange_query_id);
+extern DpwinPublication *dpwin_publication_load(const pg_uuid_t *id);
+extern void dpwin_publication_outcome(const pg_uuid_t *id, int32 target_id,
+									  int64 epoch, const char *outcome);
+
+/*
+ * Durable evidence: idempotent (a second write of the same invocation is a
+ * no-op) and fenced; calls the route's evidence function, if any, in the
+ * same transaction.  Returns false when the evidence already existed.
+ */
+extern bool dpwin_evidence_write(const pg_uuid_t *id, int32 route_id,
+								 int32 target_id, int64 epoch,
+								 const char *metrics_json,
+								 Oid evidence_function);
+
+/* Advance route state by CAS; never moves it backwards. */
+extern void dpwin_route_state_advance(int32 route_id, TimestampTz interval_end,
+									  const pg_uuid_t *id, int32 target_id,
+									  int64 epoch);
+
+#endif							/* DPWIN_REGISTRY_H */

@@ -1,0 +1,507 @@
+/*-------------------------------------------------------------------------
+ *
+ * worker.c
+ *	  The chunk worker: takes chunks from the coordinator's queue, reads
+ *	  each one under the exported snapshot, encodes its rows as RowBinary
+ *	  while digesting them, streams them into an attempt-owned staging
+ *	  table, has ClickHouse digest the staging table, and journals a
+ *	  verified receipt fenced by the lease epoch.
+ *
+ *	  A transient failure (connection, timeout, 5xx, digest mismatch) is
+ *	  retried at most DPWIN_MAX_RETRIES times with backoff.  Before a retry
+ *	  the failed attempt is fenced: its last statement is settled on the
+ *	  server (a dropped connection does not stop a running INSERT), its
+ *	  staging table dropped, and its journal row marked fenced.  Schema,
+ *	  fidelity and identity errors are not retried; they stop the whole
+ *	  extraction.
+ *
+ *	  A worker never publishes.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "dpwin.h"
+
+#include "access/htup_details.h"
+#include "access/xact.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "storage/dsm.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "tcop/tcopprot.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+#include "utils/wait_event.h"
+
+#include "chclient.h"
+#include "extract.h"
+#include "names.h"
+#include "progress.h"
+#include "registry.h"
+#include "route.h"
+#include "rowbinary.h"
+#include "source.h"
+#include "target.h"
+#include "window.h"
+
+/* What one worker needs for all its chunks. */
+typedef struct WorkerState
+{
+	DpwinExtractShared *sh;
+	DpwinRoute *route;
+	ChClient   *client;
+	RbEncoder  *encoder;
+	DpwinTargetInfo target;		/* database, table and columns only */
+	char	   *insert_prefix;	/* "INSERT INTO " */
+	char	   *insert_suffix;	/* " (cols) FORMAT RowBinary" */
+	MemoryContext chunk_cxt;	/* reset for every attempt */
+	MemoryContext batch_cxt;	/* reset for every batch of rows */
+
+	/* per attempt */
+	char	   *last_query_id;	/* may need settling after a failure */
+	bool		failure_transient;
+} WorkerState;
+
+/* Streams a byte range of the encode buffer as a request body. */
+typedef struct BufferReader
+{
+	const char *data;
+	size_t		len;
+	size_t		off;
+} BufferReader;
+
+static size_t
+buffer_reader(void *arg, char *buf, size_t max, bool *failed)
+{
+	BufferReader *r = arg;
+	size_t		n = Min(max, r->len - r->off);
+
+	memcpy(buf, r->data + r->off, n);
+	r->off += n;
+	return n;
+}
+
+/* Record the first permanent failure for the coordinator and stop the queue. */
+static void
+worker_record_failure(DpwinExtractShared *sh, ErrorData *edata)
+{
+	SpinLockAcquire(&sh->mutex);
+	if (sh->error_code == 0)
+	{
+		sh->error_code = edata->sqlerrcode;
+		strlcpy(sh->error_message, edata->message ? edata->message : "unknown error",
+				sizeof(sh->error_message));
+		strlcpy(sh->error_detail, edata->detail ? edata->detail : "",
+				sizeof(sh->error_detail));
+	}
+	SpinLockRelease(&sh->mutex);
+	pg_atomic_write_u32(&sh->stop, 1);
+}
+
+/* POST one request body of encoded rows into the staging table. */
+static void
+worker_post(WorkerState *ws, const char *staging, const char *data, size_t len,
+			int chunk_no)
+{
+	BufferReader reader = {data, len, 0};
+	ChHttpReply reply;
+	ChHttpStatus status;
+	char	   *sql;
+
+	sql = psprintf("%s%s%s", ws->insert_prefix,
+				   ch_qualified_name(ws->route->target_database, staging),
+				   ws->insert_suffix);
+	ws->last_query_id = ch_next_query_id(ws->client, "ins");
+	status = ch_try(ws->client, sql, ws->last_query_id, buffer_reader, &reader,
+					&reply);
+	if (status != CHHTTP_OK)
+	{
+		ws->failure_transient = ch_status_transient(status, &reply);
+		ch_report(status, &reply, psprintf("inserting rows of chunk %d", chunk_no));
+	}
+}
+
+/*
+ * One attempt at one chunk.  ereports on any failure, with
+ * ws->failure_transient telling whether a retry may help.
+ */
+static void
+worker_attempt(WorkerState *ws, DpwinChunkSlot *slot, int attempt)
+{
+	DpwinExtractShared *sh = ws->sh;
+	DpwinRoute *route = ws->route;
+	char	   *staging;
+	Portal		portal;
+	StringInfoData buf;
+	DpwinDigest local = DPWIN_DIGEST_INIT;
+	DpwinDigest remote;
+	Datum	   *values;
+	bool	   *nulls;
+	uint64		rows = 0;
+	uint64		bytes = 0;
+	TimestampTz started = GetCurrentTimestamp();
+	MemoryContext oldcxt;
+
+	staging = dpwin_staging_name(sh->route_id, &sh->invocation_id,
+								 slot->chunk_no, attempt);
+	ws->last_query_id = NULL;
+	ws->failure_transient = false;
+
+	/* Journal the attempt before it writes anything to ClickHouse. */
+	StartTransactionCommand();
+	SPI_connect();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	dpwin_chunk_begin(&sh->invocation_id, slot->chunk_no, attempt, staging,
+					  sh->target_id, sh->lease_epoch);
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	MemoryContextSwitchTo(ws->chunk_cxt);
+
+	dpwin_target_drop_table(ws->client, route->target_database, staging);
+	dpwin_target_create_like(ws->client, &ws->target, staging);
+
+	/* Read and stream the chunk under the exported snapshot. */
+	initStringInfo(&buf);
+	values = palloc(sizeof(Datum) * route->ncolumns);
+	nulls = palloc(sizeof(bool) * route->ncolumns);
+	portal = dpwin_source_open(route, sh->snapshot_name, slot->lo, slot->hi);
+	MemoryContextSwitchTo(ws->chunk_cxt);
+	for (;;)
+	{
+		uint64		n;
+
+		CHECK_FOR_INTERRUPTS();
+		if (pg_atomic_read_u32(&sh->stop))
+			ereport(ERROR,
+					(errcode(ERRCODE_QUERY_CANCELED),
+					 errmsg("extraction stopped after a failure in another chunk")));
+
+		n = dpwin_source_fetch(portal, route->batch_rows);
+		if (n == 0)
+			break;
+
+		oldcxt = MemoryContextSwitchTo(ws->batch_cxt);
+		for (uint64 i = 0; i < n; i++)
+		{
+			int			row_start = buf.len;
+			size_t		row_len;
+
+			heap_deform_tuple(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
+							  values, nulls);
+			rb_encode_row(ws->encoder, values, nulls, &buf);
+			row_len = buf.len - row_start;
+			if (row_len > (size_t) route->max_encoded_bytes)
+				ereport(ERROR,
+						(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+						 errmsg("a row of chunk %d encodes to %zu bytes, more than max_encoded_bytes (%lld)",
+								slot->chunk_no, row_len,
+								(long long) route->max_encoded_bytes),
+						 errdetail("Row with %s = %s.", route->window_column,
+								   nulls[route->window_index] ? "NULL" :
+								   dpwin_timestamp_utc(DatumGetTimestampTz(values[route->window_index]))),
+						 errhint("Raise the route's max_encoded_bytes with dpwin.alter_route().")));
+			dpwin_digest_add_row(&local, &sh->key, buf.data + row_start, row_len);
+			rows++;
+			bytes += row_len;
+
+			/* Keep every request body within max_encoded_bytes. */
+			if (buf.len > route->max_encoded_bytes)
+			{
+				MemoryContextSwitchTo(ws->chunk_cxt);
+				worker_post(ws, staging, buf.data, row_start, slot->chunk_no);
+				memmove(buf.data, buf.data + row_start, row_len);
+				buf.len = row_len;
+				buf.data[buf.len] = '\0';
+				MemoryContextSwitchTo(ws->batch_cxt);
+			}
+		}
+		MemoryContextSwitchTo(oldcxt);
+		MemoryContextReset(ws->batch_cxt);
+		dpwin_progress_add(sh->progress_slot, 0, n, 0);
+	}
+	if (buf.len > 0)
+		worker_post(ws, staging, buf.data, buf.len, slot->chunk_no);
+	dpwin_source_close(portal);
+	MemoryContextSwitchTo(ws->chunk_cxt);
+
+	/* Verify: ClickHouse's digest of the staging table equals ours. */
+	dpwin_target_digest(ws->client, &ws->target, staging, NULL, &sh->key, &remote);
+	if (!dpwin_digest_equal(&local, &remote))
+	{
+		ws->failure_transient = true;
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("staging table %s of chunk %d does not match the source",
+						staging, slot->chunk_no),
+				 errdetail("Source digest %s, staging digest %s.",
+						   dpwin_digest_to_text(&local),
+						   dpwin_digest_to_text(&remote))));
+	}
+
+	/* The receipt, fenced by the epoch. */
+	StartTransactionCommand();
+	SPI_connect();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	dpwin_chunk_end(&sh->invocation_id, slot->chunk_no, attempt, "verified",
+					(int64) rows, (int64) bytes, &local, NULL,
+					sh->target_id, sh->lease_epoch);
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+
+	slot->rows = rows;
+	slot->bytes = bytes;
+	slot->digest = local;
+	slot->seconds = (double) (GetCurrentTimestamp() - started) / USECS_PER_SEC;
+	strlcpy(slot->staging_table, staging, sizeof(slot->staging_table));
+	slot->result = DPWIN_CHUNK_VERIFIED;
+	dpwin_progress_add(sh->progress_slot, 1, 0, bytes);
+}
+
+/* Journal a failed or fenced attempt; errors here are reported, not raised. */
+static void
+worker_journal_attempt_end(WorkerState *ws, DpwinChunkSlot *slot, int attempt,
+						   const char *state, const char *message)
+{
+	DpwinExtractShared *sh = ws->sh;
+
+	PG_TRY();
+	{
+		StartTransactionCommand();
+		SPI_connect();
+		PushActiveSnapshot(GetTransactionSnapshot());
+		dpwin_chunk_end(&sh->invocation_id, slot->chunk_no, attempt, state,
+						0, 0, NULL, message, sh->target_id, sh->lease_epoch);
+		SPI_finish();
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+	}
+	PG_CATCH();
+	{
+		EmitErrorReport();
+		FlushErrorState();
+		AbortCurrentTransaction();
+	}
+	PG_END_TRY();
+}
+
+/*
+ * Fence a failed attempt before the next one: settle its last statement on
+ * the server, then drop its staging table.  Returns false if that fails,
+ * in which case the chunk cannot be retried safely.
+ */
+static bool
+worker_fence_attempt(WorkerState *ws, DpwinChunkSlot *slot, int attempt)
+{
+	volatile bool ok = true;
+
+	PG_TRY();
+	{
+		MemoryContextSwitchTo(ws->chunk_cxt);
+		if (ws->last_query_id)
+			ch_settle_query(ws->client, ws->last_query_id);
+		dpwin_target_drop_table(ws->client, ws->route->target_database,
+								dpwin_staging_name(ws->sh->route_id,
+												   &ws->sh->invocation_id,
+												   slot->chunk_no, attempt));
+	}
+	PG_CATCH();
+	{
+		EmitErrorReport();
+		FlushErrorState();
+		ok = false;
+	}
+	PG_END_TRY();
+	return ok;
+}
+
+static void
+worker_backoff(WorkerState *ws, int attempt)
+{
+	long		delay = (long) ws->sh->retry_backoff_ms << attempt;
+	TimestampTz until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), delay);
+
+	for (;;)
+	{
+		long		left = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), until);
+
+		if (left <= 0)
+			break;
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 left, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+static void
+worker_chunk(WorkerState *ws, DpwinChunkSlot *slot)
+{
+	slot->result = DPWIN_CHUNK_RUNNING;
+	for (int attempt = 0; attempt <= DPWIN_MAX_RETRIES; attempt++)
+	{
+		ErrorData  *edata;
+		bool		retry;
+
+		slot->attempts = attempt + 1;
+		MemoryContextReset(ws->chunk_cxt);
+		PG_TRY();
+		{
+			worker_attempt(ws, slot, attempt);
+		}
+		PG_CATCH();
+		{
+			MemoryContextSwitchTo(TopMemoryContext);
+			edata = CopyErrorData();
+			FlushErrorState();
+			AbortCurrentTransaction();
+			MemoryContextSwitchTo(TopMemoryContext);
+			if (edata->sqlerrcode == ERRCODE_CONNECTION_FAILURE ||
+				edata->sqlerrcode == ERRCODE_FDW_UNABLE_TO_ESTABLISH_CONNECTION)
+				ws->failure_transient = true;
+			if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
+				ws->failure_transient = false;
+
+			retry = ws->failure_transient && attempt < DPWIN_MAX_RETRIES &&
+				!pg_atomic_read_u32(&ws->sh->stop);
+			ereport(LOG,
+					(errmsg("dpwin: attempt %d of chunk %d failed%s: %s",
+							attempt, slot->chunk_no,
+							retry ? ", retrying" : "", edata->message)));
+			if (retry)
+				retry = worker_fence_attempt(ws, slot, attempt);
+			worker_journal_attempt_end(ws, slot, attempt,
+									   retry ? "fenced" : "failed",
+									   edata->message);
+			if (!retry)
+			{
+				slot->result = DPWIN_CHUNK_FAILED;
+				if (edata->sqlerrcode != ERRCODE_QUERY_CANCELED ||
+					!pg_atomic_read_u32(&ws->sh->stop))
+					worker_record_failure(ws->sh, edata);
+				return;
+			}
+			FreeErrorData(edata);
+			worker_backoff(ws, attempt);
+			continue;
+		}
+		PG_END_TRY();
+		return;
+	}
+}
+
+void
+dpwin_worker_main(Datum main_arg)
+{
+	dsm_segment *seg;
+	DpwinExtractShared *sh;
+	WorkerState ws = {0};
+	MemoryContext worker_cxt;
+	DpwinServerConf *conf;
+	char	   *types;
+	char	   *tok;
+	char	   *save;
+	StringInfoData cols;
+
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+
+	seg = dsm_attach(DatumGetUInt32(main_arg));
+	if (seg == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("dpwin chunk worker could not attach to its coordinator's shared memory")));
+	sh = dsm_segment_address(seg);
+	if (sh->magic != DPWIN_EXTRACT_MAGIC)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("dpwin chunk worker found bad magic in shared memory")));
+	ws.sh = sh;
+
+	BackgroundWorkerInitializeConnectionByOid(sh->database_id, sh->user_id, 0);
+	pgstat_report_appname("dpwin chunk worker");
+
+	worker_cxt = AllocSetContextCreate(TopMemoryContext, "dpwin worker",
+									   ALLOCSET_DEFAULT_SIZES);
+	ws.chunk_cxt = AllocSetContextCreate(worker_cxt, "dpwin chunk",
+										 ALLOCSET_DEFAULT_SIZES);
+	ws.batch_cxt = AllocSetContextCreate(worker_cxt, "dpwin batch",
+										 ALLOCSET_DEFAULT_SIZES);
+
+	/* A failure to set up is reported to the coordinator like any other. */
+	PG_TRY();
+	{
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	MemoryContextSwitchTo(worker_cxt);
+	ws.route = dpwin_route_load_by_id(sh->route_id);
+	conf = dpwin_server_conf(ws.route->server_name, GetUserId());
+
+	/* The target's column types, as admission found them. */
+	ws.target.database = ws.route->target_database;
+	ws.target.table = ws.route->target_table;
+	ws.target.ncolumns = ws.route->ncolumns;
+	ws.target.column_names = ws.route->columns;
+	ws.target.column_types = palloc(sizeof(char *) * ws.route->ncolumns);
+	types = pstrdup(dpwin_extract_types(sh));
+	tok = strtok_r(types, "\n", &save);
+	for (int i = 0; i < ws.route->ncolumns; i++)
+	{
+		if (tok == NULL)
+			elog(ERROR, "dpwin: target column types missing from shared memory");
+		ws.target.column_types[i] = tok;
+		tok = strtok_r(NULL, "\n", &save);
+	}
+	initStringInfo(&cols);
+	for (int i = 0; i < ws.route->ncolumns; i++)
+		appendStringInfo(&cols, "%s%s", i ? ", " : "",
+						 ch_quote_ident(ws.route->columns[i]));
+	ws.target.quoted_columns = cols.data;
+	ws.insert_prefix = "INSERT INTO ";
+	ws.insert_suffix = psprintf(" (%s) FORMAT RowBinary", cols.data);
+
+	ws.encoder = rb_encoder_create(ws.route->ncolumns, ws.route->columns,
+								   ws.route->column_types,
+								   ws.route->column_typmods,
+								   ws.route->column_notnull,
+								   ws.target.column_types,
+								   ws.route->window_index);
+	ws.client = ch_client_open(conf, psprintf("dpwin-%s-w%d-",
+											  dpwin_uuid_text(&sh->invocation_id),
+											  MyProcPid));
+	MemoryContextSwitchTo(TopTransactionContext);
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(worker_cxt);
+		edata = CopyErrorData();
+		worker_record_failure(sh, edata);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+
+	for (;;)
+	{
+		uint32		idx;
+
+		CHECK_FOR_INTERRUPTS();
+		if (pg_atomic_read_u32(&sh->stop))
+			break;
+		idx = pg_atomic_fetch_add_u32(&sh->next_chunk, 1);
+		if (idx >= (uint32) sh->nchunks)
+			break;
+		worker_chunk(&ws, &sh->chunks[idx]);
+	}
+
+	ch_client_close(ws.client);
+	dsm_detach(seg);
+	proc_exit(0);
+}

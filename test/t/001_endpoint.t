@@ -1,0 +1,490 @@
+#!/usr/bin/perl
+#
+# 001_endpoint.t - the ClickHouse HTTP endpoint (test/chendpoint) as a client
+# sees it: queries, RowBinary streaming inserts, errors and their HTTP
+# statuses, authentication, concurrency, EXCHANGE TABLES, and the test-only
+# control port (fault injection, query log).
+#
+# Expects a running endpoint (test/sandbox.sh start) and, in the environment:
+#   DPWIN_CH_URL           e.g. http://127.0.0.1:18123
+#   DPWIN_CH_USER          user name
+#   DPWIN_CH_PASSWORD      password
+#   DPWIN_CH_CONTROL_URL   e.g. http://127.0.0.1:18124
+# Uses the curl command, as any HTTP client would.
+use strict;
+use warnings;
+use File::Temp qw(tempdir);
+use Test::More;
+use Time::HiRes qw(time sleep);
+
+my $url  = $ENV{DPWIN_CH_URL};
+my $user = $ENV{DPWIN_CH_USER};
+my $pass = $ENV{DPWIN_CH_PASSWORD};
+my $ctl  = $ENV{DPWIN_CH_CONTROL_URL};
+plan skip_all => 'DPWIN_CH_URL, DPWIN_CH_USER, DPWIN_CH_PASSWORD and '
+  . 'DPWIN_CH_CONTROL_URL must be set (test/sandbox.sh start)'
+  unless defined $url && defined $user && defined $pass && defined $ctl;
+$url =~ s{/+$}{};
+$ctl =~ s{/+$}{};
+
+my $tmp = tempdir(CLEANUP => 1);
+my $seq = 0;
+# Unique per run, so reruns against the same data directory do not collide.
+my $db = sprintf('dpwin_t001_%d_%d', time(), $$);
+
+sub uri_escape {
+	my ($s) = @_;
+	$s =~ s/([^A-Za-z0-9\-_.~])/sprintf('%%%02X', ord $1)/ge;
+	return $s;
+}
+
+sub write_file {
+	my ($data) = @_;
+	my $f = sprintf('%s/body%d', $tmp, ++$seq);
+	open(my $fh, '>:raw', $f) or die "$f: $!";
+	print $fh $data;
+	close($fh) or die "$f: $!";
+	return $f;
+}
+
+sub read_file {
+	my ($f) = @_;
+	open(my $fh, '<:raw', $f) or return '';
+	local $/;
+	my $d = <$fh>;
+	close($fh);
+	return $d // '';
+}
+
+# Build the curl command line for a request.
+#   url, params (array ref of key => value), body (bytes), chunked,
+#   auth: 'basic' (default), 'headers', 'params', 'none', or [user, pass]
+#   max_time, headers (array ref)
+sub curl_cmd {
+	my (%o) = @_;
+	my $n = ++$seq;
+	my ($hf, $bf) = ("$tmp/h$n", "$tmp/b$n");
+	my @params = @{ $o{params} // [] };
+	my $auth = $o{auth} // 'basic';
+	my @cmd = ('curl', '-s', '-g', '-D', $hf, '-o', $bf,
+		'-w', '%{http_code}', '--max-time', $o{max_time} // 30);
+	my ($u, $p, $via) = ref $auth ? @$auth : ($user, $pass, $auth);
+	if ($via eq 'headers') {
+		push @cmd, '-H', "X-ClickHouse-User: $u", '-H', "X-ClickHouse-Key: $p";
+	} elsif ($via eq 'params') {
+		push @params, user => $u, password => $p;
+	} elsif ($via ne 'none') {
+		push @cmd, '-u', "$u:$p";
+	}
+	push @cmd, map { ('-H', $_) } @{ $o{headers} // [] };
+	push @cmd, '-H', 'Transfer-Encoding: chunked' if $o{chunked};
+	if (defined $o{body}) {
+		push @cmd, '--data-binary', '@' . write_file($o{body});
+	} elsif ($o{post}) {
+		push @cmd, '-X', 'POST';
+	}
+	my $q = '';
+	while (my ($k, $v) = splice(@params, 0, 2)) {
+		$q .= ($q eq '' ? '?' : '&') . uri_escape($k) . '=' . uri_escape($v);
+	}
+	push @cmd, ($o{url} // "$url/") . $q;
+	return (\@cmd, $hf, $bf);
+}
+
+sub parse_reply {
+	my ($rc, $code, $hf, $bf) = @_;
+	my %h;
+	# With "100 Continue" there are two header blocks; keep the last.
+	for my $block (split /\r\n\r\n/, read_file($hf)) {
+		next unless $block =~ m{^HTTP/};
+		%h = ();
+		for my $line (split /\r\n/, $block) {
+			$h{ lc $1 } = $2 if $line =~ /^([^:]+):\s*(.*)$/;
+		}
+	}
+	return { rc => $rc, status => $code + 0, headers => \%h,
+		body => read_file($bf) };
+}
+
+# One request; returns { rc, status, headers (lower-case names), body }.
+sub http {
+	my (%o) = @_;
+	my ($cmd, $hf, $bf) = curl_cmd(%o);
+	open(my $out, '-|', @$cmd) or die "curl: $!";
+	my $code = <$out> // '0';
+	close($out);
+	return parse_reply($? >> 8, $code, $hf, $bf);
+}
+
+# Run a query (POST, query in the body unless params carry it).
+sub chq {
+	my ($sql, %o) = @_;
+	if (defined $o{body}) {
+		push @{ $o{params} }, query => $sql;
+	} elsif ($o{get}) {
+		push @{ $o{params} }, query => $sql;
+	} else {
+		$o{body} = $sql;
+	}
+	return http(%o);
+}
+
+# Run a query that must succeed; returns its body.
+sub ok_q {
+	my ($sql, $name, %o) = @_;
+	my $r = chq($sql, %o);
+	is($r->{status}, 200, $name // $sql)
+	  or diag("status $r->{status} rc $r->{rc}: $r->{body}");
+	return $r->{body};
+}
+
+sub ctl {
+	my ($path, %params) = @_;
+	my @p = map { ($_, $params{$_}) } sort keys %params;
+	return http(url => "$ctl$path", params => \@p, auth => 'none',
+		post => $path ne '/log' && $path ne '/ping');
+}
+
+# ---- RowBinary encoding ----
+sub varint {
+	my ($n) = @_;
+	my $o = '';
+	while (1) {
+		my $b = $n & 0x7f;
+		$n >>= 7;
+		if ($n) { $o .= chr($b | 0x80) } else { $o .= chr($b); last }
+	}
+	return $o;
+}
+sub rb_string  { my ($s) = @_; return varint(length $s) . $s }
+sub rb_int64   { return pack('q<', $_[0]) }
+sub rb_uint64  { return pack('Q<', $_[0]) }
+sub rb_nullable_dec { defined $_[0] ? "\0" . pack('q<', $_[0]) : "\1" }
+
+# ---------------------------------------------------------------------
+# Health and basics
+# ---------------------------------------------------------------------
+{
+	my $r = http(url => "$url/ping", auth => 'none');
+	is($r->{status}, 200, '/ping answers 200');
+	is($r->{body}, "Ok.\n", '/ping says Ok.');
+	$r = http(url => "$url/", auth => 'none');
+	is($r->{body}, "Ok.\n", 'GET / without a query says Ok.');
+	$r = http(url => "$ctl/ping", auth => 'none');
+	is($r->{body}, "Ok.\n", 'control /ping says Ok.');
+}
+
+{
+	my $r = chq('SELECT 1 + 1', get => 1);
+	is($r->{status}, 200, 'GET query');
+	is($r->{body}, "2\n", 'GET query result (TabSeparated by default)');
+	like($r->{headers}{'content-type'}, qr{^text/tab-separated-values},
+		'TabSeparated Content-Type');
+	is($r->{headers}{'x-clickhouse-format'}, 'TabSeparated',
+		'X-ClickHouse-Format');
+	like($r->{headers}{'x-clickhouse-query-id'},
+		qr/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/,
+		'a generated query id is returned');
+
+	$r = chq('SELECT 42', params => [query_id => "qid-$db"]);
+	is($r->{headers}{'x-clickhouse-query-id'}, "qid-$db",
+		'the given query_id is echoed');
+	$r = chq('SELECT 1', params => [default_format => 'JSONEachRow']);
+	is($r->{body}, qq({"1":1}\n), 'default_format applies');
+	$r = chq("SELECT 'a' AS x FORMAT CSVWithNames");
+	is($r->{body}, qq("x"\n"a"\n), 'FORMAT in the query wins');
+	is($r->{headers}{'x-clickhouse-format'}, 'CSVWithNames',
+		'X-ClickHouse-Format follows the query');
+}
+
+# Authentication, as clickhouse-server: basic, headers or URL parameters.
+{
+	is(chq('SELECT 1', auth => 'headers')->{body}, "1\n",
+		'X-ClickHouse-User/Key headers');
+	is(chq('SELECT 1', auth => 'params')->{body}, "1\n",
+		'user/password URL parameters');
+	for my $case ([[ $user, "$pass-wrong", 'basic' ], 'basic'],
+		      [[ "$user-nobody", $pass, 'headers' ], 'headers'],
+		      [[ $user, "$pass-wrong", 'params' ], 'params'],
+		      ['none', 'none']) {
+		my ($auth, $how) = @$case;
+		my $r = chq('SELECT 1', auth => $auth);
+		is($r->{status}, 403, "bad credentials ($how): 403");
+		is($r->{headers}{'x-clickhouse-exception-code'}, 516,
+			"bad credentials ($how): code 516");
+		like($r->{body},
+			qr/^Code: 516\. DB::Exception: \S+: Authentication failed: password is incorrect, or there is no user with such name\. \(AUTHENTICATION_FAILED\)/,
+			"bad credentials ($how): message");
+		ok($r->{headers}{'x-clickhouse-query-id'},
+			"bad credentials ($how): query id still returned");
+	}
+}
+
+# Errors: code header, message, and the server's HTTP status mapping.
+{
+	my $r = chq('SELEC 1');
+	is($r->{status}, 400, 'syntax error: 400');
+	is($r->{headers}{'x-clickhouse-exception-code'}, 62,
+		'syntax error: code 62');
+	like($r->{body}, qr/^Code: 62\. DB::Exception: .*\(SYNTAX_ERROR\)/s,
+		'syntax error: message');
+
+	$r = chq("SELECT * FROM $db.no_such_table");
+	is($r->{status}, 404, 'unknown table: 404');
+	ok($r->{headers}{'x-clickhouse-exception-code'} == 60
+	   || $r->{headers}{'x-clickhouse-exception-code'} == 81,
+		'unknown table/database: code 60 or 81');
+
+	$r = chq('SELECT 1', params => [no_such_setting_xyz => 1]);
+	is($r->{status}, 404, 'unknown setting: 404');
+	is($r->{headers}{'x-clickhouse-exception-code'}, 115,
+		'unknown setting: code 115');
+
+	$r = chq('SELECT sleep(1)', params => [max_execution_time => '0.2']);
+	is($r->{headers}{'x-clickhouse-exception-code'}, 159,
+		'URL setting max_execution_time applies: code 159');
+	is($r->{status}, 408, 'TIMEOUT_EXCEEDED: 408');
+
+	$r = chq("SELECT throwIf(1)");
+	is($r->{status}, 500, 'other errors: 500');
+
+	$r = chq("CREATE DATABASE ${db}_ro", get => 1);
+	is($r->{headers}{'x-clickhouse-exception-code'}, 164,
+		'GET is readonly: code 164');
+	is($r->{status}, 500, 'READONLY: 500 (not in the status map)');
+}
+
+# Per-request settings do not leak between requests.
+{
+	my $r = chq("SELECT getSetting('async_insert'), getSetting('max_threads')",
+		params => [async_insert => 0, max_threads => 3]);
+	is($r->{body}, "false\t3\n", 'URL settings apply to the query');
+	$r = chq("SELECT getSetting('max_threads') = 3");
+	is($r->{body}, "0\n", 'and only to that query');
+}
+
+# ---------------------------------------------------------------------
+# Tables and RowBinary streaming inserts
+# ---------------------------------------------------------------------
+ok_q("CREATE DATABASE $db ENGINE = Atomic", 'create an Atomic database');
+ok_q("CREATE TABLE $db.t (ts DateTime64(6, 'UTC'), amount Nullable(Decimal(18, 2)), s String) ENGINE = MergeTree ORDER BY ts",
+	'create a MergeTree table');
+{
+	my $r = chq('SELECT name FROM system.tables WHERE database = currentDatabase()',
+		params => [database => $db]);
+	is($r->{body}, "t\n", 'database parameter sets the current database');
+}
+
+{
+	# Rows in ts order; strings include the byte pair 0x0A 0x0A, a tab,
+	# NUL, backslash and non-ASCII.
+	my @rows = (
+		[-86400_000_000, -12345, "before\x0a\x0aepoch"],
+		[0, undef, ''],
+		[1_700_000_000_123_456, 99999999, "tab\there \\ nul\0 \x0a\x0a"],
+		[1_700_000_000_123_457, 1, "\x{e9}t\x{e9} \xe2\x82\xac"],
+	);
+	my $body = '';
+	for my $row (@rows) {
+		$body .= rb_int64($row->[0]) . rb_nullable_dec($row->[1])
+		  . rb_string($row->[2]);
+	}
+	my $r = http(body => $body, chunked => 1,
+		params => [query => "INSERT INTO $db.t FORMAT RowBinary",
+			   async_insert => 0]);
+	is($r->{status}, 200, 'chunked RowBinary insert') or diag($r->{body});
+	like($r->{headers}{'x-clickhouse-summary'} // '',
+		qr/"written_rows":"4"/, 'X-ClickHouse-Summary counts the rows');
+
+	$r = chq("SELECT ts, amount, s FROM $db.t ORDER BY ts FORMAT RowBinary");
+	ok($r->{body} eq $body, 'RowBinary round trip is byte-exact')
+	  or diag(sprintf('got %d bytes, sent %d', length $r->{body},
+		length $body));
+
+	$r = chq("SELECT toString(ts), toString(amount), hex(s) FROM $db.t ORDER BY ts");
+	my $want = join('', map {
+		sprintf("%s\t%s\t%s\n", $_->[0], $_->[1], uc unpack('H*', $_->[2]))
+	} (['1969-12-31 00:00:00.000000', '-123.45', $rows[0][2]],
+	   ['1970-01-01 00:00:00.000000', '\\N', ''],
+	   ['2023-11-14 22:13:20.123456', '999999.99', $rows[2][2]],
+	   ['2023-11-14 22:13:20.123457', '0.01', $rows[3][2]]));
+	is($r->{body}, $want, 'values read back exactly (DateTime64, Decimal, NULL, bytes)');
+
+	# The query may also come first in the body, data after a newline.
+	$r = http(body => "INSERT INTO $db.t (ts, s) FORMAT TSV\n"
+		. "2024-01-01 00:00:00.5\tfrom body\n");
+	is($r->{status}, 200, 'INSERT with query and data in the body');
+	is(chq("SELECT count() FROM $db.t WHERE s = 'from body' AND amount IS NULL")->{body},
+		"1\n", 'row from the body landed');
+
+	# VALUES in the URL, tuples in the body.
+	$r = http(body => "(toDateTime64('2024-01-02 00:00:00', 6, 'UTC'), 7.5, 'values')",
+		params => [query => "INSERT INTO $db.t VALUES"]);
+	is($r->{status}, 200, 'INSERT ... VALUES with the tuples in the body');
+	is(chq("SELECT amount FROM $db.t WHERE s = 'values'")->{body}, "7.5\n",
+		'VALUES row landed');
+
+	# A failing insert returns the engine's error and inserts nothing.
+	$r = http(body => "\x01\x02\x03", chunked => 1,
+		params => [query => "INSERT INTO $db.t FORMAT RowBinary"]);
+	isnt($r->{status}, 200, 'truncated RowBinary fails');
+	ok($r->{headers}{'x-clickhouse-exception-code'},
+		'truncated RowBinary: exception code') or diag($r->{body});
+	$r = http(body => "x\n", params => [query => "INSERT INTO $db.nope FORMAT TSV"]);
+	is($r->{status}, 404, 'insert into a missing table: 404');
+	is(chq("SELECT count() FROM $db.t")->{body}, "6\n",
+		'failed inserts added no rows');
+}
+
+# ---------------------------------------------------------------------
+# Concurrent loaders
+# ---------------------------------------------------------------------
+{
+	ok_q("CREATE TABLE $db.c (k UInt64, s String) ENGINE = MergeTree ORDER BY k",
+		'create the concurrency table');
+	my (@pids, @files);
+	for my $w (0 .. 3) {
+		my $body = '';
+		$body .= rb_uint64($w * 1_000_000 + $_) . rb_string("w$w\x0a\x0a$_")
+		  for 1 .. 20000;
+		my ($cmd, $hf, $bf) = curl_cmd(body => $body, chunked => 1,
+			params => [query => "INSERT INTO $db.c FORMAT RowBinary",
+				   async_insert => 0]);
+		my $pid = open(my $out, '-|', @$cmd) // die "fork: $!";
+		push @pids, [$out, $hf, $bf];
+	}
+	my $all_ok = 1;
+	for my $p (@pids) {
+		my ($out, $hf, $bf) = @$p;
+		my $code = <$out> // 0;
+		close($out);
+		my $r = parse_reply($? >> 8, $code, $hf, $bf);
+		$all_ok = 0 unless $r->{status} == 200;
+		diag("parallel insert: $r->{status} $r->{body}")
+		  unless $r->{status} == 200;
+	}
+	ok($all_ok, '4 parallel chunked inserts all answered 200');
+	is(chq("SELECT count(), uniqExact(k), countIf(s LIKE 'w3\n\n%') FROM $db.c")->{body},
+		"80000\t80000\t20000\n", 'all their rows landed');
+}
+
+# ---------------------------------------------------------------------
+# EXCHANGE TABLES swaps the tables' UUIDs (and contents)
+# ---------------------------------------------------------------------
+{
+	ok_q("CREATE TABLE $db.a (x String) ENGINE = MergeTree ORDER BY x", 'create a');
+	ok_q("CREATE TABLE $db.b (x String) ENGINE = MergeTree ORDER BY x", 'create b');
+	ok_q("INSERT INTO $db.a VALUES ('in a')", 'fill a');
+	ok_q("INSERT INTO $db.b VALUES ('in b')", 'fill b');
+	my $uuids = "SELECT name, uuid FROM system.tables WHERE database = '$db' AND name IN ('a', 'b') ORDER BY name";
+	my ($ua, $ub) = map { (split /\t/)[1] } split /\n/, chq($uuids)->{body};
+	ok($ua && $ub && $ua ne $ub, 'tables have distinct UUIDs');
+	ok_q("EXCHANGE TABLES $db.a AND $db.b", 'EXCHANGE TABLES');
+	my ($na, $nb) = map { (split /\t/)[1] } split /\n/, chq($uuids)->{body};
+	is($na, $ub, 'a now has b\'s UUID');
+	is($nb, $ua, 'b now has a\'s UUID');
+	is(chq("SELECT x FROM $db.a")->{body}, "in b\n", 'a now holds b\'s rows');
+}
+
+# ---------------------------------------------------------------------
+# Control port: faults and the query log
+# ---------------------------------------------------------------------
+ok_q("CREATE TABLE $db.f (n UInt32, s String) ENGINE = MergeTree ORDER BY n",
+	'create the fault table');
+ctl('/faults/clear');
+
+# error: the next N matching queries fail before executing.
+{
+	my $marker = "err_marker_$$";
+	is(ctl('/fault', pattern => uc $marker, count => 2, mode => 'error',
+		code => 209)->{status}, 200, 'register an error fault');
+	for my $i (1, 2) {
+		my $r = chq("SELECT '$marker'");
+		is($r->{status}, 503, "error fault $i: status mapped (209 -> 503)");
+		is($r->{headers}{'x-clickhouse-exception-code'}, 209,
+			"error fault $i: code");
+		like($r->{body}, qr/^Code: 209\. DB::Exception: injected fault/,
+			"error fault $i: message");
+	}
+	is(chq("SELECT '$marker'")->{body}, "$marker\n",
+		'the fault is spent after count matches');
+
+	ctl('/fault', pattern => "$db.f", mode => 'error', code => 252);
+	my $r = http(body => "1\tnever\n",
+		params => [query => "INSERT INTO $db.f FORMAT TSV"]);
+	is($r->{headers}{'x-clickhouse-exception-code'}, 252,
+		'error fault on an INSERT');
+	is(chq("SELECT count() FROM $db.f WHERE s = 'never'")->{body}, "0\n",
+		'the failed INSERT did not run');
+}
+
+# lost: the statement runs, the connection closes without an answer.
+{
+	ctl('/fault', pattern => "$db.f", mode => 'lost');
+	my $r = http(body => "2\tlost row\n", chunked => 1,
+		params => [query => "INSERT INTO $db.f FORMAT TSV"]);
+	is($r->{rc}, 52, 'lost: curl sees an empty reply (exit 52)');
+	is(chq("SELECT count() FROM $db.f WHERE s = 'lost row'")->{body}, "1\n",
+		'lost: the row was inserted anyway');
+}
+
+# delay: the client times out, the statement still runs.
+{
+	ctl('/fault', pattern => "$db.f", mode => 'delay', ms => 2500);
+	my $t0 = time();
+	my $r = http(body => "3\tslow row\n", max_time => 1,
+		params => [query => "INSERT INTO $db.f FORMAT TSV"]);
+	is($r->{rc}, 28, 'delay: curl --max-time times out (exit 28)');
+	ok(time() - $t0 < 2.4, 'delay: the client gave up before the server answered');
+	my $n = '';
+	for (1 .. 50) {
+		$n = chq("SELECT count() FROM $db.f WHERE s = 'slow row'")->{body};
+		last if $n eq "1\n";
+		sleep(0.2);
+	}
+	is($n, "1\n", 'delay: the statement ran after the delay');
+}
+
+# refuse: the next N connections are closed at accept.
+{
+	ctl('/fault', mode => 'refuse', count => 1);
+	my $r = http(url => "$url/ping", auth => 'none');
+	ok(grep({ $r->{rc} == $_ } 7, 52, 56),
+		"refuse: connection refused/reset (curl exit $r->{rc})");
+	$r = http(url => "$url/ping", auth => 'none');
+	is($r->{status}, 200, 'refuse: only count connections are refused');
+}
+
+# the query log
+{
+	my $log = ctl('/log')->{body};
+	my @lines = split /\n/, $log;
+	ok(@lines > 10, 'the log lists queries');
+	my ($last) = $lines[-1] =~ /^(\d+)\t/;
+	ok($last, 'log lines start with a sequence number');
+
+	my $qid = "log-$db";
+	chq("SELECT\t'log\\\\me'\n", params => [query_id => $qid]);
+	chq('SELEC broken', params => [query_id => "$qid-bad"]);
+	my $since = ctl('/log', since => $last)->{body};
+	my @new = split /\n/, $since;
+	ok(@new >= 2 && !grep({ (split /\t/)[0] <= $last } @new),
+		'since=K returns only later lines');
+	my ($line) = grep { (split /\t/)[2] eq $qid } @new;
+	ok($line, 'our query is in the log by its query_id');
+	my @f = split /\t/, $line // '';
+	is(scalar @f, 6, 'six tab-separated fields');
+	like($f[1], qr/^\d{13}$/, 'unix time in ms');
+	is($f[3], $user, 'user');
+	is($f[4], '200', 'HTTP status');
+	is($f[5], q(SELECT\t'log\\\\\\\\me'\n), 'query text with \\, tab, newline escaped');
+	my ($bad) = grep { (split /\t/)[2] eq "$qid-bad" } @new;
+	is((split /\t/, $bad // '')[4], '400', 'failed query logged with its status');
+	ok(grep({ /\tlost\t/ } @lines), 'lost answers are logged as lost');
+	like(ctl('/log')->{body}, qr/\trefused\t/, 'refused connections are logged');
+}
+
+ctl('/faults/clear');
+ok_q("DROP DATABASE $db SYNC", 'drop the test database');
+
+done_testing();

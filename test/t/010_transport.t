@@ -1,0 +1,185 @@
+# The ClickHouse transport and client (src/chhttp.c, src/chclient.c),
+# driven from SQL through dpwin._ch_query(server, sql): answers, the
+# SQLSTATE of each failure class, settings sent with every request, and
+# that the password never shows up in an error.
+use strict;
+use warnings;
+use Test::More;
+use DpwinTest;
+use IO::Socket::INET;
+use Time::HiRes qw(time);
+
+my $url = $ENV{DPWIN_CH_URL};
+my $user = $ENV{DPWIN_CH_USER};
+my $password = $ENV{DPWIN_CH_PASSWORD};
+
+# a URL-safe marker unique to this run, to aim faults at our statements
+my $tag = "t010_$$";
+
+sub quote_lit
+{
+	my ($s) = @_;
+	$s =~ s/'/''/g;
+	return "'$s'";
+}
+
+sub make_server
+{
+	my ($name, $server_url, $pw, %opt) = @_;
+	my $opts = "url " . quote_lit($server_url);
+	$opts .= ", request_timeout " . quote_lit($opt{request_timeout})
+	  if defined $opt{request_timeout};
+	$opts .= ", connect_timeout " . quote_lit($opt{connect_timeout})
+	  if defined $opt{connect_timeout};
+	psql_ok("DROP SERVER IF EXISTS $name CASCADE;
+		CREATE SERVER $name FOREIGN DATA WRAPPER dpwin_clickhouse OPTIONS ($opts);
+		CREATE USER MAPPING FOR CURRENT_USER SERVER $name
+			OPTIONS (user " . quote_lit($user) . ", password " . quote_lit($pw) . ");");
+}
+
+# the answer without its final newline (psql adds its own)
+sub chq
+{
+	my ($server, $sql) = @_;
+	return "SELECT rtrim(dpwin._ch_query(" . quote_lit($server) . ", "
+	  . quote_lit($sql) . "), E'\\n')";
+}
+
+# everything psql printed for a failing call (message, detail, hint, context)
+sub full_error
+{
+	my ($sql, %opt) = @_;
+	my ($rc, $out, $err) = psql("\\set VERBOSITY verbose\n" . $sql, %opt);
+	return $rc ? $err : '';
+}
+
+sub fault
+{
+	my (%f) = @_;
+	my $q = join('&', map { "$_=$f{$_}" } sort keys %f);
+	ch_control('POST', "/fault?$q");
+}
+
+my $srv = "t010_ch";
+my $srv_bad = "t010_badpw";
+my $srv_refused = "t010_refused";
+my $srv_short = "t010_short";
+
+make_server($srv, $url, $password);
+
+# --- answers ---------------------------------------------------------------
+
+is(psql_ok(chq($srv, 'SELECT 40 + 2')), '42', 'a SELECT answers through the client');
+
+is(psql_ok(chq($srv, "SELECT 'a\\tb', NULL, 'x\\\\y'")),
+	"a\\tb\t\\N\tx\\\\y",
+	'TabSeparated answer comes back raw, NULL as \\N');
+
+is(psql_ok(chq($srv, "SELECT toDateTime64('2026-09-09 01:02:03.5', 6, 'UTC')")),
+	'2026-09-09T01:02:03.500000Z',
+	'date_time_output_format=iso is sent: timestamps are unambiguous UTC');
+
+is(psql_ok(chq($srv, "SELECT getSetting('async_insert'), getSetting('insert_deduplicate')")),
+	"false\tfalse",
+	'async_insert=0 and insert_deduplicate=0 are sent with every request');
+
+# a statement longer than any URL limit goes in the request body
+{
+	my $x = 'x' x 200_000;
+	is(psql_ok(chq($srv, "SELECT length('$x')")),
+		'200000', 'a 200 kB statement is sent as the request body');
+}
+
+# query ids are prefix + label + sequence, [A-Za-z0-9_-] only
+{
+	my $seq = ch_log_seq();
+	psql_ok(chq($srv, "SELECT 'qid_$tag'"));
+	my @rows = grep { $_->{query} =~ /qid_$tag/ } ch_log_since($seq);
+	ok(@rows >= 1, 'the endpoint logged the statement');
+	like($rows[0]{query_id} // '', qr/^dpwin-test-q-\d+$/,
+		'query_id is prefix, label and sequence number');
+}
+
+# --- server errors -----------------------------------------------------------
+
+{
+	my $e = psql_err(chq($srv, 'SELEC 1'));
+	like($e, qr/^HV000: ClickHouse error 62 while running "SELEC 1"/,
+		'syntax error: SQLSTATE HV000 with the ClickHouse code in the message');
+	my $full = full_error(chq($srv, 'SELEC 1'));
+	like($full, qr/DETAIL:\s+.*Syntax error/, 'the server message is the detail');
+	unlike($full, qr/\(version /, 'the version/stack tail is trimmed');
+	like($full, qr/CONTEXT:\s+ClickHouse server "$srv", HTTP status 400, exception code 62, query_id dpwin-test-q-\d+/,
+		'context names server, HTTP status, exception code and query_id');
+}
+
+{
+	fault(pattern => "err_$tag", count => 1, mode => 'error', code => 241);
+	my $e = psql_err(chq($srv, "SELECT 'err_$tag'"));
+	like($e, qr/^HV000: ClickHouse error 241 /, 'an injected server error maps to HV000');
+	is(psql_ok(chq($srv, "SELECT 'err_$tag'")), "err_$tag",
+		'the fault was consumed and the next request succeeds');
+}
+
+# --- authentication ------------------------------------------------------------
+
+{
+	my $wrong = "Wr0ng-pw-$$-" . int(rand(1e9));
+	make_server($srv_bad, $url, $wrong);
+	my $full = full_error(chq($srv_bad, 'SELECT 1'));
+	like($full, qr/ERROR:\s+28000: ClickHouse server "$srv_bad" rejected the credentials/,
+		'wrong password: SQLSTATE 28000');
+	like($full, qr/HINT:\s+Check the user and password options/, 'with a hint');
+	ok(index($full, $wrong) < 0, 'the wrong password never appears in the error');
+	ok(index($full, $password) < 0, 'nor does the real one');
+}
+
+# --- transport failures ----------------------------------------------------------
+
+{
+	# a port nobody listens on: bind one, note it, close it
+	my $sock = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0,
+		Proto => 'tcp', Listen => 1) or die "cannot bind: $!";
+	my $port = $sock->sockport;
+	close $sock;
+	make_server($srv_refused, "http://127.0.0.1:$port", $password);
+	my $e = psql_err(chq($srv_refused, 'SELECT 1'));
+	like($e, qr/^HV00N: could not connect to ClickHouse server "$srv_refused"/,
+		'connection refused: SQLSTATE HV00N');
+}
+
+{
+	fault(pattern => "lost_$tag", count => 1, mode => 'lost');
+	my $full = full_error(chq($srv, "SELECT 'lost_$tag'"));
+	like($full, qr/ERROR:\s+08006: lost the connection to ClickHouse server "$srv"/,
+		'lost reply: SQLSTATE 08006');
+	like($full, qr/may or may not have run/, 'the detail says the outcome is unknown');
+	is(psql_ok(chq($srv, 'SELECT 7')), '7', 'a new connection is made after a lost reply');
+}
+
+{
+	make_server($srv_short, $url, $password, request_timeout => '1000');
+	fault(pattern => "slow_$tag", count => 1, mode => 'delay', ms => 4000);
+	my $t0 = time();
+	my $e = psql_err(chq($srv_short, "SELECT 'slow_$tag'"));
+	my $took = time() - $t0;
+	like($e, qr/^08006: ClickHouse server "$srv_short" did not answer in time/,
+		'request timeout: SQLSTATE 08006');
+	cmp_ok($took, '<', 3.5, 'the request timeout cut the wait short');
+}
+
+{
+	fault(pattern => "cancel_$tag", count => 1, mode => 'delay', ms => 5000);
+	my $t0 = time();
+	my $e = psql_err("SET statement_timeout = '500ms';\n" . chq($srv, "SELECT 'cancel_$tag'"));
+	my $took = time() - $t0;
+	like($e, qr/^57014: /, 'statement_timeout during a request: SQLSTATE 57014');
+	cmp_ok($took, '<', 4, 'the request was abandoned promptly');
+	is(psql_ok(chq($srv, 'SELECT 8')), '8', 'the next statement works');
+}
+
+# --- housekeeping ------------------------------------------------------------------
+
+psql_ok("DROP SERVER IF EXISTS $_ CASCADE") for ($srv, $srv_bad, $srv_refused, $srv_short);
+
+done_testing();
