@@ -15,11 +15,13 @@
 #               DPWIN_CH_CONTROL_URL
 #
 # Ports can be chosen with DPWIN_PGPORT, DPWIN_CH_PORT and
-# DPWIN_CH_CONTROL_PORT.
+# DPWIN_CH_CONTROL_PORT, and the folder with DPWIN_SANDBOX_DIR (default
+# test/.sandbox), so that several sandboxes can run side by side.  `start`
+# also creates the foreign server `sandbox_ch` for the endpoint.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-SB=$ROOT/test/.sandbox
+SB=${DPWIN_SANDBOX_DIR:-$ROOT/test/.sandbox}
 PGBIN=/usr/lib/postgresql/15/bin
 PGPORT_=${DPWIN_PGPORT:-54329}
 CHPORT=${DPWIN_CH_PORT:-18123}
@@ -112,6 +114,22 @@ start_pg() {
 		"CREATE EXTENSION IF NOT EXISTS pg_cron; CREATE EXTENSION IF NOT EXISTS dpwin" >/dev/null
 }
 
+# The foreign server `sandbox_ch` for the endpoint, with a user mapping for
+# the sandbox's superuser only (a PUBLIC mapping would show the password to
+# every role with USAGE on the server).
+create_server() {
+	psql -h "$SB/run" -p "$PGPORT_" -U $PGUSER_ -d $PGDB -q -v ON_ERROR_STOP=1 \
+		-v url="http://127.0.0.1:$CHPORT" -v chuser="$CHUSER" \
+		-v chpassword="$(cat "$SB/ch_password")" >/dev/null <<'SQL'
+SELECT NOT EXISTS (SELECT 1 FROM pg_foreign_server WHERE srvname = 'sandbox_ch') AS create_it \gset
+\if :create_it
+CREATE SERVER sandbox_ch FOREIGN DATA WRAPPER dpwin_clickhouse OPTIONS (url :'url');
+CREATE USER MAPPING FOR CURRENT_USER SERVER sandbox_ch
+	OPTIONS (user :'chuser', password :'chpassword');
+\endif
+SQL
+}
+
 start_ch() {
 	if ch_running; then
 		log "ClickHouse endpoint already running"
@@ -179,6 +197,7 @@ case "${1:-}" in
 		init_pg
 		start_pg
 		start_ch
+		create_server
 		print_env >"$SB/env"
 		log "up: PostgreSQL on port $PGPORT_, ClickHouse endpoint on port $CHPORT"
 		;;

@@ -28,7 +28,10 @@ sub sandbox_root { return $ENV{DPWIN_SANDBOX} }
 # PGXS sets PGPORT for its own temporary installations.
 BEGIN
 {
-	my $envfile = File::Spec->rel2abs(dirname(__FILE__) . '/../.sandbox/env');
+	my $envfile =
+	  $ENV{DPWIN_SANDBOX_DIR}
+	  ? "$ENV{DPWIN_SANDBOX_DIR}/env"
+	  : File::Spec->rel2abs(dirname(__FILE__) . '/../.sandbox/env');
 	if (-r $envfile)
 	{
 		open my $fh, '<', $envfile or die "cannot read $envfile: $!";
