@@ -338,6 +338,28 @@ worker_backoff(WorkerState *ws, int attempt)
 	}
 }
 
+/* Run one attempt; NULL when it verified, else its error. */
+static ErrorData *
+worker_try_attempt(WorkerState *ws, DpwinChunkSlot *slot, int attempt)
+{
+	ErrorData  *volatile edata = NULL;
+
+	MemoryContextReset(ws->chunk_cxt);
+	PG_TRY();
+	{
+		worker_attempt(ws, slot, attempt);
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(ws->chunk_cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		AbortCurrentTransaction();
+	}
+	PG_END_TRY();
+	return edata;
+}
+
 static void
 worker_chunk(WorkerState *ws, DpwinChunkSlot *slot)
 {
@@ -348,49 +370,39 @@ worker_chunk(WorkerState *ws, DpwinChunkSlot *slot)
 		bool		retry;
 
 		slot->attempts = attempt + 1;
-		MemoryContextReset(ws->chunk_cxt);
-		PG_TRY();
-		{
-			worker_attempt(ws, slot, attempt);
-		}
-		PG_CATCH();
-		{
-			MemoryContextSwitchTo(TopMemoryContext);
-			edata = CopyErrorData();
-			FlushErrorState();
-			AbortCurrentTransaction();
-			MemoryContextSwitchTo(TopMemoryContext);
-			if (edata->sqlerrcode == ERRCODE_CONNECTION_FAILURE ||
-				edata->sqlerrcode == ERRCODE_FDW_UNABLE_TO_ESTABLISH_CONNECTION)
-				ws->failure_transient = true;
-			if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
-				ws->failure_transient = false;
+		edata = worker_try_attempt(ws, slot, attempt);
+		if (edata == NULL)
+			return;				/* verified */
 
-			retry = ws->failure_transient && attempt < DPWIN_MAX_RETRIES &&
-				!pg_atomic_read_u32(&ws->sh->stop);
-			ereport(LOG,
-					(errmsg("dpwin: attempt %d of chunk %d failed%s: %s",
-							attempt, slot->chunk_no,
-							retry ? ", retrying" : "", edata->message)));
-			if (retry)
-				retry = worker_fence_attempt(ws, slot, attempt);
-			worker_journal_attempt_end(ws, slot, attempt,
-									   retry ? "fenced" : "failed",
-									   edata->message);
-			if (!retry)
-			{
-				slot->result = DPWIN_CHUNK_FAILED;
-				if (edata->sqlerrcode != ERRCODE_QUERY_CANCELED ||
-					!pg_atomic_read_u32(&ws->sh->stop))
-					worker_record_failure(ws->sh, edata);
-				return;
-			}
-			FreeErrorData(edata);
-			worker_backoff(ws, attempt);
-			continue;
+		/* The attempt failed: retry it, or give up on the whole extraction. */
+		MemoryContextSwitchTo(ws->chunk_cxt);
+		if (edata->sqlerrcode == ERRCODE_CONNECTION_FAILURE ||
+			edata->sqlerrcode == ERRCODE_FDW_UNABLE_TO_ESTABLISH_CONNECTION)
+			ws->failure_transient = true;
+		if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
+			ws->failure_transient = false;
+
+		retry = ws->failure_transient && attempt < DPWIN_MAX_RETRIES &&
+			!pg_atomic_read_u32(&ws->sh->stop);
+		ereport(LOG,
+				(errmsg("dpwin: attempt %d of chunk %d failed%s: %s",
+						attempt, slot->chunk_no,
+						retry ? ", retrying" : "", edata->message),
+				 edata->detail ? errdetail("%s", edata->detail) : 0));
+		if (retry)
+			retry = worker_fence_attempt(ws, slot, attempt);
+		worker_journal_attempt_end(ws, slot, attempt,
+								   retry ? "fenced" : "failed",
+								   edata->message);
+		if (!retry)
+		{
+			slot->result = DPWIN_CHUNK_FAILED;
+			if (edata->sqlerrcode != ERRCODE_QUERY_CANCELED ||
+				!pg_atomic_read_u32(&ws->sh->stop))
+				worker_record_failure(ws->sh, edata);
+			return;
 		}
-		PG_END_TRY();
-		return;
+		worker_backoff(ws, attempt);
 	}
 }
 

@@ -1272,8 +1272,8 @@ start_stream(struct request *r, const char *text, size_t len)
 	char name[64];
 	int err;
 
-	if (r->has_query_param)
-		set_log_text(r, r->qparam.data, r->qparam.len);
+	if (r->has_query_param)	/* without the line break added above */
+		set_log_text(r, r->qparam.data, r->qparam.len - 1);
 	else
 		set_log_text(r, text, sp->values ? sp->data_at : sp->head_end);
 	check_fault(r);
@@ -1646,6 +1646,14 @@ begin_request(struct MHD_Connection *c, struct request *r, const char *url,
 		r->mode = BODY_HEAD;
 		return MHD_YES;
 	}
+	/*
+	 * As the server does: the query is the ?query= text, a line break, then
+	 * the body.  The line break is what the "data starts after the first
+	 * newline" rule consumes, so a body whose first byte is a blank or a
+	 * newline (a RowBinary Int64 ending in 0x0A or 0x20) arrives intact.
+	 */
+	if (r->qparam.len > 0)
+		buf_append(&r->qparam, "\n", 1);
 	if (sql_split_insert(r->qparam.data, r->qparam.len, 1, &r->split) ==
 	    SPLIT_DATA) {
 		start_stream(r, r->qparam.data, r->qparam.len);
@@ -2072,12 +2080,12 @@ start_daemon(int fd, int is_v6, MHD_AccessHandlerCallback handler,
 	return MHD_start_daemon(flags, 0,
 	    with_policy ? accept_policy : NULL, NULL,
 	    handler, NULL,
+	    MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL,	/* must be first */
 	    MHD_OPTION_LISTEN_SOCKET, fd,
 	    MHD_OPTION_CONNECTION_LIMIT, (unsigned int) 1000,
 	    /* Idle connections close after keep_alive_timeout (30 s, as the server). */
 	    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int) 30,
 	    MHD_OPTION_THREAD_STACK_SIZE, THREAD_STACK,
-	    MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL,
 	    MHD_OPTION_NOTIFY_COMPLETED,
 	    with_policy ? request_completed : NULL, NULL,
 	    MHD_OPTION_END);
@@ -2225,6 +2233,24 @@ main(int argc, char **argv)
 		fprintf(stderr, "chendpoint: %s: %s\n", path, strerror(errno));
 		rmdir(g.fifo_dir);
 		return 1;
+	}
+	/*
+	 * The engine starts its background tasks (among them the one that
+	 * finishes DROP ... SYNC) only when it finds DATADIR/metadata at
+	 * start; on a brand-new directory DROP TABLE ... SYNC would hang
+	 * forever.  Create it first.
+	 */
+	{
+		char *meta = xasprintf("%s/metadata", path);
+
+		if (mkdir(meta, 0700) != 0 && errno != EEXIST) {
+			fprintf(stderr, "chendpoint: %s: %s\n", meta,
+			    strerror(errno));
+			free(meta);
+			rmdir(g.fifo_dir);
+			return 1;
+		}
+		free(meta);
 	}
 	if (engine_load(lib, err, sizeof(err)) != 0) {
 		fprintf(stderr, "chendpoint: cannot load the engine: %s\n", err);

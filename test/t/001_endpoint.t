@@ -273,6 +273,12 @@ ok_q("CREATE TABLE $db.t (ts DateTime64(6, 'UTC'), amount Nullable(Decimal(18, 2
 	my $r = chq('SELECT name FROM system.tables WHERE database = currentDatabase()',
 		params => [database => $db]);
 	is($r->{body}, "t\n", 'database parameter sets the current database');
+	# DROP ... SYNC needs the engine's background tasks (the endpoint
+	# starts them even on a fresh data directory).
+	ok_q("CREATE TABLE $db.gone (x UInt8) ENGINE = MergeTree ORDER BY x",
+		'create a table to drop');
+	$r = chq("DROP TABLE $db.gone SYNC", max_time => 10);
+	is($r->{status}, 200, 'DROP TABLE ... SYNC returns') or diag("rc $r->{rc}");
 }
 
 {
