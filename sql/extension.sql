@@ -19,4 +19,4 @@ SELECT has_table_privilege('public', 'dpwin.invocation', 'INSERT') AS public_can
        has_table_privilege('dpwin_operator', 'dpwin.route', 'UPDATE') AS operator_can_update;
 -- the dpwin. GUC prefix is reserved
 SET dpwin.no_such_setting = 1;
-SHOW dpwin.max_workers;
+SELECT current_setting('dpwin.max_workers')::int BETWEEN 1 AND 64 AS max_workers_in_range;

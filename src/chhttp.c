@@ -75,6 +75,9 @@ struct ChHttp
 	bool		reader_failed;
 	ChHttpBodyReader reader;
 	void	   *reader_arg;
+	const char *text;			/* statement sent as the body, or NULL */
+	size_t		text_len;
+	size_t		text_pos;
 	bool		have_exception_header;
 	char		query_id[CHHTTP_HEADER_VALUE_MAX];
 	char		sent_query_id[CHHTTP_HEADER_VALUE_MAX];
@@ -405,6 +408,9 @@ chhttp_post_inner(ChHttp *http, const char *sql, const char *query_id,
 	http->reader_failed = false;
 	http->reader = reader;
 	http->reader_arg = reader_arg;
+	http->text = reader != NULL ? NULL : sql;
+	http->text_len = reader != NULL ? 0 : strlen(sql);
+	http->text_pos = 0;
 	http->have_exception_header = false;
 	http->query_id[0] = '\0';
 	http->exception_tag[0] = '\0';
@@ -451,9 +457,19 @@ chhttp_post_inner(ChHttp *http, const char *sql, const char *query_id,
 	}
 	else
 	{
+		/*
+		 * The statement goes out through the read callback, not as
+		 * CURLOPT_POSTFIELDS: when a reused keep-alive connection dies
+		 * without an answer, libcurl silently sends a POSTFIELDS request
+		 * again on a fresh connection, so a statement whose reply was lost
+		 * would run twice (a second EXCHANGE undoes the first).  A body
+		 * from a callback cannot be rewound, so libcurl reports
+		 * CURLE_SEND_FAIL_REWIND instead, a lost reply the caller settles.
+		 */
 		SETOPT(CURLOPT_HTTPHEADER, http->text_headers);
-		SETOPT(CURLOPT_POSTFIELDS, sql);
-		SETOPT(CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) strlen(sql));
+		SETOPT(CURLOPT_READFUNCTION, chhttp_read_cb);
+		SETOPT(CURLOPT_READDATA, http);
+		SETOPT(CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) http->text_len);
 	}
 
 	SETOPT(CURLOPT_WRITEFUNCTION, chhttp_write_cb);
@@ -481,6 +497,7 @@ chhttp_post_inner(ChHttp *http, const char *sql, const char *query_id,
 	/* the URL may not outlive the transfer: unset it before freeing */
 	curl_easy_setopt(curl, CURLOPT_URL, "");
 	curl_easy_setopt(curl, CURLOPT_POSTFIELDS, NULL);
+	http->text = NULL;
 	pfree(url.data);
 
 	reply->http_code = http_code;
@@ -924,7 +941,13 @@ chhttp_read_cb(char *buffer, size_t size, size_t nitems, void *userdata)
 		return CURL_READFUNC_ABORT;
 	}
 	if (http->reader == NULL)
-		return 0;
+	{
+		n = Min(max, http->text_len - http->text_pos);
+		if (n > 0)
+			memcpy(buffer, http->text + http->text_pos, n);
+		http->text_pos += n;
+		return n;
+	}
 
 	n = http->reader(http->reader_arg, buffer, max, &failed);
 	if (failed)

@@ -1280,15 +1280,17 @@ dpwin_target_create_like(ChClient *client, const DpwinTargetInfo *target,
 				 errhint("The copy is left in place; drop it, and run the refresh again.")));
 }
 
+/*
+ * Without SYNC: in an Atomic database the name is free at once and the
+ * data goes after database_atomic_delay_before_drop_table_sec.  SYNC would
+ * wait for the data to go, which never happens on the embedded engine of
+ * the test endpoint while it has other sessions open (checked on chDB
+ * 26.5: DROP ... SYNC hung until the request timed out).
+ */
 void
 dpwin_target_drop_table(ChClient *client, const char *database,
 						const char *name)
 {
-	/*
-	 * No SYNC: in an Atomic database the name is free at once and the data
-	 * goes with the server's delayed drop.  SYNC waits for that background
-	 * task, which embedded engines may never run.
-	 */
 	ch_exec(client, psprintf("DROP TABLE IF EXISTS %s",
 							 ch_qualified_name(database, name)));
 }

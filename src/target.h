@@ -66,7 +66,7 @@ extern void dpwin_target_create_like(ChClient *client,
 									 const DpwinTargetInfo *target,
 									 const char *name);
 
-/* DROP TABLE IF EXISTS db.name SYNC. */
+/* DROP TABLE IF EXISTS db.name (the name is free at once; see target.c). */
 extern void dpwin_target_drop_table(ChClient *client, const char *database,
 									const char *name);
 

@@ -634,6 +634,7 @@ struct request {
 	size_t n_settings;
 	int has_query_param;
 	struct buf qparam;	/* the ?query= text */
+	int qparam_nl;		/* a line break was appended to qparam */
 	struct buf body;	/* body bytes kept as query text / head */
 	enum body_mode mode;
 	int answered;		/* a response was queued */
@@ -769,9 +770,11 @@ collect_arg(void *cls, enum MHD_ValueKind kind, const char *key,
 		value = "";
 		value_size = 0;
 	}
+	/* A repeated parameter: the first one counts, as in the server. */
 	if (strcmp(key, "query") == 0) {
+		if (!r->has_query_param)
+			buf_append(&r->qparam, value, value_size);
 		r->has_query_param = 1;
-		buf_append(&r->qparam, value, value_size);
 	} else if (strcmp(key, "database") == 0) {
 		if (r->database == NULL)
 			r->database = xstrndup(value, value_size);
@@ -779,15 +782,18 @@ collect_arg(void *cls, enum MHD_ValueKind kind, const char *key,
 		if (r->format == NULL)
 			r->format = xstrndup(value, value_size);
 	} else if (strcmp(key, "user") == 0) {
-		st->user = value;
+		if (st->user == NULL)
+			st->user = value;
 		st->has_credentials = 1;
 	} else if (strcmp(key, "password") == 0) {
-		st->password = value;
+		if (st->password == NULL)
+			st->password = value;
 		st->has_credentials = 1;
 	} else if (strcmp(key, "quota_key") == 0) {
 		st->has_credentials = 1;
 	} else if (strcmp(key, "query_id") == 0) {
-		st->query_id = value;
+		if (st->query_id == NULL)
+			st->query_id = value;
 	} else if (strcmp(key, "compress") == 0) {
 		st->compress = strcmp(value, "0") != 0 && value_size > 0;
 	} else if (strcmp(key, "decompress") == 0) {
@@ -1062,11 +1068,16 @@ check_fault(struct request *r)
 		    "'%s', mode error)", r->fault.pattern);
 }
 
-/* Run a statement whose text is complete (not a streamed INSERT). */
+/*
+ * Run a statement whose text is complete (not a streamed INSERT).  The log
+ * shows its first log_len bytes (without a line break added after
+ * ?query= when no body followed).
+ */
 static void
-run_buffered(struct request *r, const char *text, size_t len)
+run_buffered(struct request *r, const char *text, size_t len,
+	     size_t log_len)
 {
-	set_log_text(r, text, len);
+	set_log_text(r, text, log_len);
 	check_fault(r);
 	if (r->failed)
 		return;
@@ -1378,6 +1389,9 @@ queue_error(struct MHD_Connection *c, struct request *r)
 
 	if (r->err_code == 194)
 		status = 401;	/* REQUIRED_PASSWORD asks for credentials */
+	if (r->err_msg == NULL)
+		r->err_msg = xasprintf("Code: %d. DB::Exception: (no message)",
+		    r->err_code);
 	body = xasprintf("%s%s", r->err_msg,
 	    (r->err_msg[0] && r->err_msg[strlen(r->err_msg) - 1] == '\n') ?
 	    "" : "\n");
@@ -1652,8 +1666,10 @@ begin_request(struct MHD_Connection *c, struct request *r, const char *url,
 	 * newline" rule consumes, so a body whose first byte is a blank or a
 	 * newline (a RowBinary Int64 ending in 0x0A or 0x20) arrives intact.
 	 */
-	if (r->qparam.len > 0)
+	if (r->qparam.len > 0) {
 		buf_append(&r->qparam, "\n", 1);
+		r->qparam_nl = 1;
+	}
 	if (sql_split_insert(r->qparam.data, r->qparam.len, 1, &r->split) ==
 	    SPLIT_DATA) {
 		start_stream(r, r->qparam.data, r->qparam.len);
@@ -1754,7 +1770,10 @@ main_handler(void *cls, struct MHD_Connection *c, const char *url,
 				    "(Content-Encoding: %s) is not supported by "
 				    "this endpoint", r->content_encoding);
 			} else {
-				run_buffered(r, text.data, text.len);
+				run_buffered(r, text.data, text.len,
+				    r->body.len == 0 && text.len > 0 &&
+				    text.data[text.len - 1] == '\n' &&
+				    r->qparam_nl ? text.len - 1 : text.len);
 			}
 		}
 		buf_free(&text);

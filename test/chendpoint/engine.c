@@ -118,6 +118,17 @@ engine_close(struct engine_conn *c)
 	free(c);
 }
 
+/* strdup that does not return NULL: out of memory is fatal here. */
+static char *
+dup_or_die(const char *s)
+{
+	char *p = strdup(s);
+
+	if (p == NULL)
+		abort();
+	return p;
+}
+
 int
 engine_error_code(const char *msg)
 {
@@ -142,20 +153,18 @@ engine_query(struct engine_conn *c, const char *query, size_t qlen,
 	memset(res, 0, sizeof(*res));
 	r = p_query_n(*c->conn, query, qlen, format, strlen(format));
 	if (r == NULL) {
-		res->error = strdup("Code: 1001. DB::Exception: the engine "
+		res->error = dup_or_die("Code: 1001. DB::Exception: the engine "
 		    "returned no result. (STD_EXCEPTION)");
 		res->code = 1001;
 		return -1;
 	}
 	err = p_result_error(r);
 	if (err != NULL) {
-		res->error = strdup(err);
+		res->error = dup_or_die(err);
 		res->code = engine_error_code(err);
 		if (res->code == 0)
 			res->code = 1001;
 		p_destroy_result(r);
-		if (res->error == NULL)
-			abort();
 		return -1;
 	}
 	res->handle = r;

@@ -53,7 +53,7 @@ sub qn { my ($d, $t) = @_; return ch_ident($d) . '.' . ch_ident($t); }
 sub ch_table
 {
 	my ($d, $t, $def) = @_;
-	ch_ok("DROP TABLE IF EXISTS " . qn($d, $t) . " SYNC");
+	ch_ok("DROP TABLE IF EXISTS " . qn($d, $t) . "");
 	ch_ok("CREATE TABLE " . qn($d, $t) . " $def");
 }
 
@@ -94,7 +94,7 @@ sub refused
 
 # --- setup ---------------------------------------------------------------
 
-ch_ok("DROP DATABASE IF EXISTS " . ch_ident($_) . " SYNC") for ($db, $memdb, $odddb);
+ch_ok("DROP DATABASE IF EXISTS " . ch_ident($_) . "") for ($db, $memdb, $odddb);
 ch_ok("CREATE DATABASE " . ch_ident($db) . " ENGINE = Atomic");
 ch_ok("CREATE DATABASE " . ch_ident($memdb) . " ENGINE = Memory");
 ch_ok("CREATE DATABASE " . ch_ident($odddb) . " ENGINE = Atomic");
@@ -139,7 +139,7 @@ my $good = "(id Int64, w Nullable(DateTime64(6, 'UTC')), v Nullable(String)) ENG
 	like($fp, qr/^[0-9a-f]{64}$/, 'info: schema fingerprint is SHA-256 hex');
 
 	# A CREATE TABLE AS copy has the same fingerprint: it does not depend on the name.
-	ch_ok("DROP TABLE IF EXISTS " . qn($db, 'ok_copy') . " SYNC");
+	ch_ok("DROP TABLE IF EXISTS " . qn($db, 'ok_copy') . "");
 	ch_ok("CREATE TABLE " . qn($db, 'ok_copy') . " AS " . qn($db, 'ok'));
 	my $r2 = route($db, 'ok_copy');
 	is(admit_json_field($r2, 'schema_fingerprint'), $fp, 'a CREATE TABLE AS copy has the same fingerprint');
@@ -219,7 +219,7 @@ refused('projection', $db, 'proj',
 
 {
 	ch_table($db, 'mv_src', $good);
-	ch_ok("DROP TABLE IF EXISTS " . qn($db, 'mv_r') . " SYNC");
+	ch_ok("DROP TABLE IF EXISTS " . qn($db, 'mv_r') . "");
 	ch_ok("CREATE MATERIALIZED VIEW " . qn($db, 'mv_r') . " ENGINE = MergeTree ORDER BY id AS SELECT id FROM " . qn($db, 'mv_src'));
 	refused('materialized view reading from the target', $db, 'mv_src', undef, '55000',
 		qr/ClickHouse target `\Q$db\E`\.`mv_src` has dependent materialized views/);
@@ -228,7 +228,7 @@ refused('projection', $db, 'proj',
 
 	ch_table($db, 'mv_dst', $good);
 	ch_table($db, 'feed', $good);
-	ch_ok("DROP TABLE IF EXISTS " . qn($db, 'mv_w') . " SYNC");
+	ch_ok("DROP TABLE IF EXISTS " . qn($db, 'mv_w') . "");
 	ch_ok("CREATE MATERIALIZED VIEW " . qn($db, 'mv_w') . " TO " . qn($db, 'mv_dst') . " AS SELECT * FROM " . qn($db, 'feed'));
 	refused('materialized view writing into the target', $db, 'mv_dst', undef, '55000',
 		qr/has dependent materialized views/);
@@ -371,7 +371,7 @@ refused('window column DateTime', $db, 'wdt',
 
 # --- cleanup ---------------------------------------------------------------------
 
-ch_ok("DROP DATABASE IF EXISTS " . ch_ident($_) . " SYNC") for ($db, $memdb, $odddb);
+ch_ok("DROP DATABASE IF EXISTS " . ch_ident($_) . "") for ($db, $memdb, $odddb);
 psql_ok("SELECT dpwin.drop_route(route_name) FROM dpwin.route WHERE route_name LIKE 't040\\_%';
 	DROP SCHEMA $schema CASCADE;
 	DROP SERVER $srv CASCADE;");
