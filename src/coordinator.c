@@ -924,6 +924,9 @@ coordinator_publish(Coordinator *c)
 	pub.backup_table = dpwin_backup_name(c->route->route_id, &c->id, c->interval_end);
 	pub.outcome = NULL;
 
+	/* A cancellation that arrived during the build stops us here. */
+	CHECK_FOR_INTERRUPTS();
+
 	/* The intent is durable before the exchange can happen. */
 	xact_begin();
 	dpwin_publication_intent(&c->id, c->target_id, c->epoch, &pub, "exchange");
@@ -964,7 +967,11 @@ coordinator_publish(Coordinator *c)
 	}
 	else
 		coordinator_report_unknown(c, &pub, target_uuid, generation_uuid);
-	RESUME_CANCEL_INTERRUPTS();
+
+	/*
+	 * Published: cancellation stays held off until the process exits, so
+	 * evidence and state follow the exchange without interruption.
+	 */
 }
 
 /* ----------------------------------------------------------------

@@ -146,6 +146,20 @@ dpwin_refresh(PG_FUNCTION_ARGS)
 	(void) dpwin_server_conf(route->server_name, GetUserId());
 	(void) dpwin_window_chunks(interval_end, route->lookback_us, route->chunk_us);
 
+	/*
+	 * The route binds its name to its source configuration: a source that
+	 * was renamed or whose columns changed type since the route was
+	 * declared is not silently followed.
+	 */
+	if (strcmp(dpwin_route_fingerprint(route), route->config_fingerprint) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the source of route \"%s\" changed since the route was declared",
+						route->route_name),
+				 errdetail("The route's config fingerprint no longer matches its source table, columns or target."),
+				 errhint("Review the source, then confirm the route with SELECT dpwin.alter_route('%s');",
+						 route->route_name)));
+
 	call_init(call, DPWIN_CALL_REFRESH);
 	call->route_id = route->route_id;
 	call->interval_end = interval_end;
