@@ -84,46 +84,31 @@ sub psql_err
 }
 
 # ch($sql, %opt) -> ($http_status, $body, $headers).  Options: data (body to
-# post after the query), params (hashref of URL settings), timeout.
+# post after the query, which then goes in the `query` URL parameter),
+# params (hashref of URL settings), timeout.
 sub ch
 {
 	my ($sql, %opt) = @_;
-	my $url = "$ENV{DPWIN_CH_URL}/";
-	my @params = ();
 	my %p = %{ $opt{params} // {} };
-	for my $k (sort keys %p)
-	{
-		push @params, "--data-urlencode", "$k=$p{$k}";
-	}
-	my ($hfh, $hfile) = tempfile(UNLINK => 1);
-	my @cmd = ('curl', '-sS', '-o', '-', '-D', $hfile, '-w', '\n%{http_code}',
-		'-u', "$ENV{DPWIN_CH_USER}:$ENV{DPWIN_CH_PASSWORD}",
-		'--max-time', $opt{timeout} // 120);
 	my $in;
 	if (defined $opt{data})
 	{
-		push @cmd, '-G', '--data-urlencode', "query=$sql", @params,
-		  '-X', 'POST', '-H', 'Transfer-Encoding: chunked',
-		  '--data-binary', '@-';
+		$p{query} = $sql;
 		$in = $opt{data};
 	}
 	else
 	{
-		push @cmd, '--data-binary', '@-';
-		if (@params)
-		{
-			push @cmd, '-G', @params;
-			# -G turns --data-binary into URL parameters: send the query as
-			# the `query` parameter instead.
-			@cmd = grep { $_ ne '--data-binary' && $_ ne '@-' } @cmd;
-			push @cmd, '--data-urlencode', "query=$sql", '-X', 'POST';
-			$in = '';
-		}
-		else
-		{
-			$in = $sql;
-		}
+		$in = $sql;
 	}
+	my $url = "$ENV{DPWIN_CH_URL}/";
+	$url .= '?' . join('&', map { uri_escape($_) . '=' . uri_escape($p{$_}) } sort keys %p)
+	  if %p;
+	my ($hfh, $hfile) = tempfile(UNLINK => 1);
+	my @cmd = ('curl', '-sS', '-o', '-', '-D', $hfile, '-w', '\n%{http_code}',
+		'-u', "$ENV{DPWIN_CH_USER}:$ENV{DPWIN_CH_PASSWORD}",
+		'--max-time', $opt{timeout} // 120, '-X', 'POST',
+		'--data-binary', '@-');
+	push @cmd, '-H', 'Transfer-Encoding: chunked' if defined $opt{data};
 	push @cmd, $url;
 	my ($out, $err) = ('', '');
 	run \@cmd, '<', \$in, '>', \$out, '2>', \$err, timeout(($opt{timeout} // 120) + 10);
@@ -133,6 +118,15 @@ sub ch
 	my $headers = <$h>;
 	close $h;
 	return ($code // 0, $body // $out, $headers // '');
+}
+
+# Percent-encode a URL parameter (as UTF-8 bytes).
+sub uri_escape
+{
+	my ($s) = @_;
+	utf8::encode($s) if utf8::is_utf8($s);
+	$s =~ s/([^A-Za-z0-9\-._~])/sprintf('%%%02X', ord($1))/ge;
+	return $s;
 }
 
 # ch_ok($sql): the body; dies unless status 200.

@@ -316,6 +316,18 @@ ok_q("CREATE TABLE $db.t (ts DateTime64(6, 'UTC'), amount Nullable(Decimal(18, 2
 	   ['2023-11-14 22:13:20.123457', '0.01', $rows[3][2]]));
 	is($r->{body}, $want, 'values read back exactly (DateTime64, Decimal, NULL, bytes)');
 
+	# The body may start with bytes the data-start rule would skip if the
+	# line break after ?query= were missing: 0x0A and 0x20.
+	my $edge = rb_int64(10) . rb_nullable_dec(32) . rb_string("edge\x0a")
+	  . rb_int64(32) . rb_nullable_dec(undef) . rb_string(" edge2");
+	$r = http(body => $edge, chunked => 1,
+		params => [query => "INSERT INTO $db.t FORMAT RowBinary"]);
+	is($r->{status}, 200, 'RowBinary body starting with 0x0A') or diag($r->{body});
+	is(chq("SELECT ts, amount, s FROM $db.t WHERE s LIKE '%edge%' ORDER BY ts FORMAT RowBinary")->{body},
+		$edge, 'body bytes 0x0A / 0x20 at the start are data, not separators');
+	ok_q("ALTER TABLE $db.t DELETE WHERE s LIKE '%edge%' SETTINGS mutations_sync = 2",
+		'remove the edge rows');
+
 	# The query may also come first in the body, data after a newline.
 	$r = http(body => "INSERT INTO $db.t (ts, s) FORMAT TSV\n"
 		. "2024-01-01 00:00:00.5\tfrom body\n");
