@@ -70,6 +70,7 @@ typedef struct Coordinator
 	bool		lease_held;
 	DpwinState	state;			/* as last journaled by us */
 	bool		registered;		/* the invocation row exists */
+	bool		not_published;	/* the exchange is known not to have run */
 
 	TimestampTz interval_end;
 	TimestampTz lo;
@@ -294,18 +295,28 @@ coordinator_drop_own_tables(Coordinator *c, bool keep_generation)
 
 /*
  * After an error: journal it, clean up what is safe to clean up, and hand
- * the error to the caller.  Before publication every staging and
- * generation table is dropped and the target is untouched; from
- * publishing on nothing is dropped and the state is left for recovery.
+ * the error to the caller.  Before publication, or when the UUIDs showed
+ * that the exchange did not happen, the invocation fails, every staging
+ * and generation table is dropped and the target is untouched; otherwise,
+ * from publishing on, nothing is dropped and the state is left for
+ * recovery.
  */
 static void
 coordinator_fail(Coordinator *c, ErrorData *edata)
 {
-	bool		prepublication = c->state < DPWIN_STATE_PUBLISHING;
+	bool		prepublication = c->state < DPWIN_STATE_PUBLISHING ||
+		(c->state == DPWIN_STATE_PUBLISHING && c->not_published);
 
 	call_set_error(c->call, edata);
 	if (!c->registered)
 		return;
+
+	/* Data may be visible already: tell the caller how to finish. */
+	if (!prepublication && !dpwin_state_is_final(c->state) &&
+		c->call->hint[0] == '\0')
+		snprintf(c->call->hint, sizeof(c->call->hint),
+				 "The invocation is %s; SELECT * FROM dpwin.recover('%s') settles it.",
+				 dpwin_state_name(c->state), dpwin_uuid_text(&c->id));
 
 	PG_TRY();
 	{
@@ -851,8 +862,10 @@ coordinator_report_unknown(Coordinator *c, const DpwinPublication *pub,
 						   const char *target_uuid, const char *generation_uuid)
 {
 	coordinator_record_outcome(c, "unknown");
-	coordinator_transition(c, DPWIN_STATE_UNKNOWN,
-						   "publication outcome unknown", "XX001");
+	/* recovery of an unknown publication may find it unknown again */
+	if (c->state != DPWIN_STATE_UNKNOWN)
+		coordinator_transition(c, DPWIN_STATE_UNKNOWN,
+							   "publication outcome unknown", "XX001");
 	ereport(ERROR,
 			(errcode(ERRCODE_DATA_CORRUPTED),
 			 errmsg("publication outcome of invocation %s is unknown", dpwin_uuid_text(&c->id)),
@@ -1011,11 +1024,11 @@ coordinator_metrics(Coordinator *c)
 					 w, unix_usecs(c->lo), w, unix_usecs(c->hi));
 	days = ch_scalar(c->client,
 					 psprintf("SELECT toJSONString(CAST((groupArray(d), groupArray(n)) AS Tuple(days Array(String), rows Array(UInt64))))"
-							  " FROM (SELECT toString(toDate(%s)) AS d, count() AS n FROM %s"
+							  " FROM (SELECT toString(toDate32(%s)) AS d, count() AS n FROM %s"
 							  " WHERE %s GROUP BY d ORDER BY d)", w, tbl, inwin));
 	bounds = ch_scalar(c->client,
-					   psprintf("SELECT toJSONString(CAST((toString(min(w)), toString(max(w)), countIf(NOT isNull(w)), countIf(isNull(w))) AS"
-								" Tuple(min String, max String, window_rows UInt64, null_window_rows UInt64)))"
+					   psprintf("SELECT toJSONString(CAST((toString(minOrNull(w)), toString(maxOrNull(w)), countIf(NOT isNull(w)), countIf(isNull(w))) AS"
+								" Tuple(min Nullable(String), max Nullable(String), window_rows UInt64, null_window_rows UInt64)))"
 								" FROM (SELECT %s AS w FROM %s WHERE (%s) OR isNull(%s))",
 								w, tbl, inwin, w));
 
@@ -1180,8 +1193,8 @@ coordinator_refresh(Coordinator *c)
 
 	/* Admission under the lease, before any data moves. */
 	dpwin_progress_phase(c->progress_slot, "admission");
-	dpwin_target_probe_exchange(c->client, c->route->target_database);
 	c->target = coordinator_admit(c);
+	dpwin_target_probe_exchange(c->client, c->route->target_database);
 	xact_begin();
 	dpwin_registry_set_schema(&c->id, c->epoch, c->target->schema_fingerprint);
 	dpwin_registry_transition(&c->id, DPWIN_STATE_EXTRACTING, c->epoch, NULL, NULL);
@@ -1237,6 +1250,8 @@ coordinator_load_invocation(Coordinator *c)
 										  " digest, attempt + 1"
 										  " FROM dpwin.chunk WHERE invocation_id = $1 ORDER BY chunk_no",
 										  1, types, args, NULL, true);
+	/* SPI switched to its own context, which goes away at commit */
+	MemoryContextSwitchTo(c->cxt);
 	c->slots = palloc0(sizeof(DpwinChunkSlot) * Max(c->nchunks, 1));
 	for (int i = 0; i < c->nchunks; i++)
 	{

@@ -97,6 +97,8 @@ static char *names_list(List *names);
 static void probe_cleanup(ChClient *client, const char *qa, const char *qb,
 						  MemoryContext cxt);
 static void probe_remember(const char *key);
+static void probe_uuids(ChClient *client, const char *database, const char *a,
+						const char *b, char **uuid_a, char **uuid_b);
 static void check_database(const char *database, const char *engine,
 						   const char *qname);
 
@@ -1124,8 +1126,7 @@ dpwin_target_probe_exchange(ChClient *client, const char *database)
 
 		ch_exec(client, psprintf("CREATE TABLE %s (x UInt8) ENGINE = MergeTree ORDER BY tuple()", qa));
 		ch_exec(client, psprintf("CREATE TABLE %s (x UInt8) ENGINE = MergeTree ORDER BY tuple()", qb));
-		uuid_a = dpwin_target_table_uuid(client, database, name_a);
-		uuid_b = dpwin_target_table_uuid(client, database, name_b);
+		probe_uuids(client, database, name_a, name_b, &uuid_a, &uuid_b);
 		if (uuid_a == NULL || uuid_b == NULL)
 			ereport(ERROR,
 					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
@@ -1136,7 +1137,8 @@ dpwin_target_probe_exchange(ChClient *client, const char *database)
 						psprintf("EXCHANGE TABLES %s AND %s", qa, qb),
 						ch_next_query_id(client, "probe-exchange"),
 						NULL, NULL, &reply);
-		if (status == CHHTTP_SERVER_ERROR)
+		if (status == CHHTTP_SERVER_ERROR &&
+			reply.exception_code != CH_ACCESS_DENIED)
 			ereport(ERROR,
 					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 					 errmsg("ClickHouse database %s on server \"%s\" does not support EXCHANGE TABLES",
@@ -1146,8 +1148,7 @@ dpwin_target_probe_exchange(ChClient *client, const char *database)
 		else if (status != CHHTTP_OK)
 			ch_report(status, &reply, "probing EXCHANGE TABLES");
 
-		after_a = dpwin_target_table_uuid(client, database, name_a);
-		after_b = dpwin_target_table_uuid(client, database, name_b);
+		probe_uuids(client, database, name_a, name_b, &after_a, &after_b);
 		if (after_a == NULL || after_b == NULL ||
 			strcmp(after_a, uuid_b) != 0 || strcmp(after_b, uuid_a) != 0)
 			ereport(ERROR,
@@ -1172,6 +1173,32 @@ dpwin_target_probe_exchange(ChClient *client, const char *database)
 	PG_END_TRY();
 
 	probe_remember(key);
+}
+
+/* The uuids of db.a and db.b in one request (NULL for a missing table). */
+static void
+probe_uuids(ChClient *client, const char *database, const char *a,
+			const char *b, char **uuid_a, char **uuid_b)
+{
+	List	   *rows;
+	ListCell   *lc;
+
+	*uuid_a = NULL;
+	*uuid_b = NULL;
+	rows = ch_parse_tsv(ch_exec(client,
+								psprintf("SELECT name, toString(uuid) FROM system.tables WHERE database = %s AND name IN (%s, %s)",
+										 ch_quote_literal(database),
+										 ch_quote_literal(a),
+										 ch_quote_literal(b))));
+	foreach(lc, rows)
+	{
+		List	   *row = (List *) lfirst(lc);
+
+		if (strcmp(list_field(row, 0), a) == 0)
+			*uuid_a = pstrdup(list_field(row, 1));
+		else if (strcmp(list_field(row, 0), b) == 0)
+			*uuid_b = pstrdup(list_field(row, 1));
+	}
 }
 
 /*
