@@ -131,10 +131,20 @@ ch_post(ChClient *client, const char *sql, const char *query_id,
 		ChHttpBodyReader reader, void *reader_arg, int timeout_ms,
 		ChHttpReply *reply)
 {
+	ChHttpStatus status;
+
 	if (client->http == NULL)
 		elog(ERROR, "ClickHouse client used after close");
-	return chhttp_post(client->http, sql, query_id, CH_REQUEST_SETTINGS,
-					   reader, reader_arg, timeout_ms, reply);
+	status = chhttp_post(client->http, sql, query_id, CH_REQUEST_SETTINGS,
+						 reader, reader_arg, timeout_ms, reply);
+
+	/*
+	 * Remembered for callers that only see the ereport of ch_exec() and
+	 * still need to know whether another attempt may succeed.
+	 */
+	client->last_transient = status != CHHTTP_OK &&
+		ch_status_transient(status, reply);
+	return status;
 }
 
 ChHttpStatus

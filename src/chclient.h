@@ -20,6 +20,8 @@ typedef struct ChClient
 	const DpwinServerConf *conf;
 	char	   *query_id_prefix;	/* e.g. "dpwin-<invocation>-" */
 	uint64		seq;			/* makes each query_id unique */
+	bool		last_transient; /* the last request failed, and retrying it
+								 * could succeed (ch_status_transient) */
 } ChClient;
 
 extern ChClient *ch_client_open(const DpwinServerConf *conf,

@@ -35,6 +35,7 @@
 #include "storage/proc.h"
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/json.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
@@ -48,6 +49,7 @@
 #include "extract.h"
 #include "lease.h"
 #include "names.h"
+#include "partition.h"
 #include "progress.h"
 #include "registry.h"
 #include "route.h"
@@ -87,6 +89,7 @@ typedef struct Coordinator
 	/* generation */
 	char	   *generation;
 	char	   *backup;
+	DpwinPartitionPlan *partitions; /* cloned/copied partitions (partition.c) */
 	DpwinDigest source_digest;
 	DpwinDigest keep_digest;
 	int64		source_rows;
@@ -305,7 +308,8 @@ static void
 coordinator_fail(Coordinator *c, ErrorData *edata)
 {
 	bool		prepublication = c->state < DPWIN_STATE_PUBLISHING ||
-		(c->state == DPWIN_STATE_PUBLISHING && c->not_published);
+		((c->state == DPWIN_STATE_PUBLISHING || c->state == DPWIN_STATE_UNKNOWN) &&
+		 c->not_published);
 
 	call_set_error(c->call, edata);
 	if (!c->registered)
@@ -339,7 +343,12 @@ coordinator_fail(Coordinator *c, ErrorData *edata)
 	PG_END_TRY();
 	MemoryContextSwitchTo(c->cxt);
 
-	if (prepublication)
+	/*
+	 * Without the lease the invocation may be running under another
+	 * coordinator (a refused recover() or abandon()): its tables are not
+	 * ours to drop.
+	 */
+	if (prepublication && c->lease_held)
 	{
 		PG_TRY();
 		{
@@ -372,6 +381,28 @@ coordinator_fill_result(Coordinator *c)
 			sizeof(call->backup_table));
 }
 
+/*
+ * The caller's current role is often a group role without LOGIN, reached
+ * with SET ROLE, and BackgroundWorkerInitializeConnectionByOid() refuses
+ * such a role on PostgreSQL 15.  So a dpwin worker logs in as the caller's
+ * login role, which could log in, and then takes the caller's current role
+ * exactly as SET ROLE does: every privilege check sees that role.
+ */
+void
+dpwin_bgworker_connect(Oid database_id, Oid login_user_id, Oid user_id)
+{
+	BackgroundWorkerInitializeConnectionByOid(database_id, login_user_id, 0);
+	if (user_id != login_user_id)
+	{
+		bool		is_superuser;
+
+		StartTransactionCommand();
+		is_superuser = superuser_arg(user_id);
+		CommitTransactionCommand();
+		SetCurrentRoleId(user_id, is_superuser);
+	}
+}
+
 void
 dpwin_coordinator_main(Datum main_arg)
 {
@@ -394,7 +425,7 @@ dpwin_coordinator_main(Datum main_arg)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("dpwin coordinator found bad magic in shared memory")));
 
-	BackgroundWorkerInitializeConnectionByOid(call->database_id, call->user_id, 0);
+	dpwin_bgworker_connect(call->database_id, call->login_user_id, call->user_id);
 	pgstat_report_appname("dpwin coordinator");
 
 	c.call = call;
@@ -405,6 +436,15 @@ dpwin_coordinator_main(Datum main_arg)
 	c.state = DPWIN_STATE_PLANNED;
 	c.extract_seconds = c.verify_seconds = c.build_seconds = c.publish_seconds = -1;
 	dpwin_lease_timeout_ms = call->lease_timeout_ms;
+
+	/*
+	 * The journal must survive a crash of this server before dpwin acts on
+	 * what it says: the publication intent is committed before the
+	 * EXCHANGE, and an asynchronous commit lost in a crash would leave an
+	 * exchanged target with no intent to reconcile it by.
+	 */
+	if (synchronous_commit == SYNCHRONOUS_COMMIT_OFF)
+		SetConfigOption("synchronous_commit", "local", PGC_USERSET, PGC_S_OVERRIDE);
 	MemoryContextSwitchTo(c.cxt);
 
 	PG_TRY();
@@ -578,6 +618,7 @@ coordinator_extract(Coordinator *c)
 	sh->magic = DPWIN_EXTRACT_MAGIC;
 	sh->database_id = MyDatabaseId;
 	sh->user_id = GetUserId();
+	sh->login_user_id = GetAuthenticatedUserId();
 	sh->route_id = c->route->route_id;
 	sh->target_id = c->target_id;
 	sh->lease_epoch = c->epoch;
@@ -772,6 +813,7 @@ coordinator_build(Coordinator *c)
 	DpwinDigest target_keep;
 	DpwinDigest gen_all;
 	DpwinDigest expected;
+	List	   *staging;
 	TimestampTz started = GetCurrentTimestamp();
 
 	coordinator_readmit(c, "before the generation was built");
@@ -781,10 +823,21 @@ coordinator_build(Coordinator *c)
 	dpwin_target_drop_table(c->client, r->target_database, c->generation);
 	dpwin_target_create_like(c->client, c->target, c->generation);
 
-	/* Rows outside the window and NULL-window rows, duplicates included. */
-	dpwin_target_copy_rows(c->client, c->target, c->generation, r->target_table, keep);
-	dpwin_target_digest(c->client, c->target, c->generation, NULL, &c->key, &gen_keep);
-	dpwin_target_digest(c->client, c->target, r->target_table, keep, &c->key, &target_keep);
+	/*
+	 * Rows outside the window and NULL-window rows, duplicates included:
+	 * partitions wholly outside the window are cloned, not copied, and the
+	 * digests below skip them (partition.c verifies them by their parts).
+	 */
+	staging = NIL;
+	for (int i = 0; i < c->nchunks; i++)
+		staging = lappend(staging, c->slots[i].staging_table);
+	c->partitions = dpwin_partition_plan(c->client, c->target, r->window_column,
+										 c->lo, c->hi, staging);
+	dpwin_partition_fill_keep(c->client, c->target, c->partitions, c->generation, keep);
+	dpwin_partition_digest(c->client, c->target, c->partitions, c->generation, NULL,
+						   &c->key, &gen_keep);
+	dpwin_partition_digest(c->client, c->target, c->partitions, r->target_table, keep,
+						   &c->key, &target_keep);
 	if (!dpwin_digest_equal(&gen_keep, &target_keep))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -802,7 +855,11 @@ coordinator_build(Coordinator *c)
 	c->build_seconds = seconds_since(started);
 	started = GetCurrentTimestamp();
 
-	dpwin_target_digest(c->client, c->target, c->generation, NULL, &c->key, &gen_all);
+	dpwin_partition_verify_cloned(c->client, c->target, c->partitions, c->generation,
+								  r->window_column, c->lo, c->hi, keep, &c->key,
+								  "while the generation was being built");
+	dpwin_partition_digest(c->client, c->target, c->partitions, c->generation, NULL,
+						   &c->key, &gen_all);
 	expected = c->keep_digest;
 	dpwin_digest_merge(&expected, &c->source_digest);
 	if (!dpwin_digest_equal(&gen_all, &expected))
@@ -812,7 +869,7 @@ coordinator_build(Coordinator *c)
 				 errdetail("Expected %s (kept rows plus source), found %s.",
 						   dpwin_digest_to_text(&expected),
 						   dpwin_digest_to_text(&gen_all))));
-	c->final_rows = (int64) gen_all.count;
+	c->final_rows = (int64) gen_all.count + c->partitions->cloned_rows;
 	c->verify_seconds = seconds_since(started);
 }
 
@@ -861,6 +918,7 @@ static void
 coordinator_report_unknown(Coordinator *c, const DpwinPublication *pub,
 						   const char *target_uuid, const char *generation_uuid)
 {
+	c->not_published = false;
 	coordinator_record_outcome(c, "unknown");
 	/* recovery of an unknown publication may find it unknown again */
 	if (c->state != DPWIN_STATE_UNKNOWN)
@@ -914,8 +972,11 @@ coordinator_publish(Coordinator *c)
 	/* Under the lease, right before EXCHANGE: is the target still ours? */
 	now = coordinator_readmit(c, "between generation build and publication");
 	keep = dpwin_target_keep_predicate(c->target, c->route->window_column, c->lo, c->hi);
-	dpwin_target_digest(c->client, c->target, c->route->target_table, keep, &c->key,
-						&target_keep);
+	dpwin_partition_verify_cloned(c->client, c->target, c->partitions, c->generation,
+								  c->route->window_column, c->lo, c->hi, keep, &c->key,
+								  "between generation build and publication");
+	dpwin_partition_digest(c->client, c->target, c->partitions, c->route->target_table,
+						   keep, &c->key, &target_keep);
 	if (!dpwin_digest_equal(&target_keep, &c->keep_digest))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -970,7 +1031,9 @@ coordinator_publish(Coordinator *c)
 	}
 	else if (strcmp(outcome, "not_published") == 0)
 	{
+		/* The target is untouched: fail like any error before publication. */
 		coordinator_record_outcome(c, "not_published");
+		c->not_published = true;
 		RESUME_CANCEL_INTERRUPTS();
 		if (status != CHHTTP_OK)
 			ch_report(status, &reply, "exchanging the target with its new generation");
@@ -1042,7 +1105,9 @@ coordinator_metrics(Coordinator *c)
 					 ", \"target_rows\": " INT64_FORMAT ", \"kept_rows\": " UINT64_FORMAT
 					 ", \"encoded_bytes\": " INT64_FORMAT,
 					 c->source_rows, c->staged_rows, c->final_rows,
-					 c->keep_digest.count, c->encoded_bytes);
+					 c->keep_digest.count + (c->partitions ? c->partitions->cloned_rows : 0),
+					 c->encoded_bytes);
+	appendStringInfo(&buf, ", \"partitions\": %s", dpwin_partition_plan_json(c->partitions));
 	json_key_text(&buf, "source_digest", dpwin_digest_to_text(&c->source_digest), true);
 	appendStringInfo(&buf, ", \"utc_days\": %s", days);
 	appendStringInfo(&buf, ", \"window_bounds\": %s", bounds);
@@ -1109,7 +1174,18 @@ coordinator_finish(Coordinator *c)
 		json_key_text(&details, "interval_end", dpwin_timestamp_utc(c->interval_end), true);
 		appendStringInfo(&details, ", \"evidence\": %s}", metrics ? metrics : "null");
 		dpwin_registry_set_result(&c->id, details.data);
-		strlcpy(c->call->details, details.data, sizeof(c->call->details));
+
+		/*
+		 * The caller reads the whole result from the registry; the shared
+		 * segment has a fixed size, and a cut-off copy would not be JSON.
+		 */
+		if ((Size) details.len < sizeof(c->call->details))
+			strlcpy(c->call->details, details.data, sizeof(c->call->details));
+		else
+			snprintf(c->call->details, sizeof(c->call->details),
+					 "{\"window_lo\": \"%s\", \"window_hi\": \"%s\", \"interval_end\": \"%s\", \"evidence\": null}",
+					 dpwin_timestamp_utc(c->lo), dpwin_timestamp_utc(c->hi),
+					 dpwin_timestamp_utc(c->interval_end));
 		xact_commit();
 		MemoryContextSwitchTo(c->cxt);
 		c->state = DPWIN_STATE_COMPLETED;
@@ -1383,19 +1459,52 @@ coordinator_recover(Coordinator *c)
 					coordinator_transition(c, DPWIN_STATE_PUBLISHED, NULL, NULL);
 					coordinator_keep_backup(c, pub);
 				}
-				else if (strcmp(outcome, "not_published") == 0 &&
-						 inv->state == DPWIN_STATE_PUBLISHING)
+				else if (strcmp(outcome, "not_published") == 0)
 				{
 					ChHttpStatus status;
 					ChHttpReply reply;
-					DpwinTargetInfo *now;
+					DpwinDigest target_keep;
+					DpwinDigest gen_keep;
+					char	   *keep;
+					char	   *qtarget = ch_qualified_name(c->route->target_database,
+															c->route->target_table);
 
-					/* The exchange may be retried once, under the lease,
-					 * after admission and the outside-window check. */
+					/*
+					 * The exchange did not happen (or was undone by hand).
+					 * It may be retried once, under the lease, while the
+					 * target is still the table the generation was built
+					 * from: same UUID, same schema, same rows outside the
+					 * window.  Otherwise the stale generation is refused
+					 * and the changed target kept, as before a first
+					 * exchange.
+					 */
 					c->target = coordinator_admit(c);
-					now = c->target;
-					if (strcmp(now->uuid, pub->target_uuid_before) != 0)
+					if (strcmp(c->target->uuid, pub->target_uuid_before) != 0)
 						coordinator_report_unknown(c, pub, target_uuid, generation_uuid);
+					c->not_published = true;
+					coordinator_record_outcome(c, "not_published");
+					if (inv->schema_fingerprint &&
+						strcmp(inv->schema_fingerprint, c->target->schema_fingerprint) != 0)
+						ereport(ERROR,
+								(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+								 errmsg("the schema of target %s changed since invocation %s built its generation",
+										qtarget, dpwin_uuid_text(&c->id)),
+								 errhint("The changed target is kept as it is; start a new invocation.")));
+					keep = dpwin_target_keep_predicate(c->target, c->route->window_column,
+													   c->lo, c->hi);
+					dpwin_target_digest(c->client, c->target, c->route->target_table, keep,
+										&c->key, &target_keep);
+					dpwin_target_digest(c->client, c->target, pub->generation_table, keep,
+										&c->key, &gen_keep);
+					if (!dpwin_digest_equal(&target_keep, &gen_keep))
+						ereport(ERROR,
+								(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+								 errmsg("target %s changed outside the window since invocation %s built its generation",
+										qtarget, dpwin_uuid_text(&c->id)),
+								 errdetail("Outside-window rows are %s in the target and %s in the generation.",
+										   dpwin_digest_to_text(&target_keep),
+										   dpwin_digest_to_text(&gen_keep)),
+								 errhint("The changed target is kept as it is; start a new invocation.")));
 					c->generation = MemoryContextStrdup(c->cxt, pub->generation_table);
 					HOLD_CANCEL_INTERRUPTS();
 					outcome = coordinator_exchange(c, pub, &target_uuid, &generation_uuid,
@@ -1403,16 +1512,15 @@ coordinator_recover(Coordinator *c)
 					RESUME_CANCEL_INTERRUPTS();
 					if (strcmp(outcome, "published") == 0)
 					{
+						c->not_published = false;
 						coordinator_record_outcome(c, "published");
 						coordinator_transition(c, DPWIN_STATE_PUBLISHED, NULL, NULL);
 						coordinator_keep_backup(c, pub);
 					}
 					else if (strcmp(outcome, "not_published") == 0)
 					{
+						/* coordinator_fail() marks it failed */
 						coordinator_record_outcome(c, "not_published");
-						coordinator_transition(c, DPWIN_STATE_FAILED,
-											   "the exchange was retried once and did not happen",
-											   "55000");
 						if (status != CHHTTP_OK)
 							ch_report(status, &reply, "retrying the exchange");
 						ereport(ERROR,
@@ -1464,6 +1572,9 @@ coordinator_recover(Coordinator *c)
 
 			c->final_rows = strtoll(n, NULL, 10);
 		}
+		/* Only the count of the kept rows is evidence; the build had it. */
+		if (c->keep_digest.count == 0 && c->final_rows > c->source_rows)
+			c->keep_digest.count = (uint64) (c->final_rows - c->source_rows);
 		coordinator_finish(c);
 	}
 }

@@ -32,7 +32,8 @@ typedef struct DpwinCallShared
 	uint32		magic;
 	DpwinCallMode mode;
 	Oid			database_id;
-	Oid			user_id;
+	Oid			user_id;		/* the caller's current role: runs as it */
+	Oid			login_user_id;	/* the caller's login role: connects as it */
 	int32		route_id;
 	TimestampTz interval_end;
 	pg_uuid_t	invocation_id;

@@ -50,7 +50,8 @@ typedef struct DpwinExtractShared
 {
 	uint32		magic;
 	Oid			database_id;
-	Oid			user_id;
+	Oid			user_id;		/* runs as this role ... */
+	Oid			login_user_id;	/* ... after connecting as this one */
 	int32		route_id;
 	int32		target_id;
 	int64		lease_epoch;
@@ -74,6 +75,13 @@ typedef struct DpwinExtractShared
 } DpwinExtractShared;
 
 extern Size dpwin_extract_size(int nchunks, const char *types);
+
+/*
+ * Connect a dpwin background worker to database_id as login_user_id, then
+ * run as user_id the way SET ROLE does (coordinator.c).
+ */
+extern void dpwin_bgworker_connect(Oid database_id, Oid login_user_id,
+								   Oid user_id);
 
 /* The target column types stored after the chunk slots. */
 static inline char *

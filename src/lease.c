@@ -58,35 +58,75 @@ dpwin_lease_target_id(const char *server_name, const char *database,
 	return DatumGetInt32(dpwin_catalog_value(0, 1, &isnull));
 }
 
-/* Who holds the target's lease, for the error message. */
+/*
+ * Who holds the target's lease, for the error message.  The lock table
+ * says which process holds it; dpwin.lease can only say which invocation,
+ * and only for a dpwin runner: a session that took the guard with
+ * dpwin.lock_target() or pg_advisory_lock() leaves no trace there, and a
+ * runner that died leaves stale holder columns behind.  So the lock is
+ * asked first and the holder columns are believed only when they name the
+ * same process.  Needs a transaction with SPI connected.
+ */
 static char *
 lease_holder_text(int32 target_id)
 {
-	Oid			types[1] = {INT4OID};
-	Datum		args[1] = {Int32GetDatum(target_id)};
+	Oid			types[2] = {INT4OID, OIDOID};
+	Datum		args[2] = {Int32GetDatum(target_id), ObjectIdGetDatum(MyDatabaseId)};
 	char	   *pid;
+	char	   *backend_type;
+	char	   *appname;
+	char	   *holder_pid;
 	char	   *inv;
 
-	if (dpwin_catalog_exec("SELECT holder_pid, holder_invocation, server_name,"
-						   " target_database, target_table"
-						   " FROM dpwin.lease WHERE target_id = $1",
-						   1, types, args, NULL, true) != 1)
-		return pstrdup("unknown");
+	if (dpwin_catalog_exec(psprintf("SELECT l.pid, a.backend_type, a.application_name,"
+									" e.holder_pid, e.holder_invocation"
+									" FROM dpwin.lease e"
+									" LEFT JOIN pg_catalog.pg_locks l"
+									"   ON l.locktype = 'advisory' AND l.database = $2"
+									"  AND l.classid = '%u'::pg_catalog.oid"
+									"  AND l.objid = e.target_id::pg_catalog.oid"
+									"  AND l.objsubid = 2 AND l.granted"
+									" LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid"
+									" WHERE e.target_id = $1"
+									" ORDER BY l.pid LIMIT 1",
+									(uint32) DPWIN_LOCK_CLASS),
+						   2, types, args, NULL, true) != 1)
+		return pstrdup("an unknown process");
 	pid = dpwin_catalog_text(0, 1);
-	inv = dpwin_catalog_text(0, 2);
-	return psprintf("process %s running invocation %s",
-					pid ? pid : "?", inv ? inv : "?");
+	backend_type = dpwin_catalog_text(0, 2);
+	appname = dpwin_catalog_text(0, 3);
+	holder_pid = dpwin_catalog_text(0, 4);
+	inv = dpwin_catalog_text(0, 5);
+
+	/* Released between our attempt and this look: say so, and retry helps. */
+	if (pid == NULL)
+		return pstrdup("a process that released it a moment ago");
+	if (holder_pid && inv && strcmp(pid, holder_pid) == 0)
+		return psprintf("process %s (%s) running invocation %s",
+						pid, backend_type ? backend_type : "?", inv);
+	/* a runner between taking the lock and recording itself */
+	if (backend_type && strcmp(backend_type, "dpwin coordinator") == 0)
+		return psprintf("process %s (%s) starting an invocation", pid, backend_type);
+	return psprintf("process %s (%s%s%s%s), outside any dpwin invocation: "
+					"a session holding dpwin.lock_target() or pg_advisory_lock(%d, %d)",
+					pid, backend_type ? backend_type : "?",
+					appname && appname[0] ? ", application \"" : "",
+					appname && appname[0] ? appname : "",
+					appname && appname[0] ? "\"" : "",
+					DPWIN_LOCK_CLASS, target_id);
 }
 
-int64
-dpwin_lease_acquire(int32 target_id, const pg_uuid_t *holder)
+/*
+ * Take the target's advisory lock for this session, retrying until
+ * dpwin.lease_timeout has passed.  false when another process still holds
+ * it.  The lock is polled rather than waited for in the lock manager so
+ * that the timeout is dpwin's own and a cancel is seen at once.
+ */
+static bool
+lease_lock_wait(int32 target_id)
 {
 	LOCKTAG		tag;
 	TimestampTz deadline;
-	int64		epoch;
-	Oid			types[3] = {INT4OID, INT4OID, UUIDOID};
-	Datum		args[3];
-	bool		isnull;
 
 	lease_locktag(&tag, target_id);
 	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
@@ -94,45 +134,110 @@ dpwin_lease_acquire(int32 target_id, const pg_uuid_t *holder)
 	for (;;)
 	{
 		if (LockAcquire(&tag, ExclusiveLock, true, true) != LOCKACQUIRE_NOT_AVAIL)
-			break;
+			return true;
 		if (GetCurrentTimestamp() >= deadline)
-		{
-			char	   *holder_text;
-
-			StartTransactionCommand();
-			SPI_connect();
-			PushActiveSnapshot(GetTransactionSnapshot());
-			holder_text = lease_holder_text(target_id);
-			ereport(ERROR,
-					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-					 errmsg("the target of this route is leased by another dpwin invocation"),
-					 errdetail("The lease (advisory lock %d, %d) is held by %s.",
-							   DPWIN_LOCK_CLASS, target_id, holder_text),
-					 errhint("Wait for it to finish, or set dpwin.lease_timeout to wait for the lease.")));
-		}
+			return false;
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 100, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 	}
+}
 
-	StartTransactionCommand();
-	SPI_connect();
-	PushActiveSnapshot(GetTransactionSnapshot());
+/* The lease is busy: say who holds it.  Needs a transaction with SPI. */
+static void lease_report_busy(int32 target_id) pg_attribute_noreturn();
+
+static void
+lease_report_busy(int32 target_id)
+{
+	char	   *holder_text = lease_holder_text(target_id);
+
+	ereport(ERROR,
+			(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+			 errmsg("the target of this route is leased by another dpwin invocation"),
+			 errdetail("The lease (advisory lock %d, %d) is held by %s.",
+					   DPWIN_LOCK_CLASS, target_id, holder_text),
+			 errhint("Wait for it to finish, or set dpwin.lease_timeout to wait for the lease.")));
+}
+
+/*
+ * Bump the epoch and record the holder, in the current transaction (SPI
+ * connected).  The row lock this takes waits for every fenced write that
+ * has checked the old epoch (FOR SHARE) to commit.
+ */
+static int64
+lease_bump_epoch(int32 target_id, const pg_uuid_t *holder)
+{
+	Oid			types[3] = {INT4OID, INT4OID, UUIDOID};
+	Datum		args[3];
+	char		nulls[3] = {' ', ' ', ' '};
+	bool		isnull;
+
 	args[0] = Int32GetDatum(target_id);
 	args[1] = Int32GetDatum(MyProcPid);
-	args[2] = UUIDPGetDatum(holder);
+	if (holder)
+		args[2] = UUIDPGetDatum(holder);
+	else
+	{
+		args[2] = (Datum) 0;
+		nulls[2] = 'n';
+	}
 	if (dpwin_catalog_exec("UPDATE dpwin.lease SET epoch = epoch + 1,"
 						   " holder_pid = $2, holder_invocation = $3,"
 						   " acquired_at = clock_timestamp()"
 						   " WHERE target_id = $1 RETURNING epoch",
-						   3, types, args, NULL, false) != 1)
+						   3, types, args, nulls, false) != 1)
 		elog(ERROR, "dpwin.lease row %d is missing", target_id);
-	epoch = DatumGetInt64(dpwin_catalog_value(0, 1, &isnull));
+	return DatumGetInt64(dpwin_catalog_value(0, 1, &isnull));
+}
+
+int64
+dpwin_lease_acquire(int32 target_id, const pg_uuid_t *holder)
+{
+	int64		epoch;
+
+	if (!lease_lock_wait(target_id))
+	{
+		StartTransactionCommand();
+		SPI_connect();
+		PushActiveSnapshot(GetTransactionSnapshot());
+		lease_report_busy(target_id);
+	}
+
+	StartTransactionCommand();
+	SPI_connect();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	epoch = lease_bump_epoch(target_id, holder);
 	SPI_finish();
 	PopActiveSnapshot();
 	CommitTransactionCommand();
 	return epoch;
+}
+
+int64
+dpwin_lease_acquire_in_xact(int32 target_id, const pg_uuid_t *holder)
+{
+	/* A session lock taken twice would need two releases. */
+	if (!dpwin_lease_held(target_id) && !lease_lock_wait(target_id))
+		lease_report_busy(target_id);
+	return lease_bump_epoch(target_id, holder);
+}
+
+bool
+dpwin_lease_release_in_xact(int32 target_id)
+{
+	LOCKTAG		tag;
+	Oid			types[2] = {INT4OID, INT4OID};
+	Datum		args[2] = {Int32GetDatum(target_id), Int32GetDatum(MyProcPid)};
+
+	if (!dpwin_lease_held(target_id))
+		return false;
+	dpwin_catalog_exec("UPDATE dpwin.lease SET holder_pid = NULL,"
+					   " holder_invocation = NULL"
+					   " WHERE target_id = $1 AND holder_pid = $2",
+					   2, types, args, NULL, false);
+	lease_locktag(&tag, target_id);
+	return LockRelease(&tag, ExclusiveLock, true);
 }
 
 void

@@ -23,7 +23,9 @@
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "storage/lock.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/datetime.h"
 #include "utils/fmgrprotos.h"
 #include "utils/json.h"
 #include "utils/jsonb.h"
@@ -46,6 +48,38 @@ PG_FUNCTION_INFO_V1(dpwin_reconcile);
 PG_FUNCTION_INFO_V1(dpwin_drop_backups);
 PG_FUNCTION_INFO_V1(dpwin_lock_target);
 PG_FUNCTION_INFO_V1(dpwin_unlock_target);
+
+/*
+ * The details of a completed call: the result the coordinator journaled
+ * with the completion, which the shared segment may hold only in part
+ * (evidence with many chunks); the segment's copy when the registry row is
+ * not visible to this transaction's snapshot.
+ */
+static Datum
+call_details(const DpwinCallShared *call)
+{
+	Oid			types[1] = {UUIDOID};
+	Datum		args[1];
+	char	   *details = NULL;
+	MemoryContext cxt = CurrentMemoryContext;
+	pg_uuid_t  *id = palloc(sizeof(pg_uuid_t));
+
+	*id = call->invocation_id;
+	args[0] = UUIDPGetDatum(id);
+	/* not read-only: a new snapshot, which sees the coordinator's commit */
+	SPI_connect();
+	if (dpwin_catalog_exec("SELECT result::text FROM dpwin.invocation WHERE invocation_id = $1",
+						   1, types, args, NULL, false) == 1)
+	{
+		char	   *v = dpwin_catalog_text(0, 1);
+
+		if (v != NULL)
+			details = MemoryContextStrdup(cxt, v);
+	}
+	SPI_finish();
+	return DirectFunctionCall1(jsonb_in,
+							   CStringGetDatum(details ? details : call->details));
+}
 
 /* The result row of dpwin_refresh(), dpwin.recover() and dpwin.abandon(). */
 static Datum
@@ -78,7 +112,7 @@ call_result(FunctionCallInfo fcinfo, const DpwinCallShared *call)
 	else
 		nulls[9] = true;
 	if (call->details[0])
-		values[10] = DirectFunctionCall1(jsonb_in, CStringGetDatum(call->details));
+		values[10] = call_details(call);
 	else
 		nulls[10] = true;
 	return HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls));
@@ -91,6 +125,7 @@ call_init(DpwinCallShared *call, DpwinCallMode mode)
 	call->mode = mode;
 	call->database_id = MyDatabaseId;
 	call->user_id = GetUserId();
+	call->login_user_id = GetAuthenticatedUserId();
 	call->lease_timeout_ms = dpwin_lease_timeout_ms;
 }
 
@@ -113,6 +148,29 @@ invocation_route_for_owner(const pg_uuid_t *id, const char *action,
 	if (inv_out)
 		*inv_out = inv;
 	return route;
+}
+
+/*
+ * The window must lie inside what the target's DateTime64 window column
+ * can hold, 1900-01-01 00:00:00 .. 2299-12-31 23:59:59.999999 UTC.  Outside
+ * it no row can be copied, and a bound that far out does not even convert
+ * to Unix microseconds: refuse here, before anything is journaled or sent.
+ */
+static void
+check_window_range(const DpwinRoute *route, List *chunks)
+{
+	TimestampTz lo = ((DpwinChunkBounds *) linitial(chunks))->lo;
+	TimestampTz hi = ((DpwinChunkBounds *) llast(chunks))->hi;
+	TimestampTz min = (TimestampTz) (date2j(1900, 1, 1) - POSTGRES_EPOCH_JDATE) * USECS_PER_DAY;
+	TimestampTz max = (TimestampTz) (date2j(2300, 1, 1) - POSTGRES_EPOCH_JDATE) * USECS_PER_DAY;
+
+	if (lo < min || hi > max)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
+				 errmsg("window [%s, %s) of route \"%s\" is outside the range of ClickHouse DateTime64",
+						dpwin_timestamp_utc(lo), dpwin_timestamp_utc(hi),
+						route->route_name),
+				 errdetail("DateTime64 holds 1900-01-01 00:00:00 .. 2299-12-31 23:59:59.999999 UTC; the whole window must lie inside it.")));
 }
 
 Datum
@@ -144,7 +202,8 @@ dpwin_refresh(PG_FUNCTION_ARGS)
 	route = dpwin_route_load(route_name, false);
 	dpwin_route_check_can_refresh(route);
 	(void) dpwin_server_conf(route->server_name, GetUserId());
-	(void) dpwin_window_chunks(interval_end, route->lookback_us, route->chunk_us);
+	check_window_range(route, dpwin_window_chunks(interval_end, route->lookback_us,
+												  route->chunk_us));
 
 	/*
 	 * The route binds its name to its source configuration: a source that
@@ -284,6 +343,18 @@ dpwin_reconcile(PG_FUNCTION_ARGS)
 		else if (target_uuid && strcmp(target_uuid, pub->target_uuid_before) == 0 &&
 				 gen_uuid && strcmp(gen_uuid, pub->generation_uuid) == 0)
 			verdict = "not_published";
+
+		/*
+		 * A settled intent need not match the tables any more: a failed
+		 * invocation dropped its generation, and a later refresh replaced
+		 * the generation this one published.
+		 */
+		else if (pub->outcome && strcmp(pub->outcome, "not_published") == 0 &&
+				 target_uuid && strcmp(target_uuid, pub->target_uuid_before) == 0 &&
+				 gen_uuid == NULL)
+			verdict = "not_published";
+		else if (pub->outcome && strcmp(pub->outcome, "published") == 0)
+			verdict = "superseded";
 		else
 			verdict = "unknown";
 	}
@@ -335,7 +406,12 @@ dpwin_drop_backups(PG_FUNCTION_ARGS)
 	DpwinRoute *route;
 	ChClient   *client;
 	List	   *backups;
+	List	   *ordered = NIL;
 	ListCell   *lc;
+	Oid			types[1] = {INT4OID};
+	Datum		args[1];
+	uint64		n;
+	MemoryContext cxt = CurrentMemoryContext;
 
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
 		ereport(ERROR,
@@ -350,13 +426,48 @@ dpwin_drop_backups(PG_FUNCTION_ARGS)
 	route = dpwin_route_load(route_name, false);
 	dpwin_route_check_owner(route, "drop backups of");
 
-	InitMaterializedSRF(fcinfo, 0);
+	/* SETOF text is not a row type: take the executor's one-column desc */
+	InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
 	client = ch_client_open(dpwin_server_conf(route->server_name, GetUserId()),
 							psprintf("dpwin-route%d-drop-backups-", route->route_id));
 	backups = dpwin_target_list_tables(client, route->target_database,
 									   dpwin_backup_prefix(route->route_id));
-	/* Names embed interval_end, so name order is age order. */
+
+
+	/*
+	 * Newest first, in the order the journal published them: names embed
+	 * interval_end, which says nothing about age when a window is refreshed
+	 * twice or an older one after a newer one.  Backups the journal does
+	 * not know come last, by name.
+	 */
 	list_sort(backups, cmp_desc);
+	args[0] = Int32GetDatum(route->route_id);
+	SPI_connect();
+	n = dpwin_catalog_exec("SELECT p.backup_table FROM dpwin.publication p"
+						   " JOIN dpwin.invocation i USING (invocation_id)"
+						   " WHERE i.route_id = $1 AND p.outcome = 'published'"
+						   " ORDER BY p.intent_at DESC",
+						   1, types, args, NULL, true);
+	for (uint64 i = 0; i < n; i++)
+	{
+		char	   *name = dpwin_catalog_text(i, 1);
+
+		foreach(lc, backups)
+		{
+			if (strcmp(lfirst(lc), name) == 0)
+			{
+				MemoryContext old = MemoryContextSwitchTo(cxt);
+
+				ordered = lappend(ordered, lfirst(lc));
+				backups = foreach_delete_current(backups, lc);
+				MemoryContextSwitchTo(old);
+				break;
+			}
+		}
+	}
+	SPI_finish();
+	backups = list_concat(ordered, backups);
+
 	foreach(lc, backups)
 	{
 		Datum		value;
@@ -387,7 +498,16 @@ target_locktag(LOCKTAG *tag, FunctionCallInfo fcinfo)
 	server = NameStr(*PG_GETARG_NAME(0));
 	database = text_to_cstring(PG_GETARG_TEXT_PP(1));
 	table = text_to_cstring(PG_GETARG_TEXT_PP(2));
+	/* no route can have such a target: do not journal a lease row for it */
+	if (database[0] == '\0' || table[0] == '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_NAME),
+				 errmsg("target database and table must not be empty")));
 	(void) dpwin_server_conf(server, GetUserId());
+	/* the guard of a target is for those who may write to its server */
+	if (pg_foreign_server_aclcheck(dpwin_server_check(server), GetUserId(),
+								   ACL_USAGE) != ACLCHECK_OK)
+		aclcheck_error(ACLCHECK_NO_PRIV, OBJECT_FOREIGN_SERVER, server);
 
 	SPI_connect();
 	target_id = dpwin_lease_target_id(server, database, table);

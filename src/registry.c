@@ -47,9 +47,9 @@ static const char *const state_names[DPWIN_NSTATES] = {
 
 /*
  * Legal predecessors of each state (DESIGN.md §3).  Failure is legal from
- * any state before publishing; from publishing only once the exchange is
- * known not to have happened.  unknown can be settled into published by
- * recovery once the UUIDs show it.
+ * any state before publishing; from publishing (or unknown) only once the
+ * exchange is known not to have happened.  unknown can be settled into
+ * published by recovery once the UUIDs show it.
  */
 static const uint32 legal_predecessors[DPWIN_NSTATES] = {
 	[DPWIN_STATE_PLANNED] = 0,
@@ -60,7 +60,8 @@ static const uint32 legal_predecessors[DPWIN_NSTATES] = {
 	[DPWIN_STATE_PUBLISHED] = S(PUBLISHING) | S(UNKNOWN),
 	[DPWIN_STATE_EVIDENCED] = S(PUBLISHED),
 	[DPWIN_STATE_COMPLETED] = S(EVIDENCED),
-	[DPWIN_STATE_FAILED] = S(PLANNED) | S(EXTRACTING) | S(STAGED) | S(VERIFIED) | S(PUBLISHING),
+	[DPWIN_STATE_FAILED] = S(PLANNED) | S(EXTRACTING) | S(STAGED) | S(VERIFIED) | S(PUBLISHING) |
+	S(UNKNOWN),
 	[DPWIN_STATE_ABANDONED] = S(PLANNED) | S(EXTRACTING) | S(STAGED) | S(VERIFIED) | S(FAILED),
 	[DPWIN_STATE_SNAPSHOT_EXPIRED] = S(PLANNED) | S(EXTRACTING),
 	[DPWIN_STATE_UNKNOWN] = S(PUBLISHING),
@@ -121,6 +122,8 @@ dpwin_registry_load(const pg_uuid_t *id, bool missing_ok)
 	Datum		args[1] = {UUIDPGetDatum(id)};
 	DpwinInvocation *inv;
 	bool		isnull;
+	MemoryContext caller = CurrentMemoryContext;
+	MemoryContext spicxt;
 
 	if (dpwin_catalog_exec("SELECT route_id, target_id, interval_end, window_lo, window_hi,"
 						   " plan::text, plan_fingerprint, config_fingerprint,"
@@ -136,6 +139,11 @@ dpwin_registry_load(const pg_uuid_t *id, bool missing_ok)
 				 errmsg("dpwin invocation %s does not exist", dpwin_uuid_text(id))));
 	}
 
+	/*
+	 * SPI leaves us in its own procedure context, which SPI_finish frees:
+	 * build the result in the caller's context, which outlives it.
+	 */
+	spicxt = MemoryContextSwitchTo(caller);
 	inv = palloc0(sizeof(DpwinInvocation));
 	inv->id = *id;
 	inv->route_id = DatumGetInt32(dpwin_catalog_value(0, 1, &isnull));
@@ -153,6 +161,7 @@ dpwin_registry_load(const pg_uuid_t *id, bool missing_ok)
 	inv->error = dpwin_catalog_text(0, 13);
 	inv->error_sqlstate = dpwin_catalog_text(0, 14);
 	inv->caller_role = DatumGetObjectId(dpwin_catalog_value(0, 15, &isnull));
+	MemoryContextSwitchTo(spicxt);
 	return inv;
 }
 
@@ -461,6 +470,8 @@ dpwin_publication_load(const pg_uuid_t *id)
 	Datum		args[1];
 	DpwinPublication *pub;
 	bool		isnull;
+	MemoryContext caller = CurrentMemoryContext;
+	MemoryContext spicxt;
 
 	args[0] = UUIDPGetDatum(uuid_copy(id));
 	if (dpwin_catalog_exec("SELECT target_uuid_before::text, generation_table,"
@@ -468,6 +479,8 @@ dpwin_publication_load(const pg_uuid_t *id)
 						   " FROM dpwin.publication WHERE invocation_id = $1",
 						   1, types, args, NULL, false) != 1)
 		return NULL;
+	/* in the caller's context: SPI_finish frees SPI's (see above) */
+	spicxt = MemoryContextSwitchTo(caller);
 	pub = palloc0(sizeof(DpwinPublication));
 	pub->target_uuid_before = dpwin_catalog_text(0, 1);
 	pub->generation_table = dpwin_catalog_text(0, 2);
@@ -475,6 +488,7 @@ dpwin_publication_load(const pg_uuid_t *id)
 	pub->backup_table = dpwin_catalog_text(0, 4);
 	pub->outcome = dpwin_catalog_text(0, 5);
 	pub->lease_epoch = DatumGetInt64(dpwin_catalog_value(0, 6, &isnull));
+	MemoryContextSwitchTo(spicxt);
 	return pub;
 }
 
@@ -524,7 +538,17 @@ dpwin_evidence_write(const pg_uuid_t *id, int32 route_id, int32 target_id,
 		Datum		metrics = DirectFunctionCall1(jsonb_in,
 												  CStringGetDatum(metrics_json));
 
-		OidFunctionCall2(evidence_function, args[0], metrics);
+		FmgrInfo	flinfo;
+		LOCAL_FCINFO(fcinfo, 2);
+
+		/* Its result, even a NULL one (a void SQL function), is ignored. */
+		fmgr_info(evidence_function, &flinfo);
+		InitFunctionCallInfoData(*fcinfo, &flinfo, 2, InvalidOid, NULL, NULL);
+		fcinfo->args[0].value = args[0];
+		fcinfo->args[0].isnull = false;
+		fcinfo->args[1].value = metrics;
+		fcinfo->args[1].isnull = false;
+		(void) FunctionCallInvoke(fcinfo);
 	}
 	return inserted > 0;
 }

@@ -379,6 +379,14 @@ worker_chunk(WorkerState *ws, DpwinChunkSlot *slot)
 		if (edata->sqlerrcode == ERRCODE_CONNECTION_FAILURE ||
 			edata->sqlerrcode == ERRCODE_FDW_UNABLE_TO_ESTABLISH_CONNECTION)
 			ws->failure_transient = true;
+
+		/*
+		 * A server error on any statement of the attempt (creating the
+		 * staging table, digesting it), not only on an INSERT, is retried
+		 * when the server's answer says another try may succeed.
+		 */
+		if (edata->sqlerrcode == ERRCODE_FDW_ERROR && ws->client->last_transient)
+			ws->failure_transient = true;
 		if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
 			ws->failure_transient = false;
 
@@ -434,7 +442,7 @@ dpwin_worker_main(Datum main_arg)
 				 errmsg("dpwin chunk worker found bad magic in shared memory")));
 	ws.sh = sh;
 
-	BackgroundWorkerInitializeConnectionByOid(sh->database_id, sh->user_id, 0);
+	dpwin_bgworker_connect(sh->database_id, sh->login_user_id, sh->user_id);
 	pgstat_report_appname("dpwin chunk worker");
 
 	worker_cxt = AllocSetContextCreate(TopMemoryContext, "dpwin worker",

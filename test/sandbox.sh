@@ -32,7 +32,7 @@ CHUSER=dpwin
 
 log() { printf 'sandbox: %s\n' "$*" >&2; }
 
-apt_packages="postgresql-15 postgresql-server-dev-15 postgresql-15-cron libcurl4-openssl-dev libssl-dev libmicrohttpd-dev libipc-run-perl curl make gcc pkg-config"
+apt_packages="postgresql-15 postgresql-server-dev-15 postgresql-15-cron libcurl4-openssl-dev libssl-dev libmicrohttpd-dev libipc-run-perl curl make gcc pkg-config openssl socat"
 
 install_deps() {
 	local missing=()

@@ -33,6 +33,33 @@ CREATE FUNCTION public.dpwin_refresh(route text, interval_end timestamptz,
 COMMENT ON FUNCTION public.dpwin_refresh(text, timestamptz, uuid) IS
 	'refresh [interval_end - lookback, interval_end) of a route into ClickHouse, atomically';
 
+/*
+ * These only refuse, as the matching dpwin.plan() overloads do: without
+ * them a timestamp or a date would be cast to timestamptz in the session's
+ * TimeZone and the window would move with the client's settings.  An
+ * untyped literal still resolves to the timestamptz version.
+ */
+CREATE FUNCTION dpwin.refresh(route text, interval_end timestamp,
+							  invocation uuid DEFAULT NULL)
+	RETURNS dpwin.refresh_result
+	LANGUAGE C CALLED ON NULL INPUT VOLATILE
+	AS 'MODULE_PATHNAME', 'dpwin_plan_naive';
+CREATE FUNCTION dpwin.refresh(route text, interval_end date,
+							  invocation uuid DEFAULT NULL)
+	RETURNS dpwin.refresh_result
+	LANGUAGE C CALLED ON NULL INPUT VOLATILE
+	AS 'MODULE_PATHNAME', 'dpwin_plan_naive';
+CREATE FUNCTION public.dpwin_refresh(route text, interval_end timestamp,
+									 invocation uuid DEFAULT NULL)
+	RETURNS dpwin.refresh_result
+	LANGUAGE C CALLED ON NULL INPUT VOLATILE
+	AS 'MODULE_PATHNAME', 'dpwin_plan_naive';
+CREATE FUNCTION public.dpwin_refresh(route text, interval_end date,
+									 invocation uuid DEFAULT NULL)
+	RETURNS dpwin.refresh_result
+	LANGUAGE C CALLED ON NULL INPUT VOLATILE
+	AS 'MODULE_PATHNAME', 'dpwin_plan_naive';
+
 CREATE FUNCTION dpwin.recover(invocation uuid)
 	RETURNS dpwin.refresh_result
 	LANGUAGE C CALLED ON NULL INPUT VOLATILE

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+#
+# test/bench/run.sh — the dpwin benchmark (docs/benchmark.md).
+#
+# Starts a sandbox of its own (test/bench/out/sb, PostgreSQL port 54461,
+# ClickHouse endpoint ports 18461/18462) unless one is already running
+# there, generates the dataset, measures, prints the table, writes
+# test/bench/out/results.csv and test/bench/out/phases.png, and stops the
+# sandbox it started.  Not part of CI.
+#
+# Parameters (environment; defaults in brackets):
+#   BENCH_DAYS [100]  BENCH_ROWS_PER_DAY [100000]  BENCH_WINDOW_DAYS [7]
+#   BENCH_BIG_WINDOW_DAYS [10 x window]  BENCH_PARALLELISM ["1 2 4"]
+#   BENCH_SCALE_SMALL_DAYS [30]  BENCH_SCALE_LARGE_DAYS [300]
+#   BENCH_SCALE_ROWS_PER_DAY [BENCH_ROWS_PER_DAY]  BENCH_REPEAT [1]
+#   BENCH_ONLY [all: dpwin,peer,limits,scaling,window]
+#   BENCH_KEEP_SANDBOX=1 leaves the sandbox running (the dataset is reused
+#   by the next run with the same parameters either way: it lives in the
+#   sandbox's folder).
+#   DPWIN_SANDBOX_DIR, DPWIN_PGPORT, DPWIN_CH_PORT, DPWIN_CH_CONTROL_PORT
+#   choose another sandbox.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+export BENCH_OUT=${BENCH_OUT:-$ROOT/test/bench/out}
+export DPWIN_SANDBOX_DIR=${DPWIN_SANDBOX_DIR:-$BENCH_OUT/sb}
+export DPWIN_PGPORT=${DPWIN_PGPORT:-54461}
+export DPWIN_CH_PORT=${DPWIN_CH_PORT:-18461}
+export DPWIN_CH_CONTROL_PORT=${DPWIN_CH_CONTROL_PORT:-18462}
+
+log() { printf 'bench: %s\n' "$*" >&2; }
+
+if ! command -v gnuplot >/dev/null 2>&1; then
+	log "installing gnuplot-nox"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq gnuplot-nox >/dev/null
+fi
+
+mkdir -p "$BENCH_OUT"
+started=0
+if "$ROOT/test/sandbox.sh" status | grep -q stopped; then
+	started=1
+fi
+stop_sandbox() {
+	if [ "$started" = 1 ] && [ -z "${BENCH_KEEP_SANDBOX:-}" ]; then
+		log "stopping the sandbox in $DPWIN_SANDBOX_DIR"
+		"$ROOT/test/sandbox.sh" stop
+	fi
+}
+trap stop_sandbox EXIT
+"$ROOT/test/sandbox.sh" start
+
+# shellcheck disable=SC1091
+. "$DPWIN_SANDBOX_DIR/env"
+perl "$ROOT/test/bench/bench.pl"

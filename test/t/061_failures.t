@@ -1,0 +1,434 @@
+# The failure table (DESIGN.md §5), driven by the endpoint's fault
+# injection, without killing processes (062_recovery.t kills):
+#   - EXCHANGE reply lost: reconciled by UUIDs, exactly one EXCHANGE ran;
+#   - EXCHANGE fails before running: not published, target untouched,
+#     invocation failed, a fresh refresh works;
+#   - target rows or schema changed between build and publication: refused,
+#     the changed target kept, no EXCHANGE;
+#   - evidence failing after publication: data visible, state published;
+#     recovery finishes without a snapshot or re-extraction;
+#   - abandon before and after a publication intent; reconcile reports.
+# Every data check compares the full multiset of rows.
+use strict;
+use warnings;
+use Test::More;
+use DpwinTest;
+use IPC::Run qw(start finish timeout);
+
+my $db = "t061_$$";
+my $schema = "t061_$$";
+my $srv = 'sandbox_ch';
+my $E = '2026-09-09 00:00:00+00';
+my ($LO, $HI);
+my @routes;
+
+sub url_encode
+{
+	my ($s) = @_;
+	$s =~ s/([^A-Za-z0-9_.~-])/sprintf('%%%02X', ord($1))/ge;
+	return $s;
+}
+
+sub fault
+{
+	my (%f) = @_;
+	my $r = ch_control('POST', '/fault?' . join('&', map { "$_=" . url_encode($f{$_}) } sort keys %f));
+	die "fault not registered: $r" unless $r =~ /^Ok/;
+}
+
+sub ch_rows
+{
+	my ($t) = @_;
+	my $out = ch_ok("SELECT concat(toString(id), '|',"
+		  . " ifNull(toString(toUnixTimestamp64Micro(w)), 'NULL'), '|', ifNull(v, 'NULL'))"
+		  . " FROM `$db`.`$t` FORMAT TSVRaw");
+	return [ sort grep { $_ ne '' } split /\n/, $out ];
+}
+
+sub pg_rows
+{
+	my ($where) = @_;
+	my $out = psql_ok("SELECT id || '|' || coalesce(((extract(epoch FROM w) * 1000000)::bigint)::text, 'NULL')"
+		  . " || '|' || coalesce(v, 'NULL') FROM $schema.src WHERE $where");
+	return [ sort grep { $_ ne '' } split /\n/, $out ];
+}
+
+sub uuid_of
+{
+	my ($t) = @_;
+	my $u = ch_ok("SELECT toString(uuid) FROM system.tables WHERE database = '$db' AND name = '$t'");
+	chomp $u;
+	return $u eq '' ? undef : $u;
+}
+
+sub kept
+{
+	my ($rows) = @_;
+	return [ grep { my (undef, $m) = split /\|/; $m eq 'NULL' || $m < $LO || $m >= $HI } @$rows ];
+}
+
+# The target after a successful refresh of $E over $pre.
+sub expected_after
+{
+	my ($pre) = @_;
+	return [ sort(@{ kept($pre) }, @{ pg_rows("w >= timestamptz '$E' - interval '1 day' AND w < '$E'") }) ];
+}
+
+# A fresh target (with rows before, inside and after the window, NULL
+# windows and duplicates) and a route to it; returns (route, table).
+sub new_route
+{
+	my ($tag, %opt) = @_;
+	my $route = unique_name("t061_$tag");
+	my $t = "tgt_$tag";
+	ch_ok("CREATE TABLE `$db`.`$t` (id Int64, w Nullable(DateTime64(6, 'UTC')), v Nullable(String))"
+		  . " ENGINE = MergeTree ORDER BY id");
+	ch_ok("INSERT INTO `$db`.`$t` VALUES (1, '2026-09-01 00:00:00', 'before'), (1, '2026-09-01 00:00:00', 'before'),"
+		  . " (2, '2026-09-08 10:00:00', 'old in window'), (3, '2026-09-20 00:00:00', 'after'),"
+		  . " (4, NULL, 'null'), (4, NULL, 'null')");
+	my $ev = $opt{evidence} ? ", evidence_function => '$opt{evidence}'" : '';
+	psql_ok("SELECT dpwin.create_route('$route', '$schema.src'::regclass, 'w', '$srv', '$db', '$t',"
+		  . " interval '1 day', interval '6 hours', parallelism => 2$ev)");
+	push @routes, $route;
+	return ($route, $t);
+}
+
+sub route_id
+{
+	my ($route) = @_;
+	return psql_ok("SELECT route_id FROM dpwin.route WHERE route_name = '$route'");
+}
+
+sub new_uuid { return psql_ok('SELECT gen_random_uuid()'); }
+
+sub short_id
+{
+	my ($inv) = @_;
+	(my $s = $inv) =~ s/-//g;
+	return substr($s, 0, 12);
+}
+
+sub gen_name
+{
+	my ($route, $inv) = @_;
+	return '_dpwin_' . route_id($route) . '_' . short_id($inv) . '_gen';
+}
+
+# The invocation's own tables (staging and generation) that still exist.
+sub own_tables
+{
+	my ($route, $inv) = @_;
+	my $prefix = '_dpwin_' . route_id($route) . '_' . short_id($inv) . '_';
+	return [ sort grep { $_ ne '' } split /\n/,
+		  ch_ok("SELECT name FROM system.tables WHERE database = '$db' AND startsWith(name, '$prefix') FORMAT TSVRaw") ];
+}
+
+sub refresh_sql
+{
+	my ($route, $inv) = @_;
+	return "SELECT invocation_id, state, final_rows, backup_table FROM dpwin_refresh('$route', '$E'"
+	  . ($inv ? ", '$inv'" : '') . ")";
+}
+
+sub inv_field
+{
+	my ($inv, $expr) = @_;
+	return psql_ok("SELECT $expr FROM dpwin.invocations WHERE invocation_id = '$inv'");
+}
+
+# EXCHANGE statements on the target in the query log since $seq.
+sub exchanges
+{
+	my ($seq, $t) = @_;
+	return grep { $_->{query} =~ /^EXCHANGE TABLES `\Q$db\E`\.`\Q$t\E` AND/ } ch_log_since($seq);
+}
+
+# Run a refresh in the background; returns a handle for bg_finish().
+sub bg_refresh
+{
+	my ($sql) = @_;
+	my %h = (out => '', err => '');
+	$h{run} = start([ 'psql', '-X', '-q', '-A', '-t', '-v', 'ON_ERROR_STOP=1', '-v', 'VERBOSITY=verbose', '-c', $sql ],
+		'>', \$h{out}, '2>', \$h{err}, timeout(120));
+	return \%h;
+}
+
+sub bg_finish
+{
+	my ($h) = @_;
+	finish($h->{run});
+	return ($? >> 8, $h->{out}, $h->{err});
+}
+
+# Wait until the query log shows a query matching $re answered since $seq.
+sub wait_log
+{
+	my ($seq, $re) = @_;
+	return wait_until(sub { grep { $_->{query} =~ $re } ch_log_since($seq) }, 60);
+}
+
+# --- setup ---------------------------------------------------------------
+
+ch_control('POST', '/faults/clear');
+ch_ok("DROP DATABASE IF EXISTS `$db`");
+ch_ok("CREATE DATABASE `$db` ENGINE = Atomic");
+psql_ok("DROP SCHEMA IF EXISTS $schema CASCADE;
+	CREATE SCHEMA $schema;
+	CREATE TABLE $schema.src (id bigint NOT NULL, w timestamptz, v text);
+	INSERT INTO $schema.src
+		SELECT g, timestamptz '2026-09-08 00:00:00+00' + g * interval '17 minutes 0.5 seconds', 'new ' || (g % 7)
+		FROM generate_series(0, 84) g;
+	INSERT INTO $schema.src VALUES (500, '2026-09-08 12:00:00+00', 'dup'), (500, '2026-09-08 12:00:00+00', 'dup'),
+		(501, NULL, 'not extracted'), (502, '2026-09-09 00:00:00+00', 'not extracted');
+	CREATE TABLE $schema.ev_switch (fail boolean NOT NULL);
+	INSERT INTO $schema.ev_switch VALUES (true);
+	CREATE TABLE $schema.ev_log (invocation_id uuid, metrics jsonb);
+	CREATE FUNCTION $schema.record_evidence(inv uuid, metrics jsonb) RETURNS void
+		LANGUAGE plpgsql AS \$\$
+		BEGIN
+			IF (SELECT fail FROM $schema.ev_switch) THEN
+				RAISE EXCEPTION 'evidence store unavailable';
+			END IF;
+			INSERT INTO $schema.ev_log VALUES (inv, metrics);
+		END
+		\$\$;");
+$LO = psql_ok("SELECT (extract(epoch FROM timestamptz '$E' - interval '1 day') * 1000000)::bigint");
+$HI = psql_ok("SELECT (extract(epoch FROM timestamptz '$E') * 1000000)::bigint");
+
+# --- EXCHANGE reply lost -----------------------------------------------------
+
+{
+	my ($route, $t) = new_route('lost');
+	my $pre = ch_rows($t);
+	my $pre_uuid = uuid_of($t);
+	my $seq = ch_log_seq();
+	fault(pattern => "EXCHANGE TABLES `$db`.`$t` AND", mode => 'lost', count => 1);
+	my ($inv, $state) = split /\|/, psql_ok(refresh_sql($route));
+	is($state, 'completed', 'reply lost: the refresh completes');
+	my @x = exchanges($seq, $t);
+	is(scalar(@x), 1, 'reply lost: exactly one EXCHANGE reached the server');
+	is($x[0]{status}, 'lost', 'reply lost: and its reply was lost');
+	ok((grep { $_->{query} =~ /system\.tables WHERE database = '\Q$db\E' AND name = '\Q$t\E'/ && $_->{seq} > $x[0]{seq} }
+		  ch_log_since($seq)), 'reply lost: the target UUID was read back after the exchange');
+	is_deeply(ch_rows($t), expected_after($pre), 'reply lost: the target is the new generation');
+	my ($gen_uuid, $outcome, $backup) = split /\|/,
+	  psql_ok("SELECT generation_uuid, outcome, backup_table FROM dpwin.publication WHERE invocation_id = '$inv'");
+	is(uuid_of($t), $gen_uuid, 'reply lost: target UUID = generation UUID of the intent');
+	is($outcome, 'published', 'reply lost: outcome published');
+	is(uuid_of($backup), $pre_uuid, 'reply lost: the old table is the backup');
+	is_deeply(ch_rows($backup), $pre, 'reply lost: the backup holds the old rows');
+
+	my $rep = psql_ok("SELECT verdict || ' ' || (target_uuid_now = intent->>'generation_uuid')::text || ' '"
+		  . " || (backup_table_uuid_now = intent->>'target_uuid_before')::text"
+		  . " FROM (SELECT r->>'verdict' AS verdict, r->>'target_uuid_now' AS target_uuid_now,"
+		  . " r->>'backup_table_uuid_now' AS backup_table_uuid_now, r->'intent' AS intent"
+		  . " FROM dpwin.reconcile('$inv') r) s");
+	is($rep, 'published true true', 'reconcile: published, target = generation UUID, backup = old target UUID');
+}
+
+# --- EXCHANGE fails before it runs -------------------------------------------
+
+{
+	my ($route, $t) = new_route('xerr');
+	my $pre = ch_rows($t);
+	my $pre_uuid = uuid_of($t);
+	my $seq = ch_log_seq();
+	my $inv = new_uuid();
+	fault(pattern => "EXCHANGE TABLES `$db`.`$t` AND", mode => 'error', code => 241, count => 1);
+	my $err = psql_err(refresh_sql($route, $inv));
+	like($err, qr/^HV000: ClickHouse error 241 while exchanging/, 'EXCHANGE error: the refresh fails with the ClickHouse error')
+	  or diag($err);
+	my @x = exchanges($seq, $t);
+	is(scalar(@x), 1, 'EXCHANGE error: one EXCHANGE was sent, none repeated');
+	is($x[0]{status}, '500', 'EXCHANGE error: it failed');
+	is_deeply(ch_rows($t), $pre, 'EXCHANGE error: target rows untouched');
+	is(uuid_of($t), $pre_uuid, 'EXCHANGE error: target table untouched (UUID)');
+	is(inv_field($inv, 'state'), 'failed', 'EXCHANGE error: invocation failed');
+	like(inv_field($inv, "error_sqlstate || ' ' || error"), qr/^HV000 ClickHouse error 241 while exchanging/,
+		'EXCHANGE error: the journal keeps the ClickHouse error');
+	is(inv_field($inv, 'publication_outcome'), 'not_published', 'EXCHANGE error: outcome not_published');
+	is_deeply(own_tables($route, $inv), [], 'EXCHANGE error: staging and generation tables dropped');
+	is(psql_ok("SELECT reconcile->>'verdict' FROM dpwin.reconcile('$inv')"), 'not_published',
+		'EXCHANGE error: reconcile says not_published');
+	like(psql_err("SELECT * FROM dpwin.recover('$inv')"), qr/^55000: .*failed and has nothing to recover/,
+		'EXCHANGE error: nothing to recover');
+
+	my ($inv2, $state) = split /\|/, psql_ok(refresh_sql($route));
+	is($state, 'completed', 'EXCHANGE error: a fresh refresh afterwards completes');
+	is_deeply(ch_rows($t), expected_after($pre), 'EXCHANGE error: and publishes the window');
+}
+
+# --- target rows written between generation build and publication ------------
+
+# The build copies the kept rows into the generation (the first INSERT INTO
+# the generation), checks them against the target, then copies the
+# staging tables (the second INSERT INTO the generation).  Holding that
+# second copy open lets a writer slip in after the check and before the
+# pre-exchange check.
+sub hold_second_copy
+{
+	my ($gen) = @_;
+	fault(pattern => "INSERT INTO `$db`.`$gen`", mode => 'delay', ms => 1, count => 1);
+	fault(pattern => "INSERT INTO `$db`.`$gen`", mode => 'delay', ms => 3000, count => 1);
+}
+
+sub wait_build_check
+{
+	my ($seq, $t) = @_;
+	return wait_log($seq, qr/sipHash64Keyed.*FROM `\Q$db\E`\.`\Q$t\E` WHERE/s);
+}
+
+{
+	my ($route, $t) = new_route('wrt');
+	my $inv = new_uuid();
+	my $pre_uuid = uuid_of($t);
+	my $seq = ch_log_seq();
+	hold_second_copy(gen_name($route, $inv));
+	my $h = bg_refresh(refresh_sql($route, $inv));
+	ok(wait_build_check($seq, $t), 'target written: the build checked the kept rows');
+	ch_ok("INSERT INTO `$db`.`$t` VALUES (77, '2026-08-01 00:00:00', 'written by someone else')");
+	my $pre = ch_rows($t);
+	my ($rc, $out, $err) = bg_finish($h);
+	isnt($rc, 0, 'target written: the refresh fails');
+	like($err, qr/ERROR:\s+55000: target `\Q$db\E`\.`\Q$t\E` changed between generation build and publication/,
+		'target written: refused with SQLSTATE 55000') or diag($err);
+	is(scalar(exchanges($seq, $t)), 0, 'target written: no EXCHANGE was sent');
+	is_deeply(ch_rows($t), $pre, 'target written: the changed target is intact, with the new row');
+	ok((grep { /^77\|/ } @$pre), 'target written: (the new row is there)');
+	is(uuid_of($t), $pre_uuid, 'target written: same table');
+	is(inv_field($inv, "state || ' ' || error_sqlstate || ' ' || coalesce(publication_outcome, 'no intent')"),
+		'failed 55000 no intent', 'target written: invocation failed before any intent');
+	is_deeply(own_tables($route, $inv), [], 'target written: staging and generation tables dropped');
+}
+
+# --- schema changed between generation build and publication ------------------
+
+# A new column fails the re-admission (type parity); a new skip index passes
+# it but changes the schema fingerprint.  Both are refused.
+for my $case ([ 'ddl', 'ADD COLUMN extra Nullable(Int32)' ],
+	[ 'idx', 'ADD INDEX v_idx v TYPE bloom_filter GRANULARITY 1', undef ])
+{
+	my ($tag, $ddl) = @$case;
+	my ($route, $t) = new_route($tag);
+	my $inv = new_uuid();
+	my $pre = ch_rows($t);
+	my $pre_uuid = uuid_of($t);
+	my $seq = ch_log_seq();
+	hold_second_copy(gen_name($route, $inv));
+	my $h = bg_refresh(refresh_sql($route, $inv));
+	ok(wait_build_check($seq, $t), "schema changed ($tag): the build checked the kept rows");
+	ch_ok("ALTER TABLE `$db`.`$t` $ddl");
+	my $create = ch_ok("SELECT create_table_query FROM system.tables WHERE database = '$db' AND name = '$t'");
+	my ($rc, $out, $err) = bg_finish($h);
+	my $state = $tag eq 'ddl' ? '42804' : '55000';
+	my $re = $tag eq 'ddl'
+	  ? qr/ERROR:\s+42804: ClickHouse target `\Q$db\E`\.`\Q$t\E` has 4 columns, route "\Q$route\E" has 3/
+	  : qr/ERROR:\s+55000: the schema of target `\Q$db\E`\.`\Q$t\E` changed between generation build and publication/;
+	like($err, $re, "schema changed ($tag): refused with SQLSTATE $state") or diag($err);
+	is(scalar(exchanges($seq, $t)), 0, "schema changed ($tag): no EXCHANGE was sent");
+	is_deeply(ch_rows($t), $pre, "schema changed ($tag): target rows intact");
+	is(uuid_of($t), $pre_uuid, "schema changed ($tag): same table");
+	is(ch_ok("SELECT create_table_query FROM system.tables WHERE database = '$db' AND name = '$t'"), $create,
+		"schema changed ($tag): the changed definition is kept");
+	is(inv_field($inv, "state || ' ' || error_sqlstate || ' ' || coalesce(publication_outcome, 'no intent')"),
+		"failed $state no intent", "schema changed ($tag): invocation failed before any intent");
+	is_deeply(own_tables($route, $inv), [], "schema changed ($tag): staging and generation tables dropped");
+}
+
+# --- evidence fails after publication -------------------------------------------
+
+{
+	my ($route, $t) = new_route('evid', evidence => "$schema.record_evidence(uuid,jsonb)");
+	my $pre = ch_rows($t);
+	my $pre_uuid = uuid_of($t);
+	my $inv = new_uuid();
+	my ($rc, $out, $err) = psql(refresh_sql($route, $inv));
+	isnt($rc, 0, 'evidence fails: dpwin_refresh errors');
+	like($err, qr/evidence store unavailable/, 'evidence fails: with the evidence function\'s error');
+	like($err, qr/HINT:.*dpwin\.recover\('\Q$inv\E'\)/, 'evidence fails: the hint names the recover call');
+	is_deeply(ch_rows($t), expected_after($pre), 'evidence fails: the new generation is visible');
+	my ($gen_uuid, $outcome, $backup) = split /\|/,
+	  psql_ok("SELECT generation_uuid, outcome, backup_table FROM dpwin.publication WHERE invocation_id = '$inv'");
+	is(uuid_of($t), $gen_uuid, 'evidence fails: target UUID = generation UUID');
+	is($outcome, 'published', 'evidence fails: outcome published');
+	is(inv_field($inv, 'state'), 'published', 'evidence fails: invocation state published');
+	is(psql_ok("SELECT count(*) FROM dpwin.route_state WHERE route_id = " . route_id($route)), 0,
+		'evidence fails: route_state not advanced');
+	is(psql_ok("SELECT count(*) FROM dpwin.evidence WHERE invocation_id = '$inv'"), 0,
+		'evidence fails: no evidence row (it commits with the evidence function)');
+	is(psql_ok("SELECT count(*) FROM $schema.ev_log"), 0, 'evidence fails: nothing recorded by the function');
+
+	like(psql_err("SELECT * FROM dpwin.abandon('$inv')"), qr/^55000: .*has a publication intent and cannot be abandoned/,
+		'evidence fails: abandon is refused after the intent');
+
+	my $chunks = psql_ok("SELECT string_agg(chunk_no || ':' || attempt || ':' || state || ':' || started_at || ':' || finished_at, ',' ORDER BY chunk_no)"
+		  . " FROM dpwin.chunk WHERE invocation_id = '$inv'");
+	my $snapshot = inv_field($inv, 'snapshot_id');
+	psql_ok("UPDATE $schema.ev_switch SET fail = false");
+	my $seq = ch_log_seq();
+	my ($id, $state) = split /\|/, psql_ok("SELECT invocation_id, state FROM dpwin.recover('$inv')");
+	is($state, 'completed', 'evidence fails: recover completes');
+	my @log = ch_log_since($seq);
+	is(scalar(grep { $_->{query} =~ /FORMAT RowBinary|^CREATE TABLE|^INSERT INTO|^EXCHANGE/ } @log), 0,
+		'evidence fails: recover loads nothing, builds nothing, exchanges nothing');
+	is(psql_ok("SELECT string_agg(chunk_no || ':' || attempt || ':' || state || ':' || started_at || ':' || finished_at, ',' ORDER BY chunk_no)"
+		  . " FROM dpwin.chunk WHERE invocation_id = '$inv'"), $chunks,
+		'evidence fails: no new chunk attempt');
+	is(inv_field($inv, 'snapshot_id'), $snapshot, 'evidence fails: no new snapshot');
+	is(psql_ok("SELECT count(*) FROM $schema.ev_log WHERE invocation_id = '$inv'"), 1,
+		'evidence fails: the evidence function recorded the invocation once');
+	is(psql_ok("SELECT (metrics->>'target_rows')::int FROM dpwin.evidence WHERE invocation_id = '$inv'"),
+		scalar(@{ expected_after($pre) }), 'evidence fails: evidence written with the target row count');
+	is(psql_ok("SELECT last_interval_end = '$E' AND invocation_id = '$inv' FROM dpwin.route_state"
+		  . " WHERE route_id = " . route_id($route)), 't', 'evidence fails: route_state advanced by recover');
+	is_deeply(ch_rows($t), expected_after($pre), 'evidence fails: the target is unchanged by recover');
+	is_deeply(ch_rows($backup), $pre, 'evidence fails: the backup holds the old rows');
+	is(uuid_of($backup), $pre_uuid, 'evidence fails: the backup is the old table');
+	is_deeply(own_tables($route, $inv), [], 'evidence fails: recover dropped the staging tables');
+	is(psql_ok("SELECT count(*) FROM dpwin.recover('$inv')"), 1, 'evidence fails: recover again is harmless');
+	is(psql_ok("SELECT count(*) FROM $schema.ev_log WHERE invocation_id = '$inv'"), 1,
+		'evidence fails: and records no second evidence');
+}
+
+# --- abandon before any publication intent ----------------------------------------
+
+{
+	my ($route, $t) = new_route('aband');
+	my $pre = ch_rows($t);
+	my $inv = new_uuid();
+	my $gen = gen_name($route, $inv);
+	my $prefix = '_dpwin_' . route_id($route) . '_' . short_id($inv) . '_';
+	# The build fails at its first copy, and the clean-up cannot list the
+	# tables: the invocation fails with its tables left behind.
+	fault(pattern => "INSERT INTO `$db`.`$gen`", mode => 'error', code => 241, count => 1);
+	fault(pattern => "startsWith(name, '$prefix')", mode => 'error', code => 241, count => 1);
+	like(psql_err(refresh_sql($route, $inv)), qr/^HV000: ClickHouse error 241 while copying rows/,
+		'abandon: the refresh failed in the build');
+	is(inv_field($inv, 'state'), 'failed', 'abandon: failed');
+	my $left = own_tables($route, $inv);
+	is(scalar(grep { /_stg_/ } @$left), 4, 'abandon: the four staging tables were left');
+	ok((grep { $_ eq $gen } @$left), 'abandon: and the generation');
+	my ($id, $state) = split /\|/, psql_ok("SELECT invocation_id, state FROM dpwin.abandon('$inv')");
+	is($state, 'abandoned', 'abandon: abandoned');
+	is(inv_field($inv, 'state'), 'abandoned', 'abandon: journaled');
+	is_deeply(own_tables($route, $inv), [], 'abandon: its staging and generation tables are dropped');
+	is_deeply(ch_rows($t), $pre, 'abandon: target untouched');
+	is(psql_ok("SELECT state FROM dpwin.abandon('$inv')"), 'abandoned', 'abandon: again is harmless');
+	like(psql_err("SELECT * FROM dpwin.recover('$inv')"), qr/^55000:/, 'abandon: nothing to recover');
+	is(psql_ok("SELECT reconcile->>'verdict' FROM dpwin.reconcile('$inv')"), 'no_intent',
+		'abandon: reconcile says no_intent');
+
+	my ($inv2, $st) = split /\|/, psql_ok(refresh_sql($route));
+	like(psql_err("SELECT * FROM dpwin.abandon('$inv2')"), qr/^55000: .*publication intent/,
+		'abandon: refused for a completed (published) invocation');
+	is_deeply(ch_rows($t), expected_after($pre), 'abandon: a later refresh publishes');
+}
+
+# --- clean up -------------------------------------------------------------
+
+ch_control('POST', '/faults/clear');
+psql_ok("SELECT dpwin.drop_route(r) FROM unnest(ARRAY['" . join("','", @routes) . "']) r;
+	DROP SCHEMA $schema CASCADE;");
+ch_ok("DROP DATABASE `$db`");
+
+done_testing();

@@ -1,0 +1,436 @@
+# Recovery with dpwin.recover(), dpwin.abandon() and dpwin.reconcile()
+# after the coordinator died (SIGKILL: the postmaster restarts the whole
+# cluster, as after any backend crash) or after a publication whose outcome
+# could not be read:
+#   - killed while its EXCHANGE runs: a fresh invocation is refused,
+#     recover() finds the exchange by UUIDs and finishes, no second EXCHANGE;
+#   - the UUIDs match neither side: unknown, everything kept, until repaired;
+#   - the exchange did not run and its outcome was not read: recover()
+#     retries it exactly once, unless the target changed meanwhile;
+#   - killed while extracting: snapshot_expired;
+#   - killed while building: recover() publishes the staged chunks without
+#     extracting again; or abandon() drops them.
+# Every data check compares the full multiset of rows.
+use strict;
+use warnings;
+use Test::More;
+use DpwinTest;
+use IPC::Run qw(start finish timeout);
+use Time::HiRes qw(usleep);
+
+my $db = "t062_$$";
+my $schema = "t062_$$";
+my $srv = 'sandbox_ch';
+my $E = '2026-09-09 00:00:00+00';
+my ($LO, $HI);
+my @routes;
+
+sub url_encode
+{
+	my ($s) = @_;
+	$s =~ s/([^A-Za-z0-9_.~-])/sprintf('%%%02X', ord($1))/ge;
+	return $s;
+}
+
+sub fault
+{
+	my (%f) = @_;
+	my $r = ch_control('POST', '/fault?' . join('&', map { "$_=" . url_encode($f{$_}) } sort keys %f));
+	die "fault not registered: $r" unless $r =~ /^Ok/;
+}
+
+sub ch_rows
+{
+	my ($t) = @_;
+	my $out = ch_ok("SELECT concat(toString(id), '|',"
+		  . " ifNull(toString(toUnixTimestamp64Micro(w)), 'NULL'), '|', ifNull(v, 'NULL'))"
+		  . " FROM `$db`.`$t` FORMAT TSVRaw");
+	return [ sort grep { $_ ne '' } split /\n/, $out ];
+}
+
+sub pg_rows
+{
+	my ($where) = @_;
+	my $out = psql_ok("SELECT id || '|' || coalesce(((extract(epoch FROM w) * 1000000)::bigint)::text, 'NULL')"
+		  . " || '|' || coalesce(v, 'NULL') FROM $schema.src WHERE $where");
+	return [ sort grep { $_ ne '' } split /\n/, $out ];
+}
+
+sub uuid_of
+{
+	my ($t) = @_;
+	my $u = ch_ok("SELECT toString(uuid) FROM system.tables WHERE database = '$db' AND name = '$t'");
+	chomp $u;
+	return $u eq '' ? undef : $u;
+}
+
+sub expected_after
+{
+	my ($pre) = @_;
+	my @kept = grep { my (undef, $m) = split /\|/; $m eq 'NULL' || $m < $LO || $m >= $HI } @$pre;
+	return [ sort(@kept, @{ pg_rows("w >= timestamptz '$E' - interval '1 day' AND w < '$E'") }) ];
+}
+
+sub new_route
+{
+	my ($tag) = @_;
+	my $route = unique_name("t062_$tag");
+	my $t = "tgt_$tag";
+	ch_ok("CREATE TABLE `$db`.`$t` (id Int64, w Nullable(DateTime64(6, 'UTC')), v Nullable(String))"
+		  . " ENGINE = MergeTree ORDER BY id");
+	ch_ok("INSERT INTO `$db`.`$t` VALUES (1, '2026-09-01 00:00:00', 'before'), (1, '2026-09-01 00:00:00', 'before'),"
+		  . " (2, '2026-09-08 10:00:00', 'old in window'), (3, '2026-09-20 00:00:00', 'after'),"
+		  . " (4, NULL, 'null'), (4, NULL, 'null')");
+	psql_ok("SELECT dpwin.create_route('$route', '$schema.src'::regclass, 'w', '$srv', '$db', '$t',"
+		  . " interval '1 day', interval '6 hours', parallelism => 2)");
+	push @routes, $route;
+	return ($route, $t);
+}
+
+sub route_id
+{
+	my ($route) = @_;
+	return psql_ok("SELECT route_id FROM dpwin.route WHERE route_name = '$route'");
+}
+
+sub new_uuid { return psql_ok('SELECT gen_random_uuid()'); }
+
+sub prefix
+{
+	my ($route, $inv) = @_;
+	(my $s = $inv) =~ s/-//g;
+	return '_dpwin_' . route_id($route) . '_' . substr($s, 0, 12) . '_';
+}
+
+sub own_tables
+{
+	my ($route, $inv) = @_;
+	my $p = prefix($route, $inv);
+	return [ sort grep { $_ ne '' } split /\n/,
+		  ch_ok("SELECT name FROM system.tables WHERE database = '$db' AND startsWith(name, '$p') FORMAT TSVRaw") ];
+}
+
+sub refresh_sql
+{
+	my ($route, $inv) = @_;
+	return "SELECT invocation_id, state, final_rows, backup_table FROM dpwin_refresh('$route', '$E'"
+	  . ($inv ? ", '$inv'" : '') . ")";
+}
+
+sub state_of
+{
+	my ($inv) = @_;
+	return psql_ok("SELECT state FROM dpwin.invocation WHERE invocation_id = '$inv'");
+}
+
+sub exchanges
+{
+	my ($seq, $t) = @_;
+	return grep { $_->{query} =~ /^EXCHANGE TABLES `\Q$db\E`\.`\Q$t\E` AND/ } ch_log_since($seq);
+}
+
+sub bg_refresh
+{
+	my ($sql) = @_;
+	my %h = (out => '', err => '');
+	$h{run} = start([ 'psql', '-X', '-q', '-A', '-t', '-v', 'ON_ERROR_STOP=1', '-c', $sql ],
+		'>', \$h{out}, '2>', \$h{err}, timeout(120));
+	return \%h;
+}
+
+sub bg_finish
+{
+	my ($h) = @_;
+	finish($h->{run});
+	return ($? >> 8, $h->{out}, $h->{err});
+}
+
+sub pg_up
+{
+	my ($rc) = psql('SELECT 1', timeout => 5);
+	return $rc == 0;
+}
+
+# Wait until $inv reaches $state, SIGKILL its coordinator, and wait for the
+# cluster to come back from crash recovery.
+sub kill_coordinator_at
+{
+	my ($inv, $state, $h, $label) = @_;
+	ok(wait_until(sub { state_of($inv) eq $state }, 60), "$label: the invocation reached $state");
+	my $pid = psql_ok("SELECT holder_pid FROM dpwin.lease WHERE holder_invocation = '$inv'");
+	like($pid, qr/^\d+$/, "$label: its coordinator holds the lease");
+	usleep(300_000);
+	is(kill('KILL', $pid), 1, "$label: SIGKILL the coordinator");
+	my ($rc, $out, $err) = bg_finish($h);
+	like($err, qr/server closed the connection|terminating connection|connection to server was lost/,
+		"$label: the caller lost its connection in the crash restart") or diag($err);
+	unless (wait_until(\&pg_up, 30))
+	{
+		# restart_after_crash may be off: restart the sandbox's PostgreSQL
+		local $ENV{DPWIN_SANDBOX_DIR} = $ENV{DPWIN_SANDBOX};
+		local $ENV{DPWIN_PGPORT} = $ENV{PGPORT};
+		system(repo_root() . '/test/sandbox.sh', 'restart-pg');
+	}
+	ok(wait_until(\&pg_up, 60), "$label: PostgreSQL is back");
+}
+
+sub wait_log
+{
+	my ($seq, $re) = @_;
+	return wait_until(sub { grep { $_->{query} =~ $re && $_->{status} =~ /^\d+$/ } ch_log_since($seq) }, 60);
+}
+
+# The checks after a recovery that published: target = new generation, the
+# backup = the old table, journal and evidence complete.
+sub check_published
+{
+	my ($label, $route, $t, $inv, $pre, $pre_uuid) = @_;
+	is_deeply(ch_rows($t), expected_after($pre), "$label: the target is the new generation");
+	my ($before, $gen_uuid, $outcome, $backup) = split /\|/,
+	  psql_ok("SELECT target_uuid_before, generation_uuid, outcome, backup_table"
+		  . " FROM dpwin.publication WHERE invocation_id = '$inv'");
+	is($before, $pre_uuid, "$label: the intent recorded the old target");
+	is(uuid_of($t), $gen_uuid, "$label: target UUID = generation UUID");
+	is($outcome, 'published', "$label: outcome published");
+	is(uuid_of($backup), $pre_uuid, "$label: the old table is the backup");
+	is_deeply(ch_rows($backup), $pre, "$label: the backup holds the old rows");
+	is(state_of($inv), 'completed', "$label: completed");
+	is(psql_ok("SELECT count(*) FROM dpwin.evidence WHERE invocation_id = '$inv'"), 1, "$label: evidence written");
+	is(psql_ok("SELECT invocation_id FROM dpwin.route_state WHERE route_id = " . route_id($route)), $inv,
+		"$label: route_state advanced");
+	is_deeply(own_tables($route, $inv), [], "$label: staging tables dropped");
+}
+
+# --- setup ---------------------------------------------------------------
+
+ch_control('POST', '/faults/clear');
+ch_ok("DROP DATABASE IF EXISTS `$db`");
+ch_ok("CREATE DATABASE `$db` ENGINE = Atomic");
+psql_ok("DROP SCHEMA IF EXISTS $schema CASCADE;
+	CREATE SCHEMA $schema;
+	CREATE TABLE $schema.src (id bigint NOT NULL, w timestamptz, v text);
+	INSERT INTO $schema.src
+		SELECT g, timestamptz '2026-09-08 00:00:00+00' + g * interval '13 minutes 0.25 seconds', 'new ' || (g % 5)
+		FROM generate_series(0, 110) g;
+	INSERT INTO $schema.src VALUES (500, '2026-09-08 18:00:00+00', 'dup'), (500, '2026-09-08 18:00:00+00', 'dup'),
+		(501, NULL, 'not extracted');");
+$LO = psql_ok("SELECT (extract(epoch FROM timestamptz '$E' - interval '1 day') * 1000000)::bigint");
+$HI = psql_ok("SELECT (extract(epoch FROM timestamptz '$E') * 1000000)::bigint");
+
+# --- killed while its EXCHANGE runs -----------------------------------------------
+
+{
+	my ($route, $t) = new_route('xkill');
+	my $pre = ch_rows($t);
+	my $pre_uuid = uuid_of($t);
+	my $inv = new_uuid();
+	my $seq = ch_log_seq();
+	fault(pattern => "EXCHANGE TABLES `$db`.`$t` AND", mode => 'delay', ms => 2500, count => 1);
+	my $h = bg_refresh(refresh_sql($route, $inv));
+	kill_coordinator_at($inv, 'publishing', $h, 'killed in EXCHANGE');
+	ok(wait_log($seq, qr/^EXCHANGE TABLES `\Q$db\E`\.`\Q$t\E` AND/), 'killed in EXCHANGE: the EXCHANGE ran anyway');
+	is(state_of($inv), 'publishing', 'killed in EXCHANGE: the journal says publishing');
+	is(psql_ok("SELECT coalesce(outcome, 'none') FROM dpwin.publication WHERE invocation_id = '$inv'"), 'none',
+		'killed in EXCHANGE: outcome not observed');
+
+	my ($rc, $out, $err) = psql(refresh_sql($route));
+	like($err, qr/ERROR:\s+invocation \Q$inv\E of this target has an unsettled publication/,
+		'killed in EXCHANGE: a fresh invocation is refused, naming the older one');
+	like($err, qr/HINT:\s+Settle it first: SELECT \* FROM dpwin\.recover\('\Q$inv\E'\);/,
+		'killed in EXCHANGE: the hint is the recover call');
+	like(psql_err(refresh_sql($route)), qr/^55006:/, 'killed in EXCHANGE: SQLSTATE 55006');
+	is(psql_ok("SELECT reconcile->>'verdict' FROM dpwin.reconcile('$inv')"), 'published',
+		'killed in EXCHANGE: reconcile reads the UUIDs: published');
+
+	$seq = ch_log_seq();
+	my ($id, $state) = split /\|/, psql_ok("SELECT invocation_id, state FROM dpwin.recover('$inv')");
+	is($state, 'completed', 'killed in EXCHANGE: recover completes');
+	is(scalar(exchanges($seq, $t)), 0, 'killed in EXCHANGE: recover ran no second EXCHANGE');
+	is(scalar(grep { $_->{query} =~ /FORMAT RowBinary|^INSERT INTO/ } ch_log_since($seq)), 0,
+		'killed in EXCHANGE: recover loaded nothing');
+	check_published('killed in EXCHANGE', $route, $t, $inv, $pre, $pre_uuid);
+}
+
+# --- the UUIDs match neither side: unknown ---------------------------------------
+
+{
+	my ($route, $t) = new_route('unk');
+	my $pre = ch_rows($t);
+	my $pre_uuid = uuid_of($t);
+	my $inv = new_uuid();
+	my $seq = ch_log_seq();
+	fault(pattern => "EXCHANGE TABLES `$db`.`$t` AND", mode => 'delay', ms => 2500, count => 1);
+	my $h = bg_refresh(refresh_sql($route, $inv));
+	kill_coordinator_at($inv, 'publishing', $h, 'unknown');
+	ok(wait_log($seq, qr/^EXCHANGE TABLES `\Q$db\E`\.`\Q$t\E` AND/), 'unknown: the EXCHANGE ran');
+
+	# Someone else swaps another table in before recovery.
+	ch_ok("CREATE TABLE `$db`.`decoy` AS `$db`.`$t`");
+	my $decoy_uuid = uuid_of('decoy');
+	ch_ok("EXCHANGE TABLES `$db`.`$t` AND `$db`.`decoy`");
+	my $gen = prefix($route, $inv) . 'gen';
+	my %before = map { $_ => uuid_of($_) } ($t, 'decoy', $gen);
+
+	$seq = ch_log_seq();
+	my $err = psql_err("SELECT * FROM dpwin.recover('$inv')");
+	like($err, qr/^XX001: publication outcome of invocation \Q$inv\E is unknown/, 'unknown: recover reports it');
+	is(state_of($inv), 'unknown', 'unknown: state unknown');
+	is(psql_ok("SELECT outcome FROM dpwin.publication WHERE invocation_id = '$inv'"), 'unknown',
+		'unknown: outcome unknown');
+	like(psql_err("SELECT * FROM dpwin.recover('$inv')"), qr/^XX001: publication outcome of invocation \Q$inv\E is unknown/,
+		'unknown: recover again reports it again');
+	is_deeply({ map { $_ => uuid_of($_) } ($t, 'decoy', $gen) }, \%before, 'unknown: every table is kept as it is');
+	ok(scalar(@{ own_tables($route, $inv) }) >= 3, 'unknown: staging tables kept');
+	is(scalar(exchanges($seq, $t)), 0, 'unknown: no EXCHANGE');
+	my $rep = psql_ok("SELECT (r->>'verdict') || ' ' || (r->>'target_uuid_now') FROM dpwin.reconcile('$inv') r");
+	is($rep, "unknown $decoy_uuid", 'unknown: reconcile shows the foreign UUID in the target');
+	like(psql_err(refresh_sql($route)), qr/^55006: invocation \Q$inv\E of this target has an unsettled publication/,
+		'unknown: a fresh invocation is refused');
+	like(psql_err("SELECT * FROM dpwin.abandon('$inv')"), qr/^55000:/, 'unknown: abandon is refused');
+
+	# Repaired by hand: the generation back in place.
+	ch_ok("EXCHANGE TABLES `$db`.`$t` AND `$db`.`decoy`");
+	$seq = ch_log_seq();
+	is(psql_ok("SELECT state FROM dpwin.recover('$inv')"), 'completed', 'unknown: recover after the repair completes');
+	is(scalar(exchanges($seq, $t)), 0, 'unknown: without an EXCHANGE');
+	check_published('unknown, repaired', $route, $t, $inv, $pre, $pre_uuid);
+	ch_ok("DROP TABLE `$db`.`decoy`");
+}
+
+# --- the exchange did not run and its outcome was not read -------------------------
+
+# The EXCHANGE fails before running and the first UUID read-back fails too:
+# the coordinator stops in publishing without an observed outcome.
+sub stuck_in_publishing
+{
+	my ($route, $t, $inv, $label) = @_;
+	fault(pattern => "EXCHANGE TABLES `$db`.`$t` AND", mode => 'error', code => 241, count => 1);
+	fault(pattern => "SELECT toString(uuid) FROM system.tables WHERE database = '$db' AND name = '$t'",
+		mode => 'error', code => 241, count => 1);
+	my ($rc, $out, $err) = psql(refresh_sql($route, $inv));
+	like($err, qr/HINT:.*dpwin\.recover\('\Q$inv\E'\)/, "$label: the refresh fails, its hint is the recover call");
+	is(state_of($inv), 'publishing', "$label: left publishing");
+	like(psql_err(refresh_sql($route)), qr/^55006: invocation \Q$inv\E/, "$label: a fresh invocation is refused");
+	is(psql_ok("SELECT reconcile->>'verdict' FROM dpwin.reconcile('$inv')"), 'not_published',
+		"$label: reconcile: not_published");
+}
+
+{
+	my ($route, $t) = new_route('retry');
+	my $pre = ch_rows($t);
+	my $pre_uuid = uuid_of($t);
+	my $inv = new_uuid();
+	my $seq0 = ch_log_seq();
+	stuck_in_publishing($route, $t, $inv, 'retry');
+	my $seq = ch_log_seq();
+	is(psql_ok("SELECT state FROM dpwin.recover('$inv')"), 'completed', 'retry: recover completes');
+	my @x = exchanges($seq, $t);
+	is(scalar(@x), 1, 'retry: recover ran exactly one EXCHANGE');
+	is($x[0]{status}, '200', 'retry: and it succeeded');
+	is_deeply([ map { $_->{status} } exchanges($seq0, $t) ], [ '500', '200' ],
+		'retry: one failed EXCHANGE, one that ran: never two that ran');
+	check_published('retry', $route, $t, $inv, $pre, $pre_uuid);
+}
+
+for my $case ([ 'rows', "INSERT INTO `$db`.`%s` VALUES (88, '2026-07-01 00:00:00', 'written meanwhile')",
+		qr/^55000: target `\Q$db\E`\.`tgt_rows` changed outside the window since invocation/ ],
+	[ 'schema', "ALTER TABLE `$db`.`%s` ADD INDEX v_idx v TYPE bloom_filter GRANULARITY 1",
+		qr/^55000: the schema of target `\Q$db\E`\.`tgt_schema` changed since invocation/ ])
+{
+	my ($tag, $change, $re) = @$case;
+	my ($route, $t) = new_route($tag);
+	my $inv = new_uuid();
+	stuck_in_publishing($route, $t, $inv, "changed before retry ($tag)");
+	ch_ok(sprintf($change, $t));
+	my $pre = ch_rows($t);
+	my $pre_uuid = uuid_of($t);
+	my $create = ch_ok("SELECT create_table_query FROM system.tables WHERE database = '$db' AND name = '$t'");
+	my $seq = ch_log_seq();
+	like(psql_err("SELECT * FROM dpwin.recover('$inv')"), $re, "changed before retry ($tag): recover refuses");
+	is(scalar(exchanges($seq, $t)), 0, "changed before retry ($tag): no EXCHANGE");
+	is_deeply(ch_rows($t), $pre, "changed before retry ($tag): the changed target is kept");
+	is(uuid_of($t), $pre_uuid, "changed before retry ($tag): same table");
+	is(ch_ok("SELECT create_table_query FROM system.tables WHERE database = '$db' AND name = '$t'"), $create,
+		"changed before retry ($tag): same definition");
+	is(psql_ok("SELECT state || ' ' || publication_outcome FROM dpwin.invocations WHERE invocation_id = '$inv'"),
+		'failed not_published', "changed before retry ($tag): failed, not published");
+	is_deeply(own_tables($route, $inv), [], "changed before retry ($tag): the stale generation and staging dropped");
+	is(psql_ok("SELECT state FROM dpwin_refresh('$route', '$E')"), 'completed',
+		"changed before retry ($tag): a fresh refresh completes");
+	is_deeply(ch_rows($t), expected_after($pre), "changed before retry ($tag): and publishes over the changed target");
+}
+
+# --- killed while extracting: the snapshot is gone ------------------------------------
+
+{
+	my ($route, $t) = new_route('xtr');
+	my $pre = ch_rows($t);
+	my $inv = new_uuid();
+	fault(pattern => "INSERT INTO `$db`.`" . prefix($route, $inv) . 'stg_', mode => 'delay', ms => 3000, count => 4);
+	my $h = bg_refresh(refresh_sql($route, $inv));
+	kill_coordinator_at($inv, 'extracting', $h, 'killed extracting');
+	ch_control('POST', '/faults/clear');
+	my $err = psql_err("SELECT * FROM dpwin.recover('$inv')");
+	like($err, qr/^55000: invocation \Q$inv\E cannot be recovered: its snapshot expired before publication/,
+		'killed extracting: recover says the snapshot expired');
+	is(state_of($inv), 'snapshot_expired', 'killed extracting: snapshot_expired');
+	ok(wait_until(sub { !@{ own_tables($route, $inv) } }, 10), 'killed extracting: its staging tables are dropped');
+	is_deeply(ch_rows($t), $pre, 'killed extracting: target untouched');
+	is(psql_ok("SELECT state FROM dpwin_refresh('$route', '$E')"), 'completed',
+		'killed extracting: a new invocation re-extracts and completes');
+	is_deeply(ch_rows($t), expected_after($pre), 'killed extracting: and publishes the window');
+}
+
+# --- killed while building: recover publishes the staged chunks, or abandon --------------
+
+for my $how ('recover', 'abandon')
+{
+	my ($route, $t) = new_route("bld_$how");
+	my $pre = ch_rows($t);
+	my $pre_uuid = uuid_of($t);
+	my $inv = new_uuid();
+	my $label = "killed building, $how";
+	my $gen = prefix($route, $inv) . 'gen';
+	my $seq0 = ch_log_seq();
+	fault(pattern => "INSERT INTO `$db`.`$gen`", mode => 'delay', ms => 2000, count => 1);
+	my $h = bg_refresh(refresh_sql($route, $inv));
+	kill_coordinator_at($inv, 'verified', $h, $label);
+	# The dead coordinator's copy still runs on the server; let it end.
+	ok(wait_log($seq0, qr/^INSERT INTO `\Q$db\E`\.`\Q$gen\E`/), "$label: its last statement has ended");
+	my $chunks = psql_ok("SELECT string_agg(chunk_no || ':' || attempt || ':' || state || ':' || staging_table || ':' || finished_at, ','"
+		  . " ORDER BY chunk_no) FROM dpwin.chunk WHERE invocation_id = '$inv'");
+	is(psql_ok("SELECT count(*) FILTER (WHERE state = 'verified') || '/' || count(*) FROM dpwin.chunk WHERE invocation_id = '$inv'"),
+		'4/4', "$label: every chunk was staged and verified");
+	my $seq = ch_log_seq();
+	if ($how eq 'recover')
+	{
+		is(psql_ok("SELECT state FROM dpwin.recover('$inv')"), 'completed', "$label: completes");
+		my @log = ch_log_since($seq);
+		is(scalar(grep { $_->{query} =~ /FORMAT RowBinary|_stg_\d+_\d+` AS/ } @log), 0,
+			"$label: no extraction, no new staging table");
+		is(scalar(exchanges($seq, $t)), 1, "$label: one EXCHANGE");
+		is(psql_ok("SELECT string_agg(chunk_no || ':' || attempt || ':' || state || ':' || staging_table || ':' || finished_at, ','"
+			  . " ORDER BY chunk_no) FROM dpwin.chunk WHERE invocation_id = '$inv'"), $chunks,
+			"$label: the chunk journal is unchanged");
+		check_published($label, $route, $t, $inv, $pre, $pre_uuid);
+	}
+	else
+	{
+		ok(scalar(@{ own_tables($route, $inv) }) >= 4, "$label: staging tables are there");
+		is(psql_ok("SELECT state FROM dpwin.abandon('$inv')"), 'abandoned', "$label: abandoned");
+		is(state_of($inv), 'abandoned', "$label: journaled");
+		is_deeply(own_tables($route, $inv), [], "$label: staging and generation tables dropped");
+		is(scalar(exchanges($seq, $t)), 0, "$label: no EXCHANGE");
+		is_deeply(ch_rows($t), $pre, "$label: target untouched");
+		is(uuid_of($t), $pre_uuid, "$label: same table");
+	}
+}
+
+# --- clean up -------------------------------------------------------------
+
+ch_control('POST', '/faults/clear');
+psql_ok("SELECT dpwin.drop_route(r) FROM unnest(ARRAY['" . join("','", @routes) . "']) r;
+	DROP SCHEMA $schema CASCADE;");
+ch_ok("DROP DATABASE `$db`");
+
+done_testing();

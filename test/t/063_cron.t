@@ -1,0 +1,97 @@
+# dpwin_refresh() on a pg_cron schedule: the job runs as the user who
+# scheduled it, in the cron database, and publishes the window; the test
+# sees the run succeed in cron.job_run_details and compares the target's
+# full multiset of rows with the expected one.
+use strict;
+use warnings;
+use Test::More;
+use DpwinTest;
+
+my $db = "t063_$$";
+my $schema = "t063_$$";
+my $srv = 'sandbox_ch';
+my $route = unique_name('t063r');
+my $job = unique_name('t063job');
+my $t = 'events';
+my $E = '2026-09-09 00:00:00+00';
+
+sub ch_rows
+{
+	my $out = ch_ok("SELECT concat(toString(id), '|',"
+		  . " ifNull(toString(toUnixTimestamp64Micro(w)), 'NULL'), '|', ifNull(v, 'NULL'))"
+		  . " FROM `$db`.`$t` FORMAT TSVRaw");
+	return [ sort grep { $_ ne '' } split /\n/, $out ];
+}
+
+sub pg_rows
+{
+	my ($where) = @_;
+	my $out = psql_ok("SELECT id || '|' || coalesce(((extract(epoch FROM w) * 1000000)::bigint)::text, 'NULL')"
+		  . " || '|' || coalesce(v, 'NULL') FROM $schema.src WHERE $where");
+	return [ sort grep { $_ ne '' } split /\n/, $out ];
+}
+
+is(psql_ok("SELECT current_database() = current_setting('cron.database_name')"), 't',
+	'the tests run in the database pg_cron serves');
+
+ch_ok("DROP DATABASE IF EXISTS `$db`");
+ch_ok("CREATE DATABASE `$db` ENGINE = Atomic");
+ch_ok("CREATE TABLE `$db`.`$t` (id Int64, w Nullable(DateTime64(6, 'UTC')), v Nullable(String))"
+	  . " ENGINE = MergeTree ORDER BY id");
+ch_ok("INSERT INTO `$db`.`$t` VALUES (1, '2026-09-01 00:00:00', 'before'), (1, '2026-09-01 00:00:00', 'before'),"
+	  . " (2, '2026-09-08 10:00:00', 'old in window'), (3, '2026-09-20 00:00:00', 'after'), (4, NULL, 'null')");
+psql_ok("DROP SCHEMA IF EXISTS $schema CASCADE;
+	CREATE SCHEMA $schema;
+	CREATE TABLE $schema.src (id bigint NOT NULL, w timestamptz, v text);
+	INSERT INTO $schema.src
+		SELECT g, timestamptz '2026-09-08 00:00:00+00' + g * interval '11 minutes', 'cron ' || (g % 3)
+		FROM generate_series(0, 130) g;
+	INSERT INTO $schema.src VALUES (900, '2026-09-08 09:00:00+00', 'dup'), (900, '2026-09-08 09:00:00+00', 'dup');
+	SELECT dpwin.create_route('$route', '$schema.src'::regclass, 'w', '$srv', '$db', '$t',
+		interval '1 day', interval '8 hours', parallelism => 2);");
+
+my $pre = ch_rows();
+my @kept = grep { /^(1|3|4)\|/ } @$pre;
+my $expected = [ sort(@kept, @{ pg_rows("w >= timestamptz '$E' - interval '1 day' AND w < '$E'") }) ];
+
+# Second schedules need pg_cron 1.5; older versions run every minute.
+my $command = "\$\$SELECT invocation_id, state FROM dpwin_refresh('$route', '$E')\$\$";
+my ($rc, $jobid, $err) = psql("SELECT cron.schedule('$job', '2 seconds', $command)");
+if ($rc)
+{
+	like($err, qr/invalid schedule/, 'this pg_cron has no second schedules: every minute instead');
+	$jobid = psql_ok("SELECT cron.schedule('$job', '* * * * *', $command)");
+}
+like($jobid, qr/^\d+$/, 'the refresh is scheduled');
+
+ok(wait_until(sub { psql_ok("SELECT count(*) FROM cron.job_run_details WHERE jobid = $jobid AND status = 'succeeded'") > 0 }, 90),
+	'a scheduled run succeeded');
+psql_ok("SELECT cron.unschedule($jobid)");
+ok(wait_until(sub { psql_ok("SELECT count(*) FROM cron.job_run_details WHERE jobid = $jobid"
+			. " AND status IN ('starting', 'running')") == 0 }, 60),
+	'no run is left running after unschedule');
+
+my $details = psql_ok("SELECT string_agg(DISTINCT status || ': ' || coalesce(return_message, ''), '; ')"
+	  . " FROM cron.job_run_details WHERE jobid = $jobid AND status <> 'succeeded'");
+is($details, '', 'every scheduled run succeeded') or diag($details);
+like(psql_ok("SELECT return_message FROM cron.job_run_details WHERE jobid = $jobid AND status = 'succeeded'"
+	  . " ORDER BY runid LIMIT 1"), qr/^(?:1 row|SELECT 1)$/, 'a run returned the refresh result row');
+
+is_deeply(ch_rows(), $expected, 'the target holds the kept rows and the source window, duplicates kept');
+my $runs = psql_ok("SELECT count(*) FROM cron.job_run_details WHERE jobid = $jobid AND status = 'succeeded'");
+is(psql_ok("SELECT count(*) FILTER (WHERE i.state = 'completed') || '/' || count(*) FROM dpwin.invocations i"
+	  . " WHERE route_name = '$route'"), "$runs/$runs", 'one completed invocation per scheduled run');
+is(psql_ok("SELECT DISTINCT caller::text FROM dpwin.invocations WHERE route_name = '$route'"),
+	psql_ok('SELECT current_user'), 'the job ran as the user who scheduled it');
+is(psql_ok("SELECT last_interval_end = '$E' FROM dpwin.route_state JOIN dpwin.route USING (route_id)"
+	  . " WHERE route_name = '$route'"), 't', 'route_state advanced');
+my $rid = psql_ok("SELECT route_id FROM dpwin.route WHERE route_name = '$route'");
+is(ch_ok("SELECT count() FROM system.tables WHERE database = '$db' AND startsWith(name, '_dpwin_backup_${rid}_')"),
+	"$runs\n", 'one backup per run');
+
+psql_ok("DELETE FROM cron.job_run_details WHERE jobid = $jobid;
+	SELECT dpwin.drop_route('$route');
+	DROP SCHEMA $schema CASCADE;");
+ch_ok("DROP DATABASE `$db`");
+
+done_testing();

@@ -1,0 +1,357 @@
+# O(window) publication on partitioned targets (src/partition.c).
+#
+# For targets partitioned by day (Nullable key with allow_nullable_key, and
+# with ifNull(..., 0)), by week (NULL window rows sharing a week with
+# values), unpartitioned, and partitioned without the window column: the
+# window [09-09 12:00, 09-12 12:00) starts and ends mid-partition; the
+# target holds stale rows inside the window, kept rows outside it, NULL
+# window rows and duplicates, spread over several parts per partition.
+# After each refresh the whole target must equal, as a multiset, the kept
+# rows plus the source's window.  The endpoint's query log must show that
+# exactly the partitions wholly outside the window (and not receiving
+# staged rows) were ATTACHed and that the one copy from the target skipped
+# them.  Then, with the endpoint holding back the parts check, a merge of a
+# cloned partition must be tolerated (digest fallback), and a new kept row
+# in a cloned partition must be refused, during the build and right before
+# the exchange.
+use strict;
+use warnings;
+use Test::More;
+use DpwinTest;
+use IPC::Run qw(start finish timeout);
+
+my $tag = "t070_$$";
+my $db = $tag;
+my $schema = $tag;
+my $srv = 'sandbox_ch';
+
+my $lo = '2026-09-09 12:00:00+00';
+my $hi = '2026-09-12 12:00:00+00';
+my $pg_keep = "(w < '$lo' OR w >= '$hi' OR w IS NULL)";
+my $pg_in = "(w >= '$lo' AND w < '$hi')";
+
+my $pg_row = "id::text || '|' || COALESCE((extract(epoch FROM w) * 1000000)::bigint::text, 'N') || '|'"
+  . " || COALESCE(encode(convert_to(v, 'UTF8'), 'hex'), 'N') || '|' || COALESCE(trim_scale(n)::text, 'N')";
+my $ch_row = "toString(id) || '|' || if(isNull(w), 'N', toString(toUnixTimestamp64Micro(assumeNotNull(w)))) || '|'"
+  . " || if(isNull(v), 'N', lower(hex(assumeNotNull(v)))) || '|' || if(isNull(n), 'N', toString(assumeNotNull(n)))";
+
+sub lines { my ($s) = @_; return [ sort grep { length } split /\n/, $s ]; }
+
+sub multiset_diff
+{
+	my ($got, $exp) = @_;
+	my %d;
+	$d{$_}++ for @$got;
+	$d{$_}-- for @$exp;
+	return grep { $d{$_} } sort keys %d;
+}
+
+sub multiset_is
+{
+	my ($got, $exp, $name) = @_;
+	my @diff = multiset_diff($got, $exp);
+	my $ok = ok(!@diff && @$got == @$exp, $name);
+	diag(sprintf("got %d rows, expected %d, %d distinct rows differ, e.g. %s",
+			scalar(@$got), scalar(@$exp), scalar(@diff), join(' ', @diff[ 0 .. ($#diff < 3 ? $#diff : 3) ])))
+	  unless $ok;
+	return $ok;
+}
+
+sub fault
+{
+	my (%f) = @_;
+	my $q = join('&', map { "$_=$f{$_}" } sort keys %f);
+	ch_control('POST', "/fault?$q");
+}
+
+sub ch_list
+{
+	my ($sql) = @_;
+	return [ grep { length } split /\n/, ch_ok($sql) ];
+}
+
+sub parts_of
+{
+	my ($tbl) = @_;
+	return ch_list("SELECT DISTINCT partition_id FROM system.parts WHERE database = '$db' AND table = '$tbl' AND active ORDER BY 1");
+}
+
+ch_control('POST', '/faults/clear');
+ch_ok("DROP DATABASE IF EXISTS `$db`");
+ch_ok("CREATE DATABASE `$db` ENGINE = Atomic");
+
+# The source: a row every 47 minutes over 09-01 .. 09-20, rows exactly on
+# both bounds, duplicates, NULL window rows (never extracted).  The initial
+# target: the source's rows outside the window, target-only kept rows
+# (duplicated), NULL window rows, and stale rows inside the window that
+# the refresh must remove.
+psql_ok("DROP SCHEMA IF EXISTS $schema CASCADE; CREATE SCHEMA $schema;
+	CREATE TABLE $schema.src (id bigint NOT NULL, w timestamptz, v text, n numeric(12,2));
+	INSERT INTO $schema.src
+	SELECT g, timestamptz '2026-09-01 00:00:00+00' + g * interval '47 minutes',
+		CASE WHEN g % 11 = 0 THEN NULL ELSE 'v' || g END, (g * 1.25)::numeric(12,2)
+	  FROM generate_series(0, 580) g;
+	INSERT INTO $schema.src VALUES
+		(5001, '$lo', 'on lo', 1), (5002, '$hi', 'on hi', 2),
+		(5003, timestamptz '$lo' - interval '1 microsecond', 'before lo', 3),
+		(5004, timestamptz '$hi' - interval '1 microsecond', 'before hi', 4);
+	INSERT INTO $schema.src SELECT * FROM $schema.src WHERE id % 7 = 0;
+	INSERT INTO $schema.src SELECT 6000 + g, NULL, 'null window', NULL FROM generate_series(0, 9) g;
+	CREATE TABLE $schema.init AS
+	SELECT * FROM $schema.src WHERE $pg_keep
+	UNION ALL
+	SELECT 8000 + g, timestamptz '2026-09-02 03:00:00+00' + g * interval '5 hours', 'kept ' || g, g
+	  FROM generate_series(0, 80) g
+	UNION ALL
+	SELECT 8000 + g, timestamptz '2026-09-02 03:00:00+00' + g * interval '5 hours', 'kept ' || g, g
+	  FROM generate_series(0, 80, 3) g
+	UNION ALL
+	SELECT 9000 + g, timestamptz '$lo' + g * interval '2 hours', 'stale', NULL
+	  FROM generate_series(0, 35) g
+	UNION ALL
+	SELECT 9500 + g, NULL, 'target null', g FROM generate_series(0, 5) g;
+	CREATE TABLE $schema.expected AS
+	SELECT * FROM $schema.init WHERE $pg_keep
+	UNION ALL
+	SELECT * FROM $schema.src WHERE $pg_in;");
+
+my $expected = lines(psql_ok("SELECT $pg_row FROM $schema.expected"));
+my $n_window = psql_ok("SELECT count(*) FROM $schema.src WHERE $pg_in");
+
+my $cols = "(id Int64, w Nullable(DateTime64(6, 'UTC')), v Nullable(String), n Nullable(Decimal(12, 2)))";
+
+# Fill a target from $schema.init in three INSERTs (several parts per partition).
+sub fill_target
+{
+	my ($tbl) = @_;
+	for my $k (0 .. 2)
+	{
+		my $tsv = psql_ok("SELECT id, COALESCE(to_char(w AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US'), E'\\\\N'),"
+			  . " COALESCE(v, E'\\\\N'), COALESCE(n::text, E'\\\\N') FROM $schema.init WHERE id % 3 = $k",
+			sep => "\t");
+		ch_ok("INSERT INTO `$db`.`$tbl` FORMAT TabSeparated",
+			data => "$tsv\n");
+	}
+}
+
+sub target_rows
+{
+	my ($tbl) = @_;
+	return lines(ch_ok("SELECT $ch_row FROM `$db`.`$tbl`"));
+}
+
+# The refresh's statements in the endpoint's query log.
+sub refresh_logged
+{
+	my ($route) = @_;
+	my $seq = ch_log_seq();
+	my ($rc, $out, $err) = psql("SELECT state, invocation_id, details->'evidence'->'partitions',"
+		  . " details->'evidence'->>'target_rows' FROM dpwin_refresh('$route', '$hi')");
+	my @log = ch_log_since($seq);
+	my ($state, $inv, $parts, $rows) = split /\|/, $out;
+	return ($state // "error: $err", $inv, $parts, \@log, $rows);
+}
+
+my $nroute = 0;
+
+# The backups (old generations) in the test's database.
+sub drop_backups
+{
+	ch_ok("DROP TABLE `$db`.`$_`")
+	  for @{ ch_list("SELECT name FROM system.tables WHERE database = '$db' AND startsWith(name, '_dpwin_backup_')") };
+}
+
+# One target: create, fill, refresh, compare; check clone/copy decisions.
+sub scenario
+{
+	my (%o) = @_;
+	my $tbl = $o{table};
+	my $route = "${tag}_" . ++$nroute;
+
+	ch_ok("CREATE TABLE `$db`.`$tbl` $cols ENGINE = MergeTree $o{engine}");
+	fill_target($tbl);
+	my $before = parts_of($tbl);
+	my @clone = grep { $o{clone}->($_) } @$before;
+	my %clone = map { $_ => 1 } @clone;
+	my @copy = grep { !$clone{$_} } @$before;
+
+	psql_ok("SELECT dpwin.create_route('$route', '$schema.src', 'w', '$srv', '$db', '$tbl',
+		interval '3 days', interval '1 day', parallelism => 2)");
+	my ($state, $inv, $pj, $log, $final_rows) = refresh_logged($route);
+	is($state, 'completed', "$o{label}: refresh completed");
+	multiset_is(target_rows($tbl), $expected,
+		"$o{label}: target = kept rows + source window, as multisets (" . scalar(@$expected) . " rows)");
+
+	my @attach = map { $_->{query} } grep { $_->{query} =~ /ATTACH PARTITION ID/ } @$log;
+	my @attached = sort map { /ATTACH PARTITION ID '([^']*)'/g } @attach;
+	is_deeply(\@attached, [ sort @clone ],
+		"$o{label}: ATTACHed exactly the " . scalar(@clone) . " partitions wholly outside the window");
+	my @copies = grep { $_->{query} =~ /^INSERT INTO .*_gen.* SELECT .* FROM `\Q$db\E`\.`\Q$tbl\E`/s } @$log;
+	is(scalar(@copies), 1, "$o{label}: one INSERT ... SELECT from the target");
+	my $copy = $copies[0] ? $copies[0]{query} : '';
+	if (@clone)
+	{
+		my ($notin) = $copy =~ /_partition_id NOT IN \(([^)]*)\)/;
+		my @skipped = sort(($notin // '') =~ /'([^']*)'/g);
+		is_deeply(\@skipped, [ sort @clone ], "$o{label}: ... which skips every cloned partition");
+	}
+	else
+	{
+		unlike($copy, qr/_partition_id/, "$o{label}: ... which copies every kept row");
+	}
+	# Without cloning nothing is planned per partition.
+	my $ncopy = @clone ? scalar(@copy) : 0;
+	like($pj, qr/"cloned_partitions": ${\ scalar(@clone)}, "copied_partitions": $ncopy\b/,
+		"$o{label}: evidence counts " . scalar(@clone) . " cloned, $ncopy copied partitions");
+	like($pj, $o{evidence}, "$o{label}: evidence says how partitions were handled") if $o{evidence};
+	is($final_rows, scalar(@$expected), "$o{label}: evidence target_rows counts cloned rows too");
+
+	# Cloned parts are the target's own files: same checksums as the backup's.
+	if (@clone)
+	{
+		my $backup = psql_ok("SELECT backup_table FROM dpwin.publication WHERE invocation_id = '$inv'");
+		my $in = join(', ', map { "'$_'" } @clone);
+		my $sig = sub {
+			my ($t) = @_;
+			return ch_ok("SELECT groupArray((partition_id, rows, hash_of_all_files)) FROM (SELECT partition_id, rows, hash_of_all_files"
+				  . " FROM system.parts WHERE database = '$db' AND table = '$t' AND active AND partition_id IN ($in) ORDER BY 1, 2, 3)");
+		};
+		is($sig->($tbl), $sig->($backup), "$o{label}: cloned partitions have the old generation's parts, file for file");
+	}
+
+	# A second refresh of the refreshed target gives the same rows.
+	($state) = refresh_logged($route);
+	is($state, 'completed', "$o{label}: second refresh completed");
+	multiset_is(target_rows($tbl), $expected, "$o{label}: ... and the same multiset");
+	drop_backups();
+	return $route;
+}
+
+my %window_day = map { $_ => 1 } qw(20260909 20260910 20260911 20260912);
+
+my $r_day = scenario(
+	label => 'toYYYYMMDD(w), Nullable key',
+	table => 'by_day',
+	engine => "PARTITION BY toYYYYMMDD(w) ORDER BY id SETTINGS allow_nullable_key = 1",
+	clone => sub { !$window_day{ $_[0] } },
+	evidence => qr/"cloning": true/);
+
+scenario(
+	label => 'ifNull(toYYYYMMDD(w), 0)',
+	table => 'by_day_ifnull',
+	engine => "PARTITION BY ifNull(toYYYYMMDD(w), 0) ORDER BY id",
+	clone => sub { !$window_day{ $_[0] } });
+
+# Weeks start on Monday: 08-31 (values and the NULL rows: the index shows
+# max NULL, min < hi: copied), 09-07 (the window: copied), 09-14 (after
+# the window: cloned, although its first staged... none fall there).
+scenario(
+	label => 'toMonday(ifNull(w, 08-31))',
+	table => 'by_week',
+	engine => "PARTITION BY toMonday(ifNull(w, toDateTime64('2026-08-31 00:00:00', 6, 'UTC'))) ORDER BY id",
+	clone => sub { $_[0] eq '20260914' });
+
+scenario(
+	label => 'unpartitioned',
+	table => 'flat',
+	engine => "ORDER BY id",
+	clone => sub { 0 },
+	evidence => qr/"cloning": false, "why_not": "the target is not partitioned"/);
+
+scenario(
+	label => 'partition key without the window column',
+	table => 'by_id',
+	engine => "PARTITION BY intDiv(id, 2000) ORDER BY id",
+	clone => sub { 0 },
+	evidence => qr/"why_not": "the partition key intDiv\(id, 2000\) does not use the window column"/);
+
+# --- changes of cloned partitions while the generation is built ------------
+
+# The refresh in the background; returns a handle and the output refs.
+sub refresh_async
+{
+	my ($route) = @_;
+	my ($out, $err) = ('', '');
+	my $h = start [ 'psql', '-X', '-q', '-A', '-t', '-v', 'ON_ERROR_STOP=1', '-v', 'VERBOSITY=verbose', '-c',
+		"SELECT state, details->'evidence'->'partitions' FROM dpwin_refresh('$route', '$hi')" ],
+	  '>', \$out, '2>', \$err, timeout(120);
+	return ($h, \$out, \$err);
+}
+
+sub wait_logged
+{
+	my ($seq, $re, $n) = @_;
+	return wait_until(sub { scalar(grep { $_->{query} =~ $re } ch_log_since($seq)) >= ($n // 1) }, 30);
+}
+
+my $tday = "`$db`.`by_day`";
+my $uuid_sql = "SELECT toString(uuid) FROM system.tables WHERE database = '$db' AND name = 'by_day'";
+
+# A cloned partition made of several parts, merged by OPTIMIZE while the
+# build's parts check is held back: parts differ, rows do not.
+{
+	ch_ok("INSERT INTO $tday VALUES (8800, '2026-09-03 01:00:00', 'merge me', 1)");
+	ch_ok("INSERT INTO $tday VALUES (8801, '2026-09-03 02:00:00', 'merge me', 2)");
+	my $exp = [ @$expected, lines(ch_ok("SELECT $ch_row FROM $tday WHERE id IN (8800, 8801)"))->@* ];
+	cmp_ok(ch_ok("SELECT count() FROM system.parts WHERE database = '$db' AND table = 'by_day' AND active AND partition_id = '20260903'"),
+		'>=', 2, 'merge: partition 20260903 has several parts');
+	my $seq = ch_log_seq();
+	fault(pattern => 'hash_of_all_files', count => 1, mode => 'delay', ms => 3000);
+	my ($h, $out, $err) = refresh_async($r_day);
+	ok(wait_logged($seq, qr/ATTACH PARTITION ID '20260903'/), 'merge: partitions were cloned');
+	ch_ok("OPTIMIZE TABLE $tday PARTITION ID '20260903' FINAL");
+	finish($h);
+	like($$out, qr/^completed\|.*"digest_checked_partitions": [1-9]/,
+		'merge: refresh completed, the merged partition was compared by digest') or diag($$err);
+	multiset_is(target_rows('by_day'), $exp, 'merge: target = expected rows');
+	$expected = $exp;
+	drop_backups();
+}
+
+# A new kept row in a cloned partition after it was cloned: refused during
+# the build, the target keeps the row and its UUID.
+{
+	my $uuid = ch_ok($uuid_sql);
+	my $seq = ch_log_seq();
+	fault(pattern => 'hash_of_all_files', count => 1, mode => 'delay', ms => 3000);
+	my ($h, $out, $err) = refresh_async($r_day);
+	ok(wait_logged($seq, qr/ATTACH PARTITION ID '20260904'/), 'build: partitions were cloned');
+	ch_ok("INSERT INTO $tday VALUES (8900, '2026-09-04 01:00:00', 'late writer', 1)");
+	finish($h);
+	like($$err, qr/ERROR:\s+55000: target `\Q$db\E`\.`by_day` changed outside the window while the generation was being built/,
+		'build: refused with 55000') or diag("out: $$out err: $$err");
+	is(ch_ok($uuid_sql), $uuid, 'build: the target was not exchanged');
+	$expected = [ @$expected, lines(ch_ok("SELECT $ch_row FROM $tday WHERE id = 8900"))->@* ];
+	multiset_is(target_rows('by_day'), $expected, 'build: target = previous rows + the late row');
+	is(ch_ok("SELECT count() FROM system.tables WHERE database = '$db' AND name LIKE '\\\\_dpwin\\\\_%'"), "0\n",
+		'build: no staging or generation table is left');
+}
+
+# The same right before the exchange: the first parts check (build) passes,
+# the second (publication) is held back while a writer adds a kept row.
+{
+	my $uuid = ch_ok($uuid_sql);
+	my $seq = ch_log_seq();
+	fault(pattern => 'hash_of_all_files', count => 1, mode => 'delay', ms => 1);
+	fault(pattern => 'hash_of_all_files', count => 1, mode => 'delay', ms => 3000);
+	my ($h, $out, $err) = refresh_async($r_day);
+	ok(wait_logged($seq, qr/hash_of_all_files/, 1), 'publish: the build verified its clones');
+	ch_ok("INSERT INTO $tday VALUES (8901, '2026-09-05 01:00:00', 'later writer', 1)");
+	finish($h);
+	like($$err, qr/ERROR:\s+55000: target `\Q$db\E`\.`by_day` changed outside the window between generation build and publication/,
+		'publish: refused with 55000') or diag("out: $$out err: $$err");
+	is(ch_ok($uuid_sql), $uuid, 'publish: the target was not exchanged');
+	$expected = [ @$expected, lines(ch_ok("SELECT $ch_row FROM $tday WHERE id = 8901"))->@* ];
+	multiset_is(target_rows('by_day'), $expected, 'publish: target = previous rows + the late row');
+
+	# Without interference the next refresh publishes, keeping both rows.
+	is(psql_ok("SELECT state FROM dpwin_refresh('$r_day', '$hi')"), 'completed', 'a clean refresh completes');
+	multiset_is(target_rows('by_day'), $expected, '... and keeps the late rows');
+}
+
+ch_control('POST', '/faults/clear');
+psql_ok("SELECT dpwin.drop_route(route_name) FROM dpwin.route WHERE route_name LIKE '${tag}%';
+	DROP SCHEMA $schema CASCADE");
+ch_ok("DROP DATABASE `$db`");
+
+done_testing();
