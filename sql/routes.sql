@@ -126,7 +126,7 @@ SELECT columns FROM dpwin.routes WHERE route_name = 'rt_all';
 SELECT pg_temp.cr('rt_same', 'source => ''rt_plain'', columns => NULL, parallelism => 8, batch_rows => 100, max_encoded_bytes => 65536, evidence_function => ''rt_evidence(uuid,jsonb)''');
 SELECT count(DISTINCT config_fingerprint) AS fingerprints FROM dpwin.routes WHERE route_name IN ('rt_all', 'rt_same');
 -- limits are inclusive
-SELECT pg_temp.cr('rt_max', 'parallelism => 64, batch_rows => 1000000, max_encoded_bytes => 1073741824, lookback => ''10000 hours'', chunk_interval => ''1 hour''');
+SELECT pg_temp.cr('rt_max', 'parallelism => 64, batch_rows => 1000000, max_encoded_bytes => 268435456, lookback => ''10000 hours'', chunk_interval => ''1 hour''');
 SELECT pg_temp.cr('rt_min', 'parallelism => 1, batch_rows => 1, max_encoded_bytes => 65536, lookback => ''1 microsecond'', chunk_interval => ''1 microsecond''');
 -- partitioned tables, column-level SELECT, domains over timestamptz, any
 -- return type of the evidence function, the longest names
@@ -216,7 +216,7 @@ SELECT pg_temp.cr('rt_n', 'parallelism => -1');
 SELECT pg_temp.cr('rt_n', 'batch_rows => 0');
 SELECT pg_temp.cr('rt_n', 'batch_rows => 1000001');
 SELECT pg_temp.cr('rt_n', 'max_encoded_bytes => 65535');
-SELECT pg_temp.cr('rt_n', 'max_encoded_bytes => 1073741825');
+SELECT pg_temp.cr('rt_n', 'max_encoded_bytes => 268435457');
 -- the evidence function (42804, 42809, 42501)
 SELECT pg_temp.cr('rt_n', 'evidence_function => ''rt_evidence_args(uuid,json)''');
 SELECT pg_temp.cr('rt_n', 'evidence_function => ''rt_evidence_one(uuid)''');

@@ -38,7 +38,8 @@
 	"&insert_deduplicate=0" \
 	"&format_tsv_null_representation=%5CN" \
 	"&output_format_tsv_crlf_end_of_line=0" \
-	"&date_time_output_format=iso"
+	"&date_time_output_format=iso" \
+	"&max_partitions_per_insert_block=0"
 
 /* How long ch_settle_query may take before it gives up. */
 #define CH_SETTLE_TIMEOUT_MS	10000

@@ -105,6 +105,7 @@ typedef struct Coordinator
 } Coordinator;
 
 static void coordinator_refresh(Coordinator *c);
+static void coordinator_record_outcome(Coordinator *c, const char *outcome);
 static void coordinator_recover(Coordinator *c);
 static void coordinator_abandon(Coordinator *c);
 
@@ -297,6 +298,37 @@ coordinator_drop_own_tables(Coordinator *c, bool keep_generation)
 }
 
 /*
+ * Chunk workers stopped in the middle of a request (a cancellation) leave
+ * their statement running on the server, since a closed connection does not
+ * stop it: a staging table's CREATE could land after the invocation's tables
+ * were listed for dropping.  Stop and wait for every statement of this
+ * invocation first.  They are found by query_id prefix, and by the
+ * invocation's table prefix in their text for servers that do not keep a
+ * client's query_id.  Best effort: failing here leaves no more behind than
+ * not trying.
+ */
+static void
+coordinator_settle_statements(Coordinator *c)
+{
+	ChHttpReply reply;
+	ChHttpStatus status;
+	char	   *sql;
+
+	if (c->client == NULL || c->route == NULL)
+		return;
+	sql = psprintf("KILL QUERY WHERE (startsWith(query_id, %s) OR position(query, %s) > 0)"
+				   " AND query_id != queryID() SYNC FORMAT TabSeparated",
+				   ch_quote_literal(c->client->query_id_prefix),
+				   ch_quote_literal(dpwin_invocation_table_prefix(c->route->route_id, &c->id)));
+	status = ch_try(c->client, sql, ch_next_query_id(c->client, "settle"), NULL, NULL,
+					&reply);
+	if (status != CHHTTP_OK)
+		ereport(LOG,
+				(errmsg("dpwin: could not settle the statements of invocation %s: %s",
+						dpwin_uuid_text(&c->id), chhttp_status_name(status))));
+}
+
+/*
  * After an error: journal it, clean up what is safe to clean up, and hand
  * the error to the caller.  Before publication, or when the UUIDs showed
  * that the exchange did not happen, the invocation fails, every staging
@@ -330,6 +362,9 @@ coordinator_fail(Coordinator *c, ErrorData *edata)
 
 			if (c->state == DPWIN_STATE_EXTRACTING && c->snapshot_name == NULL)
 				to = DPWIN_STATE_FAILED;
+			/* settled: no longer blocks fresh invocations of the target */
+			if (c->not_published)
+				coordinator_record_outcome(c, "not_published");
 			coordinator_transition(c, to, edata->message,
 								   sqlstate_text(edata->sqlerrcode));
 		}
@@ -352,6 +387,7 @@ coordinator_fail(Coordinator *c, ErrorData *edata)
 	{
 		PG_TRY();
 		{
+			coordinator_settle_statements(c);
 			coordinator_drop_own_tables(c, false);
 		}
 		PG_CATCH();
@@ -938,16 +974,57 @@ coordinator_report_unknown(Coordinator *c, const DpwinPublication *pub,
 }
 
 /*
+ * Does the server list statements under the query_id the client sent?
+ * Only then does ch_settle_query() finding nothing in system.processes
+ * prove that a statement whose answer was lost has ended.  A proxy, or an
+ * embedded engine such as the test endpoint (docs/endpoint.md), runs
+ * statements under ids of its own; there a statement may still be queued
+ * or running, invisibly.  The probe looks for itself.
+ */
+static bool
+coordinator_query_ids_visible(Coordinator *c)
+{
+	char	   *query_id = ch_next_query_id(c->client, "probe-query-id");
+	char	   *answer;
+
+	answer = ch_exec_id(c->client,
+						psprintf("SELECT count() FROM system.processes WHERE query_id = %s"
+								 " FORMAT TabSeparated", ch_quote_literal(query_id)),
+						query_id);
+	return strtol(answer, NULL, 10) == 1;
+}
+
+/*
+ * The EXCHANGE got no answer and the UUIDs still show the target as it
+ * was, but nothing proves that the statement has ended: exchanging again
+ * now could be undone when it runs after all.  Stop in publishing, with
+ * every table kept, for dpwin.recover() to settle once it has ended.
+ */
+static void
+coordinator_report_pending(Coordinator *c, const char *query_id,
+						   ChHttpStatus status)
+{
+	c->not_published = false;
+	ereport(ERROR,
+			(errcode(ERRCODE_CONNECTION_FAILURE),
+			 errmsg("the EXCHANGE of invocation %s got no answer (%s) and may still run on ClickHouse",
+					dpwin_uuid_text(&c->id), chhttp_status_name(status)),
+			 errdetail("The target still has its old UUID, but the server cannot show whether statement %s has ended; exchanging again could be undone by it.",
+					   query_id),
+			 errhint("Once the statement has ended, SELECT * FROM dpwin.recover('%s') settles the invocation: it finishes the publication if the EXCHANGE ran, and retries it once if not.",
+					 dpwin_uuid_text(&c->id))));
+}
+
+/*
  * One EXCHANGE, then the authoritative answer from the UUIDs.  Returns the
  * outcome; a lost reply is settled on the server first.
  */
 static const char *
 coordinator_exchange(Coordinator *c, const DpwinPublication *pub,
+					 const char *query_id,
 					 char **target_uuid, char **generation_uuid,
 					 ChHttpStatus *status, ChHttpReply *reply)
 {
-	char	   *query_id = ch_next_query_id(c->client, "exchange");
-
 	*status = dpwin_target_exchange(c->client, c->target, pub->generation_table,
 									query_id, reply);
 	if (*status != CHHTTP_OK && ch_status_outcome_unknown(*status))
@@ -968,6 +1045,7 @@ coordinator_publish(Coordinator *c)
 	ChHttpReply reply;
 	TimestampTz started;
 	char	   *keep;
+	char	   *query_id;
 
 	/* Under the lease, right before EXCHANGE: is the target still ours? */
 	now = coordinator_readmit(c, "between generation build and publication");
@@ -1001,9 +1079,10 @@ coordinator_publish(Coordinator *c)
 	/* A cancellation that arrived during the build stops us here. */
 	CHECK_FOR_INTERRUPTS();
 
-	/* The intent is durable before the exchange can happen. */
+	/* The intent, naming the statement, is durable before it can run. */
+	query_id = ch_next_query_id(c->client, "exchange");
 	xact_begin();
-	dpwin_publication_intent(&c->id, c->target_id, c->epoch, &pub, "exchange");
+	dpwin_publication_intent(&c->id, c->target_id, c->epoch, &pub, query_id);
 	dpwin_registry_transition(&c->id, DPWIN_STATE_PUBLISHING, c->epoch, NULL, NULL);
 	xact_commit();
 	MemoryContextSwitchTo(c->cxt);
@@ -1013,14 +1092,23 @@ coordinator_publish(Coordinator *c)
 	/* From here on, a cancellation waits until the outcome is settled. */
 	HOLD_CANCEL_INTERRUPTS();
 	started = GetCurrentTimestamp();
-	outcome = coordinator_exchange(c, &pub, &target_uuid, &generation_uuid,
+	outcome = coordinator_exchange(c, &pub, query_id, &target_uuid, &generation_uuid,
 								   &status, &reply);
 
-	/* Not published after a lost reply: the one permitted retry. */
-	if (strcmp(outcome, "not_published") == 0 && status != CHHTTP_OK &&
-		ch_status_outcome_unknown(status))
-		outcome = coordinator_exchange(c, &pub, &target_uuid, &generation_uuid,
+	/*
+	 * Not published after a lost reply: the one permitted retry, once the
+	 * lost statement is known to have ended.
+	 */
+	if (strcmp(outcome, "not_published") == 0 && ch_status_outcome_unknown(status))
+	{
+		if (!coordinator_query_ids_visible(c))
+			coordinator_report_pending(c, query_id, status);
+		query_id = ch_next_query_id(c->client, "exchange");
+		outcome = coordinator_exchange(c, &pub, query_id, &target_uuid, &generation_uuid,
 									   &status, &reply);
+		if (strcmp(outcome, "not_published") == 0 && ch_status_outcome_unknown(status))
+			coordinator_report_pending(c, query_id, status);
+	}
 
 	if (strcmp(outcome, "published") == 0)
 	{
@@ -1031,8 +1119,10 @@ coordinator_publish(Coordinator *c)
 	}
 	else if (strcmp(outcome, "not_published") == 0)
 	{
-		/* The target is untouched: fail like any error before publication. */
-		coordinator_record_outcome(c, "not_published");
+		/*
+		 * The target is untouched: fail like any error before publication
+		 * (coordinator_fail() journals the outcome).
+		 */
 		c->not_published = true;
 		RESUME_CANCEL_INTERRUPTS();
 		if (status != CHHTTP_OK)
@@ -1223,11 +1313,75 @@ coordinator_take_lease(Coordinator *c)
 	MemoryContextSwitchTo(c->cxt);
 }
 
+/*
+ * The table prefixes of this target's invocations left in planned or
+ * extracting by a coordinator that is gone (we hold the lease, which every
+ * running coordinator holds), which dpwin_registry_expire_orphans() is
+ * about to mark snapshot_expired.  Their staging tables can never be
+ * published, and recover() of such an invocation would drop them: the
+ * invocation that expires them drops them too, so that none is left for
+ * the DBA to find.  Needs SPI; the result lives in the coordinator's
+ * context.
+ */
+static List *
+coordinator_orphan_prefixes(Coordinator *c)
+{
+	Oid			types[2] = {INT4OID, UUIDOID};
+	Datum		args[2] = {Int32GetDatum(c->target_id), UUIDPGetDatum(&c->id)};
+	List	   *prefixes = NIL;
+	uint64		n;
+
+	n = dpwin_catalog_exec("SELECT route_id, invocation_id FROM dpwin.invocation"
+						   " WHERE target_id = $1 AND invocation_id <> $2"
+						   "   AND state IN ('planned', 'extracting')",
+						   2, types, args, NULL, true);
+	for (uint64 i = 0; i < n; i++)
+	{
+		bool		isnull;
+		int32		route_id = DatumGetInt32(dpwin_catalog_value(i, 1, &isnull));
+		pg_uuid_t  *id = DatumGetUUIDP(dpwin_catalog_value(i, 2, &isnull));
+		char	   *prefix = dpwin_invocation_table_prefix(route_id, id);
+
+		prefixes = lappend(prefixes, MemoryContextStrdup(c->cxt, prefix));
+	}
+	return prefixes;
+}
+
+/* Drop the tables of expired orphans (best effort: abandon() also does it). */
+static void
+coordinator_drop_orphan_tables(Coordinator *c, List *prefixes)
+{
+	ListCell   *lc;
+
+	foreach(lc, prefixes)
+	{
+		PG_TRY();
+		{
+			List	   *tables = dpwin_target_list_tables(c->client,
+														  c->route->target_database,
+														  lfirst(lc));
+			ListCell   *lc2;
+
+			foreach(lc2, tables)
+				dpwin_target_drop_table(c->client, c->route->target_database,
+										lfirst(lc2));
+		}
+		PG_CATCH();
+		{
+			EmitErrorReport();
+			FlushErrorState();
+		}
+		PG_END_TRY();
+		MemoryContextSwitchTo(c->cxt);
+	}
+}
+
 static void
 coordinator_refresh(Coordinator *c)
 {
 	DpwinInvocation inv = {0};
 	char	   *older;
+	List	   *orphans;
 
 	coordinator_load(c, c->call->route_id);
 	coordinator_take_lease(c);
@@ -1247,6 +1401,7 @@ coordinator_refresh(Coordinator *c)
 				 errmsg("invocation %s of this target has an unsettled publication", older),
 				 errdetail("A fresh invocation cannot bypass it."),
 				 errhint("Settle it first: SELECT * FROM dpwin.recover('%s');", older)));
+	orphans = coordinator_orphan_prefixes(c);
 	dpwin_registry_expire_orphans(c->target_id, c->epoch, &c->id);
 	MemoryContextSwitchTo(c->cxt);
 	inv.id = c->id;
@@ -1264,6 +1419,7 @@ coordinator_refresh(Coordinator *c)
 	xact_commit();
 	MemoryContextSwitchTo(c->cxt);
 	c->registered = true;
+	coordinator_drop_orphan_tables(c, orphans);
 	c->progress_slot = dpwin_progress_claim(&c->id, c->route->route_id,
 											list_length(c->chunks));
 
@@ -1466,6 +1622,7 @@ coordinator_recover(Coordinator *c)
 					DpwinDigest target_keep;
 					DpwinDigest gen_keep;
 					char	   *keep;
+					char	   *query_id;
 					char	   *qtarget = ch_qualified_name(c->route->target_database,
 															c->route->target_table);
 
@@ -1476,20 +1633,40 @@ coordinator_recover(Coordinator *c)
 					 * from: same UUID, same schema, same rows outside the
 					 * window.  Otherwise the stale generation is refused
 					 * and the changed target kept, as before a first
-					 * exchange.
+					 * exchange.  A refusal settles it as not published; a
+					 * transient error leaves it for another recover().
 					 */
-					c->target = coordinator_admit(c);
+					PG_TRY();
+					{
+						c->target = coordinator_admit(c);
+					}
+					PG_CATCH();
+					{
+						MemoryContext ecxt = MemoryContextSwitchTo(c->cxt);
+						ErrorData  *edata = CopyErrorData();
+
+						MemoryContextSwitchTo(ecxt);
+						/* the target no longer admits this generation */
+						if (edata->sqlerrcode == ERRCODE_DATATYPE_MISMATCH ||
+							edata->sqlerrcode == ERRCODE_FEATURE_NOT_SUPPORTED ||
+							edata->sqlerrcode == ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE)
+							c->not_published = true;
+						FreeErrorData(edata);
+						PG_RE_THROW();
+					}
+					PG_END_TRY();
 					if (strcmp(c->target->uuid, pub->target_uuid_before) != 0)
 						coordinator_report_unknown(c, pub, target_uuid, generation_uuid);
-					c->not_published = true;
-					coordinator_record_outcome(c, "not_published");
 					if (inv->schema_fingerprint &&
 						strcmp(inv->schema_fingerprint, c->target->schema_fingerprint) != 0)
+					{
+						c->not_published = true;
 						ereport(ERROR,
 								(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 								 errmsg("the schema of target %s changed since invocation %s built its generation",
 										qtarget, dpwin_uuid_text(&c->id)),
 								 errhint("The changed target is kept as it is; start a new invocation.")));
+					}
 					keep = dpwin_target_keep_predicate(c->target, c->route->window_column,
 													   c->lo, c->hi);
 					dpwin_target_digest(c->client, c->target, c->route->target_table, keep,
@@ -1497,6 +1674,8 @@ coordinator_recover(Coordinator *c)
 					dpwin_target_digest(c->client, c->target, pub->generation_table, keep,
 										&c->key, &gen_keep);
 					if (!dpwin_digest_equal(&target_keep, &gen_keep))
+					{
+						c->not_published = true;
 						ereport(ERROR,
 								(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 								 errmsg("target %s changed outside the window since invocation %s built its generation",
@@ -1505,22 +1684,26 @@ coordinator_recover(Coordinator *c)
 										   dpwin_digest_to_text(&target_keep),
 										   dpwin_digest_to_text(&gen_keep)),
 								 errhint("The changed target is kept as it is; start a new invocation.")));
+					}
 					c->generation = MemoryContextStrdup(c->cxt, pub->generation_table);
+					query_id = ch_next_query_id(c->client, "exchange");
 					HOLD_CANCEL_INTERRUPTS();
-					outcome = coordinator_exchange(c, pub, &target_uuid, &generation_uuid,
-												   &status, &reply);
+					outcome = coordinator_exchange(c, pub, query_id, &target_uuid,
+												   &generation_uuid, &status, &reply);
 					RESUME_CANCEL_INTERRUPTS();
 					if (strcmp(outcome, "published") == 0)
 					{
-						c->not_published = false;
 						coordinator_record_outcome(c, "published");
 						coordinator_transition(c, DPWIN_STATE_PUBLISHED, NULL, NULL);
 						coordinator_keep_backup(c, pub);
 					}
+					else if (strcmp(outcome, "not_published") == 0 &&
+							 ch_status_outcome_unknown(status))
+						coordinator_report_pending(c, query_id, status);
 					else if (strcmp(outcome, "not_published") == 0)
 					{
 						/* coordinator_fail() marks it failed */
-						coordinator_record_outcome(c, "not_published");
+						c->not_published = true;
 						if (status != CHHTTP_OK)
 							ch_report(status, &reply, "retrying the exchange");
 						ereport(ERROR,

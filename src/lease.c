@@ -20,6 +20,7 @@
 #include "miscadmin.h"
 #include "storage/latch.h"
 #include "storage/lock.h"
+#include "utils/backend_status.h"
 #include "utils/builtins.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
@@ -58,6 +59,9 @@ dpwin_lease_target_id(const char *server_name, const char *database,
 	return DatumGetInt32(dpwin_catalog_value(0, 1, &isnull));
 }
 
+/* How often lease_holder_text() looks again, 10 ms apart, for a runner's record. */
+#define LEASE_HOLDER_LOOKS	100
+
 /*
  * Who holds the target's lease, for the error message.  The lock table
  * says which process holds it; dpwin.lease can only say which invocation,
@@ -77,7 +81,15 @@ lease_holder_text(int32 target_id)
 	char	   *appname;
 	char	   *holder_pid;
 	char	   *inv;
+	int			looks = 0;
 
+	/*
+	 * A runner records itself in dpwin.lease right after taking the lock,
+	 * and a runner that loses a race for the lease by a moment looks before
+	 * the winner's record is committed: look again for a little while (each
+	 * look with a fresh snapshot) so that the winner's invocation is named.
+	 */
+look_again:
 	if (dpwin_catalog_exec(psprintf("SELECT l.pid, a.backend_type, a.application_name,"
 									" e.holder_pid, e.holder_invocation"
 									" FROM dpwin.lease e"
@@ -90,7 +102,7 @@ lease_holder_text(int32 target_id)
 									" WHERE e.target_id = $1"
 									" ORDER BY l.pid LIMIT 1",
 									(uint32) DPWIN_LOCK_CLASS),
-						   2, types, args, NULL, true) != 1)
+						   2, types, args, NULL, false) != 1)
 		return pstrdup("an unknown process");
 	pid = dpwin_catalog_text(0, 1);
 	backend_type = dpwin_catalog_text(0, 2);
@@ -106,7 +118,19 @@ lease_holder_text(int32 target_id)
 						pid, backend_type ? backend_type : "?", inv);
 	/* a runner between taking the lock and recording itself */
 	if (backend_type && strcmp(backend_type, "dpwin coordinator") == 0)
+	{
+		if (looks++ < LEASE_HOLDER_LOOKS)
+		{
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 10, PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+			/* pg_stat_activity is otherwise read once per transaction */
+			pgstat_clear_backend_activity_snapshot();
+			goto look_again;
+		}
 		return psprintf("process %s (%s) starting an invocation", pid, backend_type);
+	}
 	return psprintf("process %s (%s%s%s%s), outside any dpwin invocation: "
 					"a session holding dpwin.lock_target() or pg_advisory_lock(%d, %d)",
 					pid, backend_type ? backend_type : "?",

@@ -49,7 +49,7 @@
 #define ROUTE_NAME_MAX			63
 #define TARGET_NAME_MAX			206
 #define MIN_ENCODED_BYTES		INT64CONST(65536)
-#define MAX_ENCODED_BYTES		INT64CONST(1073741824)
+#define MAX_ENCODED_BYTES		INT64CONST(268435456)
 #define MAX_BATCH_ROWS			1000000
 
 /* Invocation states after which a route may change or go away. */

@@ -40,7 +40,7 @@ CREATE TABLE dpwin.route (
 	parallelism			integer NOT NULL DEFAULT 1 CHECK (parallelism BETWEEN 1 AND 64),
 	batch_rows			integer NOT NULL DEFAULT 8192 CHECK (batch_rows BETWEEN 1 AND 1000000),
 	max_encoded_bytes	bigint NOT NULL DEFAULT 4194304
-		CHECK (max_encoded_bytes BETWEEN 65536 AND 1073741824),
+		CHECK (max_encoded_bytes BETWEEN 65536 AND 268435456),
 	evidence_function	regprocedure,
 	owner				oid NOT NULL,
 	config_fingerprint	text NOT NULL,

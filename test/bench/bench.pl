@@ -130,12 +130,16 @@ sub rss_start
 	die "fork: $!" unless defined $pid;
 	return { pid => $pid, file => $file } if $pid;
 
+	# The sampler must not outlive the benchmark, nor hold its output open.
+	my $parent = getppid();
+	open STDOUT, '>', '/dev/null';
+	open STDIN, '<', '/dev/null';
 	my %peak = (coord_hwm => 0, coord_anon => 0, worker_hwm => 0, worker_anon => 0, workers => 0);
 	my %seen;
 	my $stop = 0;
 	local $SIG{TERM} = sub { $stop = 1 };
 	my $children = "/proc/$postmaster/task/$postmaster/children";
-	while (!$stop)
+	while (!$stop && getppid() == $parent)
 	{
 		if (open my $cf, '<', $children)
 		{
@@ -370,10 +374,11 @@ sub dpwin_run
 	{
 		reset_targets();
 		my $rss = rss_start();
-		my ($wall, $res) = timed(sub {
-			psql("SELECT details->'evidence' FROM dpwin_refresh('$route', '$end+00')");
-		});
+		my ($wall, $res) = eval {
+			timed(sub { psql("SELECT details->'evidence' FROM dpwin_refresh('$route', '$end+00')") });
+		};
 		my $mem = rss_stop($rss);
+		die $@ if $@;
 		my $ev = decode_json($res);
 		my $ph = $ev->{phases};
 		die "dpwin copied $ev->{source_rows} rows, expected $window_rows{$o{days}}\n"
@@ -550,7 +555,7 @@ ratio("${s_large}-day / ${s_small}-day target, p2 (build+verify+publish)",
 	$sl && $sl->{build} + $sl->{verify} + $sl->{publish}, $ss && $ss->{build} + $ss->{verify} + $ss->{publish});
 ratio("worker peak VmHWM, ${big_wdays}-day / ${wdays}-day window", $bw && $bw->{mem}{worker_hwm}, $d2 && $d2->{mem}{worker_hwm}, 1.25, '<=');
 ratio("worker peak RssAnon, ${big_wdays}-day / ${wdays}-day window", $bw && $bw->{mem}{worker_anon}, $d2 && $d2->{mem}{worker_anon}, 1.25, '<=');
-my ($max_hwm) = sort { $b <=> $a } map { $_->{mem}{worker_hwm} // 0 } @results;
+my ($max_hwm) = sort { $b <=> $a } map { $_->{mem} ? $_->{mem}{worker_hwm} : 0 } @results;
 push @ratios, { label => 'worker peak VmHWM over all dpwin runs (MB)', value => $max_hwm // 0, goal => '< 64',
 	verdict => defined $max_hwm ? ($max_hwm < 64 ? 'met' : 'missed') : '' };
 
@@ -603,7 +608,6 @@ close $txt;
 
 # Phase chart: one stacked bar per variant.
 open my $dat, '>', "$out/phases.dat" or die;
-print $dat "variant\tstage\tbuild\tverify\tpublish\tother\n";
 for my $r (@results)
 {
 	printf $dat "\"%s\"\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\n", $r->{name}, $r->{stage}, $r->{build}, $r->{verify},
@@ -611,7 +615,7 @@ for my $r (@results)
 }
 close $dat;
 my $plot = <<"GP";
-set terminal pngcairo size 1400,700 noenhanced font ',10'
+set terminal pngcairo size 1300,750 noenhanced font ',10'
 set output '$out/phases.png'
 set title "dpwin benchmark: time per phase ($days days x $rpd rows/day, ${wdays}-day window = $window_rows{$wdays} rows)"
 set style data histograms
@@ -620,7 +624,7 @@ set style fill solid 0.85 border -1
 set boxwidth 0.7
 set ylabel 'seconds'
 set xtics rotate by -30 left
-set key outside right top
+set key outside top center horizontal maxrows 2
 set grid ytics
 set bmargin 9
 plot '$out/phases.dat' using 2:xtic(1) title 'stage (extract+stage; peer: INSERT from postgresql(); limits: all)', \\

@@ -2,8 +2,8 @@
 #
 # test/bench/run.sh — the dpwin benchmark (docs/benchmark.md).
 #
-# Starts a sandbox of its own (test/bench/out/sb, PostgreSQL port 54461,
-# ClickHouse endpoint ports 18461/18462) unless one is already running
+# Starts a sandbox of its own (test/bench/out/sb, PostgreSQL port 54990,
+# ClickHouse endpoint ports 18990/18991) unless one is already running
 # there, generates the dataset, measures, prints the table, writes
 # test/bench/out/results.csv and test/bench/out/phases.png, and stops the
 # sandbox it started.  Not part of CI.
@@ -24,9 +24,9 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 export BENCH_OUT=${BENCH_OUT:-$ROOT/test/bench/out}
 export DPWIN_SANDBOX_DIR=${DPWIN_SANDBOX_DIR:-$BENCH_OUT/sb}
-export DPWIN_PGPORT=${DPWIN_PGPORT:-54461}
-export DPWIN_CH_PORT=${DPWIN_CH_PORT:-18461}
-export DPWIN_CH_CONTROL_PORT=${DPWIN_CH_CONTROL_PORT:-18462}
+export DPWIN_PGPORT=${DPWIN_PGPORT:-54990}
+export DPWIN_CH_PORT=${DPWIN_CH_PORT:-18990}
+export DPWIN_CH_CONTROL_PORT=${DPWIN_CH_CONTROL_PORT:-18991}
 
 log() { printf 'bench: %s\n' "$*" >&2; }
 

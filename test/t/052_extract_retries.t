@@ -19,6 +19,7 @@ use strict;
 use warnings;
 use Test::More;
 use DpwinTest;
+use Time::HiRes qw(usleep);
 use IPC::Run qw(start finish timeout);
 
 my $tag = "t052_$$";
@@ -99,15 +100,23 @@ sub leftovers
 	return $n;
 }
 
+# The parent of this cluster's checkpointer (/proc is readable where the
+# data directory may not be).
+sub postmaster_pid
+{
+	my $ckpt = psql_ok("SELECT pid FROM pg_stat_activity WHERE backend_type = 'checkpointer'");
+	open my $st, '<', "/proc/$ckpt/stat" or die "/proc/$ckpt/stat: $!";
+	my ($ppid) = <$st> =~ /\)\s+\S+\s+(\d+)/;
+	close $st;
+	return $ppid;
+}
+
 # Processes of this sandbox's postmaster whose title names the invocation
 # (its coordinator and chunk workers).
 sub invocation_processes
 {
 	my ($inv) = @_;
-	open my $fh, '<', "$ENV{DPWIN_PGDATA}/postmaster.pid" or die "postmaster.pid: $!";
-	my $postmaster = <$fh>;
-	chomp $postmaster;
-	close $fh;
+	my $postmaster = postmaster_pid();
 	my $n = 0;
 	opendir my $dh, '/proc' or die "/proc: $!";
 	for my $pid (grep { /^\d+$/ } readdir $dh)
@@ -136,7 +145,6 @@ sub refresh
 
 # ---- setup ---------------------------------------------------------------
 
-ch_control('POST', '/faults/clear');
 ch_ok("DROP DATABASE IF EXISTS `$db`");
 ch_ok("CREATE DATABASE `$db` ENGINE = Atomic");
 ch_ok("CREATE TABLE $tgt (id Int64, w Nullable(DateTime64(6, 'UTC')), v Nullable(String),"
@@ -235,7 +243,6 @@ for my $case (
 	is(leftovers(), 0, 'no staging or generation tables left');
 	is(ch_ok("SELECT count() FROM system.tables WHERE database = '$db' AND (name LIKE '%\\_stg\\_%' OR name LIKE '%\\_gen')") + 0,
 		0, '... by name in system.tables either');
-	ch_control('POST', '/faults/clear');
 }
 
 # ---- a lost reply ------------------------------------------------------------
@@ -266,15 +273,17 @@ for my $case (
 	my $uuid = target_uuid();
 	my $before = tgt_rows('1');
 	my $inv = next_invocation();
-	fault(pattern => insert_pattern(2, 0), count => 1, mode => 'delay', ms => 3000);
+	fault(pattern => insert_pattern(0, 0), count => 1, mode => 'delay', ms => 3000);
 	undef $next;
 	my ($out, $err) = ('', '');
 	my $h = start [ 'psql', '-X', '-q', '-A', '-t', '-v', 'ON_ERROR_STOP=1', '-v', 'VERBOSITY=verbose', '-c',
 		"SELECT state FROM dpwin_refresh('$route', '$hi', '$inv')" ],
 	  '>', \$out, '2>', \$err, timeout(60);
+	# Cancel while chunk 0's INSERT is held back by the endpoint.
 	ok(wait_until(sub {
-		psql_ok("SELECT count(*) FROM dpwin.chunks WHERE route_name = '$route' AND state = 'running'") > 0
+		psql_ok("SELECT state FROM dpwin.chunks WHERE invocation_id = '$inv' AND chunk_no = 0") eq 'running'
 	}, 30), 'extraction is under way');
+	usleep(500_000);
 	cmp_ok(invocation_processes($inv), '>=', 2, 'its coordinator and the held-back worker are running');
 	is(psql_ok("SELECT count(pg_cancel_backend(pid)) FROM pg_stat_activity"
 		  . " WHERE query LIKE '%dpwin_refresh(''$route''%' AND pid <> pg_backend_pid() AND backend_type = 'client backend'"), 1,
@@ -293,7 +302,6 @@ for my $case (
 	ok(wait_until(sub { leftovers() == 0 }, 10), 'no staging or generation tables left');
 	is(target_uuid(), $uuid, 'the target is the same table');
 	multiset_is(tgt_rows('1'), $before, 'the target rows are untouched');
-	ch_control('POST', '/faults/clear');
 
 	# and the route refreshes normally afterwards
 	$exp = src_window();
@@ -304,7 +312,6 @@ for my $case (
 
 # ---- clean up ------------------------------------------------------------------
 
-ch_control('POST', '/faults/clear');
 psql_ok("SELECT dpwin.drop_route('$route'); DROP SCHEMA $schema CASCADE;");
 ch_ok("DROP DATABASE `$db`");
 

@@ -71,7 +71,6 @@ sub refresh_error
 	return $rc ? $err : "succeeded: $out";
 }
 
-ch_control('POST', '/faults/clear');
 ch_ok("DROP DATABASE IF EXISTS `$db`");
 ch_ok("CREATE DATABASE `$db` ENGINE = Atomic");
 psql_ok("DROP SCHEMA IF EXISTS $schema CASCADE; CREATE SCHEMA $schema;");

@@ -29,13 +29,15 @@ my $pg_row = "id::text || '|' || (extract(epoch FROM w) * 1000000)::bigint::text
 my $ch_row = "toString(id) || '|' || toString(toUnixTimestamp64Micro(w)) || '|' || lower(hex(v))"
   . " || '|' || toString(n) || '|' || toString(u)";
 
+# This cluster's postmaster: the parent of its checkpointer (/proc is
+# readable where the data directory may not be).
 my $postmaster = do
 {
-	open my $fh, '<', "$ENV{DPWIN_PGDATA}/postmaster.pid"
-	  or die "cannot read the sandbox's postmaster.pid: $!";
-	my $pid = <$fh>;
-	chomp $pid;
-	$pid;
+	my $ckpt = psql_ok("SELECT pid FROM pg_stat_activity WHERE backend_type = 'checkpointer'");
+	open my $st, '<', "/proc/$ckpt/stat" or die "/proc/$ckpt/stat: $!";
+	my ($ppid) = <$st> =~ /\)\s+\S+\s+(\d+)/;
+	close $st;
+	$ppid;
 };
 
 sub slurp

@@ -322,6 +322,13 @@ sub stuck_in_publishing
 	my $inv = new_uuid();
 	my $seq0 = ch_log_seq();
 	stuck_in_publishing($route, $t, $inv, 'retry');
+	# A transient ClickHouse error while recovery re-admits the target
+	# settles nothing: the invocation stays publishing for another try.
+	fault(pattern => "FROM system.databases WHERE name = '$db'", mode => 'error', code => 241, count => 1);
+	like(psql_err("SELECT * FROM dpwin.recover('$inv')"), qr/^HV000: ClickHouse error 241/,
+		'retry: a transient error during recovery fails the call');
+	is(psql_ok("SELECT state || ' ' || coalesce(publication_outcome, 'none') FROM dpwin.invocations"
+		  . " WHERE invocation_id = '$inv'"), 'publishing none', 'retry: and leaves it publishing');
 	my $seq = ch_log_seq();
 	is(psql_ok("SELECT state FROM dpwin.recover('$inv')"), 'completed', 'retry: recover completes');
 	my @x = exchanges($seq, $t);
@@ -335,7 +342,9 @@ sub stuck_in_publishing
 for my $case ([ 'rows', "INSERT INTO `$db`.`%s` VALUES (88, '2026-07-01 00:00:00', 'written meanwhile')",
 		qr/^55000: target `\Q$db\E`\.`tgt_rows` changed outside the window since invocation/ ],
 	[ 'schema', "ALTER TABLE `$db`.`%s` ADD INDEX v_idx v TYPE bloom_filter GRANULARITY 1",
-		qr/^55000: the schema of target `\Q$db\E`\.`tgt_schema` changed since invocation/ ])
+		qr/^55000: the schema of target `\Q$db\E`\.`tgt_schema` changed since invocation/ ],
+	[ 'column', "ALTER TABLE `$db`.`%s` ADD COLUMN extra Nullable(Int32)",
+		qr/^42804: ClickHouse target `\Q$db\E`\.`tgt_column` has 4 columns/ ])
 {
 	my ($tag, $change, $re) = @$case;
 	my ($route, $t) = new_route($tag);
@@ -355,9 +364,38 @@ for my $case ([ 'rows', "INSERT INTO `$db`.`%s` VALUES (88, '2026-07-01 00:00:00
 	is(psql_ok("SELECT state || ' ' || publication_outcome FROM dpwin.invocations WHERE invocation_id = '$inv'"),
 		'failed not_published', "changed before retry ($tag): failed, not published");
 	is_deeply(own_tables($route, $inv), [], "changed before retry ($tag): the stale generation and staging dropped");
+	if ($tag eq 'column')
+	{
+		# settled, so no longer blocking: a fresh refresh is admitted or not on its own
+		like(psql_err(refresh_sql($route)), qr/^42804: ClickHouse target .* has 4 columns/,
+			"changed before retry ($tag): a fresh refresh is not blocked, and refused by admission");
+		next;
+	}
 	is(psql_ok("SELECT state FROM dpwin_refresh('$route', '$E')"), 'completed',
 		"changed before retry ($tag): a fresh refresh completes");
 	is_deeply(ch_rows($t), expected_after($pre), "changed before retry ($tag): and publishes over the changed target");
+}
+
+# An unknown publication repaired by hand to the state before the exchange:
+# recover() treats it as not published and retries the exchange once.
+{
+	my ($route, $t) = new_route('unk2');
+	my $pre = ch_rows($t);
+	my $pre_uuid = uuid_of($t);
+	my $inv = new_uuid();
+	stuck_in_publishing($route, $t, $inv, 'unknown, undone');
+	ch_ok("CREATE TABLE `$db`.`decoy2` AS `$db`.`$t`");
+	ch_ok("EXCHANGE TABLES `$db`.`$t` AND `$db`.`decoy2`");
+	like(psql_err("SELECT * FROM dpwin.recover('$inv')"), qr/^XX001:/, 'unknown, undone: unknown');
+	is(state_of($inv), 'unknown', 'unknown, undone: state unknown');
+	ch_ok("EXCHANGE TABLES `$db`.`$t` AND `$db`.`decoy2`");
+	is(psql_ok("SELECT reconcile->>'verdict' FROM dpwin.reconcile('$inv')"), 'not_published',
+		'unknown, undone: reconcile: not_published after the repair');
+	my $seq = ch_log_seq();
+	is(psql_ok("SELECT state FROM dpwin.recover('$inv')"), 'completed', 'unknown, undone: recover completes');
+	is_deeply([ map { $_->{status} } exchanges($seq, $t) ], ['200'], 'unknown, undone: with exactly one EXCHANGE');
+	check_published('unknown, undone', $route, $t, $inv, $pre, $pre_uuid);
+	ch_ok("DROP TABLE `$db`.`decoy2`");
 }
 
 # --- killed while extracting: the snapshot is gone ------------------------------------

@@ -13,8 +13,8 @@
 #    refresh and the next cron run complete, the target is exact, and
 #    nothing keeps running after cron.unschedule().  pg_cron 1.4 (the
 #    version on these machines) schedules by the minute only, so the slow
-#    refresh is timed to straddle a minute boundary, and part 3 runs while
-#    the test waits for the next one.
+#    refresh is timed to straddle a minute boundary, and parts 1 and 3 run
+#    while the test waits for the boundaries.
 # 3. Two refreshes of one target launched at the same moment: one
 #    completes, the other fails with 55P03 naming the winner's process and
 #    invocation; with dpwin.lease_timeout both complete, one after the
@@ -156,8 +156,8 @@ sub dpwin_procs
 sub leftovers
 {
 	return ch_ok("SELECT count() FROM system.tables WHERE database = '$db'"
-		  . " AND startsWith(name, '_dpwin_')"
-		  . " AND (position(name, '_stg_') > 0 OR endsWith(name, '_gen'))") + 0;
+		  . " AND (startsWith(name, '_dpwin_probe_') OR startsWith(name, '_dpwin_')"
+		  . "  AND (position(name, '_stg_') > 0 OR endsWith(name, '_gen')))") + 0;
 }
 
 # A source table and a pre-filled target for route $k, ids apart from
@@ -221,6 +221,12 @@ sub expected_rows
 	return [ sort(@{ ch_rows("tgt$k", $ch_keep) }, @{ pg_window_rows("$schema.src$k") }) ];
 }
 
+# Whatever happens, leave no cron job behind.
+END
+{
+	psql("SELECT cron.unschedule(jobid) FROM cron.job WHERE jobname = '${tag}_cron'");
+}
+
 ch_control('POST', '/faults/clear');
 ch_ok("DROP DATABASE IF EXISTS `$db`");
 ch_ok("CREATE DATABASE `$db` ENGINE = Atomic");
@@ -281,6 +287,7 @@ sub part1
 			is($sqlstate, '53400', "route $k: refused only for want of worker slots") or diag($err);
 			like($err, qr/could not start .*worker.*\n(?:.*\n)*HINT:.*max_worker_processes/,
 				"route $k: the error names the worker and hints at max_worker_processes");
+			note("route $k: $1") if $err =~ /^(ERROR:.*)$/m;
 			$refused++;
 		}
 	}
@@ -289,7 +296,7 @@ sub part1
 	# dpwin's processes are gone the moment the callers have their answers.
 	is(dpwin_procs(), 0, 'no dpwin coordinator or chunk worker is left after the refreshes');
 	is(psql_ok('SELECT count(*) FROM dpwin.progress'), 0, 'dpwin.progress is empty');
-	is(leftovers(), 0, 'no staging or generation table is left in ClickHouse');
+	is(leftovers(), 0, 'no staging, generation or probe table is left in ClickHouse');
 
 	my $rows = 0;
 	for my $k (0 .. $nroutes - 1)
@@ -341,6 +348,7 @@ sub part3
 	for my $round (1 .. $rounds)
 	{
 		my ($waiting, @pair) = launch_gated('', $route, $route);
+		ok($waiting, "pair round $round: both sessions waited at the gate");
 		my @res = map { [ outcome($_) ] } @pair;
 		my @won = grep { defined $_->[0] } @res;
 		my @lost = grep { !defined $_->[0] } @res;
@@ -357,6 +365,7 @@ sub part3
 
 	# With a lease timeout the second waits for the first.
 	my ($waiting, @pair) = launch_gated("SET dpwin.lease_timeout = '30s';\n", $route, $route);
+	ok($waiting, 'pair with dpwin.lease_timeout: both sessions waited at the gate');
 	my @res = map { [ outcome($_) ] } @pair;
 	is(join(',', map { $_->[0] // $_->[2] } @res), 'completed,completed',
 		'pair with dpwin.lease_timeout: both completed')
@@ -369,15 +378,14 @@ sub part3
 			1, 'pair with dpwin.lease_timeout: one ran after the other');
 	}
 	multiset_is(ch_rows("tgt$k"), $expected{$k}, 'pair: the target is exact after the serialized refreshes');
-	is(leftovers(), 0, 'pair: no staging or generation table is left');
+	is(leftovers(), 0, 'pair: no staging, generation or probe table is left');
 	note(sprintf("part 3: %d contended rounds (%d losers named the winner) + 1 pair serialized by"
 			  . " dpwin.lease_timeout; wall time %.2f s", $rounds, $named, time() - $t3));
 }
 
-part1();
-
 # ---------------------------------------------------------------------
-# 2. A pg_cron run firing while a slow refresh of its target runs.
+# 2. A pg_cron run firing while a slow refresh of its target runs; parts
+#    1 and 3 run while the test waits for pg_cron's minute boundaries.
 # ---------------------------------------------------------------------
 {
 	my $k = $nroutes;
@@ -385,26 +393,32 @@ part1();
 	my $job = "${tag}_cron";
 	my $t2 = time();
 
-	# The next minute boundary at least 8 s away, and the one after it;
+	# The next minute boundary at least 6 s away, and the one after it;
 	# pg_cron 1.4 reads schedules in GMT.
 	my ($b1, $m1, $m2) = split /\|/, psql_ok(
 		"SELECT extract(epoch FROM b), extract(minute FROM b AT TIME ZONE 'UTC'),"
 		  . " extract(minute FROM (b + interval '1 minute') AT TIME ZONE 'UTC')"
-		  . " FROM (SELECT date_trunc('minute', clock_timestamp() + interval '68 seconds') AS b) s");
+		  . " FROM (SELECT date_trunc('minute', clock_timestamp() + interval '6 seconds')"
+		  . "   + interval '1 minute' AS b) s");
 	my $jobid = psql_ok("SELECT cron.schedule('$job', '$m1,$m2 * * * *',"
 		  . " \$\$SELECT * FROM dpwin_refresh('$route', '$hi')\$\$)");
 
-	# Use the wait if it is long enough.
-	my $part3_done = 0;
-	if ($b1 - time() > 30)
+	# Use the wait for what fits in it.
+	my ($part1_done, $part3_done) = (0, 0);
+	if ($b1 - time() > 25)
+	{
+		part1();
+		$part1_done = 1;
+	}
+	if ($b1 - time() > 15)
 	{
 		part3();
 		$part3_done = 1;
 	}
 
-	# Start the slow refresh 3 s before the boundary: the first staging
+	# Start the slow refresh 4 s before the boundary: the first staging
 	# INSERT of its route is held back for 8 s.
-	usleep(1_000_000 * ($b1 - 3 - time())) if $b1 - 3 > time();
+	usleep(1_000_000 * ($b1 - 4 - time())) if $b1 - 4 > time();
 	fault(pattern => "INSERT INTO `$db`.`_dpwin_$rid{$k}_", count => 1, mode => 'delay', ms => 8000);
 	my $slow = launch("SELECT 'R', state, invocation_id FROM dpwin_refresh('$route', '$hi');");
 	ok(wait_until(sub {
@@ -418,6 +432,7 @@ part1();
 	is($slow_id, $slow_inv, 'cron: it is the invocation that held the lease');
 	cmp_ok(time(), '>', $b1 + 1, 'cron: the slow refresh ran across the minute boundary');
 
+	part1() unless $part1_done;
 	part3() unless $part3_done;
 
 	# The run at the next boundary completes.
@@ -448,11 +463,11 @@ part1();
 			  . " FROM dpwin.invocations WHERE route_name = '$route'"),
 		'2|2', 'cron: two completed invocations (the slow one and the cron run), no other');
 	multiset_is(ch_rows("tgt$k"), $expected{$k}, 'cron: the target is its kept old rows plus the source window');
-	is(leftovers(), 0, 'cron: no staging or generation table is left');
+	is(leftovers(), 0, 'cron: no staging, generation or probe table is left');
 	is(psql_ok("SELECT count(*) FROM cron.job WHERE jobname = '$job'"), 0, 'cron: the job is gone');
 	note(sprintf("part 2: %d cron runs (%d during the slow refresh, refused by the lease; %d after it);"
-			  . " wall time %.2f s (part 3 ran %s)", scalar(@runs), scalar(@during), scalar(@after),
-			time() - $t2, $part3_done ? 'before the first boundary' : 'between the boundaries'));
+			  . " wall time %.2f s, parts 1 and 3 included", scalar(@runs), scalar(@during), scalar(@after),
+			time() - $t2));
 }
 
 is(dpwin_procs(), 0, 'no dpwin process is left at the end');
