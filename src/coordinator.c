@@ -1000,6 +1000,9 @@ coordinator_query_ids_visible(Coordinator *c)
  * now could be undone when it runs after all.  Stop in publishing, with
  * every table kept, for dpwin.recover() to settle once it has ended.
  */
+static void coordinator_report_pending(Coordinator *c, const char *query_id,
+									   ChHttpStatus status) pg_attribute_noreturn();
+
 static void
 coordinator_report_pending(Coordinator *c, const char *query_id,
 						   ChHttpStatus status)
@@ -1017,7 +1020,9 @@ coordinator_report_pending(Coordinator *c, const char *query_id,
 
 /*
  * One EXCHANGE, then the authoritative answer from the UUIDs.  Returns the
- * outcome; a lost reply is settled on the server first.
+ * outcome; a lost reply is settled on the server first.  "pending" when the
+ * reply was lost, the UUIDs say not published, and the server cannot show
+ * that the statement has ended.
  */
 static const char *
 coordinator_exchange(Coordinator *c, const DpwinPublication *pub,
@@ -1025,11 +1030,17 @@ coordinator_exchange(Coordinator *c, const DpwinPublication *pub,
 					 char **target_uuid, char **generation_uuid,
 					 ChHttpStatus *status, ChHttpReply *reply)
 {
+	const char *outcome;
+
 	*status = dpwin_target_exchange(c->client, c->target, pub->generation_table,
 									query_id, reply);
 	if (*status != CHHTTP_OK && ch_status_outcome_unknown(*status))
 		ch_settle_query(c->client, query_id);
-	return coordinator_reconcile(c, pub, target_uuid, generation_uuid);
+	outcome = coordinator_reconcile(c, pub, target_uuid, generation_uuid);
+	if (strcmp(outcome, "not_published") == 0 && ch_status_outcome_unknown(*status) &&
+		!coordinator_query_ids_visible(c))
+		outcome = "pending";
+	return outcome;
 }
 
 static void
@@ -1096,19 +1107,17 @@ coordinator_publish(Coordinator *c)
 								   &status, &reply);
 
 	/*
-	 * Not published after a lost reply: the one permitted retry, once the
-	 * lost statement is known to have ended.
+	 * Not published after a lost reply, and the lost statement known to have
+	 * ended: the one permitted retry.
 	 */
 	if (strcmp(outcome, "not_published") == 0 && ch_status_outcome_unknown(status))
 	{
-		if (!coordinator_query_ids_visible(c))
-			coordinator_report_pending(c, query_id, status);
 		query_id = ch_next_query_id(c->client, "exchange");
 		outcome = coordinator_exchange(c, &pub, query_id, &target_uuid, &generation_uuid,
 									   &status, &reply);
-		if (strcmp(outcome, "not_published") == 0 && ch_status_outcome_unknown(status))
-			coordinator_report_pending(c, query_id, status);
 	}
+	if (strcmp(outcome, "pending") == 0)
+		coordinator_report_pending(c, query_id, status);
 
 	if (strcmp(outcome, "published") == 0)
 	{
@@ -1697,8 +1706,7 @@ coordinator_recover(Coordinator *c)
 						coordinator_transition(c, DPWIN_STATE_PUBLISHED, NULL, NULL);
 						coordinator_keep_backup(c, pub);
 					}
-					else if (strcmp(outcome, "not_published") == 0 &&
-							 ch_status_outcome_unknown(status))
+					else if (strcmp(outcome, "pending") == 0)
 						coordinator_report_pending(c, query_id, status);
 					else if (strcmp(outcome, "not_published") == 0)
 					{
