@@ -884,9 +884,8 @@ coordinator_build(Coordinator *c)
 				 errhint("Hold dpwin.lock_target() in other writers of the target.")));
 	c->keep_digest = gen_keep;
 
-	for (int i = 0; i < c->nchunks; i++)
-		dpwin_target_copy_rows(c->client, c->target, c->generation,
-							   c->slots[i].staging_table, NULL);
+	dpwin_partition_fill_staged(c->client, c->target, c->partitions, c->generation,
+								staging);
 
 	c->build_seconds = seconds_since(started);
 	started = GetCurrentTimestamp();

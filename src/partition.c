@@ -305,23 +305,28 @@ dpwin_partition_plan(ChClient *client, const DpwinTargetInfo *target,
 	return plan;
 }
 
-/* ALTER TABLE gen ATTACH PARTITION ID ... FROM target, a batch at a time. */
+/*
+ * ALTER TABLE gen ATTACH PARTITION ID ids[i] FROM sources[i], a batch of
+ * partitions per statement (one statement per partition would cost a
+ * round trip each: 300 of them take seconds, one batch milliseconds).
+ */
 static void
 attach_partitions(ChClient *client, const DpwinTargetInfo *target,
-				  List *ids, const char *generation)
+				  List *ids, List *sources, const char *generation)
 {
 	char	   *qgen = ch_qualified_name(target->database, generation);
-	char	   *qtarget = ch_qualified_name(target->database, target->table);
 	ListCell   *lc;
+	ListCell   *ls;
 	StringInfoData sql;
 	int			n = 0;
 
 	initStringInfo(&sql);
-	foreach(lc, ids)
+	forboth(lc, ids, ls, sources)
 	{
 		appendStringInfo(&sql, "%s ATTACH PARTITION ID %s FROM %s",
 						 n == 0 ? psprintf("ALTER TABLE %s", qgen) : ",",
-						 ch_quote_literal((const char *) lfirst(lc)), qtarget);
+						 ch_quote_literal((const char *) lfirst(lc)),
+						 ch_qualified_name(target->database, (const char *) lfirst(ls)));
 		n++;
 		if (n == ATTACH_BATCH || lnext(ids, lc) == NULL)
 		{
@@ -336,7 +341,7 @@ attach_partitions(ChClient *client, const DpwinTargetInfo *target,
 				if (ch_status_outcome_unknown(status))
 					ch_settle_query(client, query_id);
 				ch_report(status, &reply,
-						  psprintf("cloning partitions of %s into %s", qtarget, qgen));
+						  psprintf("cloning partitions into %s", qgen));
 			}
 			resetStringInfo(&sql);
 			n = 0;
@@ -350,7 +355,13 @@ dpwin_partition_fill_keep(ChClient *client, const DpwinTargetInfo *target,
 						  const char *keep_sql)
 {
 	if (plan->cloned != NIL)
-		attach_partitions(client, target, plan->cloned, generation);
+	{
+		List	   *sources = NIL;
+
+		for (int i = 0; i < list_length(plan->cloned); i++)
+			sources = lappend(sources, target->table);
+		attach_partitions(client, target, plan->cloned, sources, generation);
+	}
 
 	/*
 	 * Every partition that is not cloned, including any that appeared
@@ -358,6 +369,42 @@ dpwin_partition_fill_keep(ChClient *client, const DpwinTargetInfo *target,
 	 */
 	dpwin_target_copy_rows(client, target, generation, target->table,
 						   and_sql(keep_sql, plan->not_cloned_sql));
+}
+
+void
+dpwin_partition_fill_staged(ChClient *client, const DpwinTargetInfo *target,
+							const DpwinPartitionPlan *plan,
+							const char *generation, List *staging_tables)
+{
+	List	   *rows;
+	List	   *ids = NIL;
+	List	   *sources = NIL;
+	ListCell   *lc;
+
+	if (plan == NULL || !plan->cloning)
+	{
+		foreach(lc, staging_tables)
+			dpwin_target_copy_rows(client, target, generation,
+								   (const char *) lfirst(lc), NULL);
+		return;
+	}
+	if (staging_tables == NIL)
+		return;
+	rows = ch_parse_tsv(ch_exec(client,
+								psprintf("SELECT DISTINCT `table`, partition_id FROM system.parts "
+										 "WHERE database = %s AND `table` IN %s AND active "
+										 "ORDER BY `table`, partition_id",
+										 ch_quote_literal(target->database),
+										 literal_list(staging_tables))));
+	foreach(lc, rows)
+	{
+		List	   *row = (List *) lfirst(lc);
+
+		sources = lappend(sources, pstrdup(field(row, 0)));
+		ids = lappend(ids, pstrdup(field(row, 1)));
+	}
+	if (ids != NIL)
+		attach_partitions(client, target, ids, sources, generation);
 }
 
 void

@@ -70,6 +70,20 @@ extern void dpwin_partition_fill_keep(ChClient *client,
 									  const char *keep_sql);
 
 /*
+ * Put the verified staged rows into the generation.  When the plan clones
+ * partitions, the staging tables' partitions are cloned too (ATTACH
+ * PARTITION ID ... FROM <staging>, hard links): a staging table is a
+ * CREATE TABLE AS copy of the target, so its parts fit the generation as
+ * they are, and the staged rows are not written a second time.  Otherwise
+ * (unpartitioned target, ...) their rows are copied, as before.
+ */
+extern void dpwin_partition_fill_staged(ChClient *client,
+										const DpwinTargetInfo *target,
+										const DpwinPartitionPlan *plan,
+										const char *generation,
+										List *staging_tables);
+
+/*
  * Digest of db.table outside the cloned partitions, further restricted by
  * where_sql when not NULL (same answer as dpwin_target_digest when nothing
  * is cloned).  Partition pruning keeps its cost to the partitions read.

@@ -134,7 +134,8 @@ sub rss_start
 	my $parent = getppid();
 	open STDOUT, '>', '/dev/null';
 	open STDIN, '<', '/dev/null';
-	my %peak = (coord_hwm => 0, coord_anon => 0, worker_hwm => 0, worker_anon => 0, workers => 0);
+	my %peak = (coord_hwm => 0, coord_anon => 0, coord_shmem => 0, worker_hwm => 0, worker_anon => 0,
+		worker_shmem => 0, workers => 0);
 	my %seen;
 	my $stop = 0;
 	local $SIG{TERM} = sub { $stop = 1 };
@@ -164,6 +165,7 @@ sub rss_start
 				{
 					if ($l =~ /^VmHWM:\s+(\d+)/) { $peak{"${role}_hwm"} = $1 if $1 > $peak{"${role}_hwm"}; }
 					elsif ($l =~ /^RssAnon:\s+(\d+)/) { $peak{"${role}_anon"} = $1 if $1 > $peak{"${role}_anon"}; }
+					elsif ($l =~ /^RssShmem:\s+(\d+)/) { $peak{"${role}_shmem"} = $1 if $1 > $peak{"${role}_shmem"}; }
 				}
 				close $s;
 			}
@@ -185,7 +187,7 @@ sub rss_stop
 	my %r = map { split /=/ } split ' ', scalar(<$f>);
 	close $f;
 	unlink $h->{file};
-	$r{$_} = sprintf('%.1f', $r{$_} / 1024) for grep { /hwm|anon/ } keys %r;    # kB -> MB
+	$r{$_} = sprintf('%.1f', $r{$_} / 1024) for grep { /hwm|anon|shmem/ } keys %r;    # kB -> MB
 	return \%r;
 }
 
@@ -573,6 +575,7 @@ my @cols = (
 	[ 'coord_MB', '%8s', sub { $_[0]{mem} ? "$_[0]{mem}{coord_hwm}" : '' } ],
 	[ 'wrk_MB', '%6s', sub { $_[0]{mem} ? "$_[0]{mem}{worker_hwm}" : '' } ],
 	[ 'wrk_anon', '%8s', sub { $_[0]{mem} ? "$_[0]{mem}{worker_anon}" : '' } ],
+	[ 'wrk_shm', '%7s', sub { $_[0]{mem} ? "$_[0]{mem}{worker_shmem}" : '' } ],
 	[ 'cloned', '%6s', sub { $_[0]{partitions} && $_[0]{partitions}{cloning} ? $_[0]{partitions}{cloned_partitions} : '' } ],
 );
 
@@ -591,16 +594,16 @@ print "\n$table";
 
 open my $csv, '>', "$out/results.csv" or die "$out/results.csv: $!";
 print $csv "kind,variant,target,parallelism,rows,wall_s,rows_per_s,mb_per_s,stage_s,build_s,verify_s,publish_s,other_s,"
-  . "coordinator_vmhwm_mb,worker_vmhwm_mb,worker_rssanon_mb,cloned_partitions,ratio,goal,verdict\n";
+  . "coordinator_vmhwm_mb,worker_vmhwm_mb,worker_rssanon_mb,worker_rssshmem_mb,cloned_partitions,ratio,goal,verdict\n";
 for my $r (@results)
 {
-	printf $csv "%s,%s,%s,%d,%d,%.3f,%.0f,%.2f,%.3f,%.3f,%.3f,%.3f,%.3f,%s,%s,%s,%s,,,\n",
+	printf $csv "%s,%s,%s,%d,%d,%.3f,%.0f,%.2f,%.3f,%.3f,%.3f,%.3f,%.3f,%s,%s,%s,%s,%s,,,\n",
 	  $r->{kind}, $r->{name}, $r->{target}, $r->{par}, $r->{rows}, $r->{wall}, $r->{rows_per_s}, $r->{mb_per_s},
 	  $r->{stage}, $r->{build}, $r->{verify}, $r->{publish}, $r->{other},
-	  $r->{mem} ? ($r->{mem}{coord_hwm}, $r->{mem}{worker_hwm}, $r->{mem}{worker_anon}) : ('', '', ''),
+	  $r->{mem} ? ($r->{mem}{coord_hwm}, $r->{mem}{worker_hwm}, $r->{mem}{worker_anon}, $r->{mem}{worker_shmem}) : ('', '', '', ''),
 	  $r->{partitions} && $r->{partitions}{cloning} ? $r->{partitions}{cloned_partitions} : '';
 }
-printf $csv "ratio,\"%s\",,,,,,,,,,,,,,,,%.4f,%s,%s\n", $_->{label}, $_->{value}, $_->{goal}, $_->{verdict} for @ratios;
+printf $csv "ratio,\"%s\",,,,,,,,,,,,,,,,,%.4f,%s,%s\n", $_->{label}, $_->{value}, $_->{goal}, $_->{verdict} for @ratios;
 close $csv;
 open my $txt, '>', "$out/results.txt" or die;
 print $txt $table;

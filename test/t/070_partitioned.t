@@ -182,10 +182,29 @@ sub scenario
 	multiset_is(target_rows($tbl), $expected,
 		"$o{label}: target = kept rows + source window, as multisets (" . scalar(@$expected) . " rows)");
 
-	my @attach = map { $_->{query} } grep { $_->{query} =~ /ATTACH PARTITION ID/ } @$log;
-	my @attached = sort map { /ATTACH PARTITION ID '([^']*)'/g } @attach;
-	is_deeply(\@attached, [ sort @clone ],
-		"$o{label}: ATTACHed exactly the " . scalar(@clone) . " partitions wholly outside the window");
+	# (partition, source table) of every ATTACH PARTITION.
+	my @attach = map { [ $_->{query} =~ /ATTACH PARTITION ID '([^']*)' FROM `\Q$db\E`\.`([^`]*)`/g ] }
+	  grep { $_->{query} =~ /ATTACH PARTITION ID/ } @$log;
+	my (@from_target, @from_staging);
+	for my $a (@attach)
+	{
+		while (my ($p, $src) = splice(@$a, 0, 2))
+		{
+			push @from_target, $p if $src eq $tbl;
+			push @from_staging, $p if $src =~ /_stg_/;
+		}
+	}
+	is_deeply([ sort @from_target ], [ sort @clone ],
+		"$o{label}: ATTACHed exactly the " . scalar(@clone) . " partitions wholly outside the window from the target");
+	my @stg_copies = grep { $_->{query} =~ /^INSERT INTO .*_gen.* SELECT .* FROM `\Q$db\E`\.`[^`]*_stg_/s } @$log;
+	if ($o{cloning})
+	{
+		ok(@from_staging >= 1 && !@stg_copies, "$o{label}: staged rows were ATTACHed (" . scalar(@from_staging) . " partitions), not copied");
+	}
+	else
+	{
+		ok(!@from_staging && @stg_copies == 3, "$o{label}: staged rows were copied from the 3 staging tables");
+	}
 	my @copies = grep { $_->{query} =~ /^INSERT INTO .*_gen.* SELECT .* FROM `\Q$db\E`\.`\Q$tbl\E`/s } @$log;
 	is(scalar(@copies), 1, "$o{label}: one INSERT ... SELECT from the target");
 	my $copy = $copies[0] ? $copies[0]{query} : '';
@@ -231,6 +250,7 @@ my %window_day = map { $_ => 1 } qw(20260909 20260910 20260911 20260912);
 
 my $r_day = scenario(
 	label => 'toYYYYMMDD(w), Nullable key',
+	cloning => 1,
 	table => 'by_day',
 	engine => "PARTITION BY toYYYYMMDD(w) ORDER BY id SETTINGS allow_nullable_key = 1",
 	clone => sub { !$window_day{ $_[0] } },
@@ -238,6 +258,7 @@ my $r_day = scenario(
 
 scenario(
 	label => 'ifNull(toYYYYMMDD(w), 0)',
+	cloning => 1,
 	table => 'by_day_ifnull',
 	engine => "PARTITION BY ifNull(toYYYYMMDD(w), 0) ORDER BY id",
 	clone => sub { !$window_day{ $_[0] } });
@@ -247,6 +268,7 @@ scenario(
 # the window: cloned, although its first staged... none fall there).
 scenario(
 	label => 'toMonday(ifNull(w, 08-31))',
+	cloning => 1,
 	table => 'by_week',
 	engine => "PARTITION BY toMonday(ifNull(w, toDateTime64('2026-08-31 00:00:00', 6, 'UTC'))) ORDER BY id",
 	clone => sub { $_[0] eq '20260914' });

@@ -6,6 +6,8 @@
 #                 EXCHANGE never runs, the invocation stays publishing;
 #   ins_timeout   a staging INSERT outlives the server's request_timeout: the
 #                 attempt is fenced and the chunk retried into a new table;
+#   create_timeout  the same for the CREATE of a staging table, which runs
+#                 after the refresh completed: recover() drops its table;
 #   x_late        the EXCHANGE outlives request_timeout and runs later: dpwin
 #                 must not exchange again while it may still run (the
 #                 endpoint cannot show a client's query_id in
@@ -13,7 +15,9 @@
 #                 invocation stays publishing, and recover() settles it once
 #                 the statement has ended;
 #   x_never       the same, but the timed-out EXCHANGE never runs: recover()
-#                 exchanges once.
+#                 exchanges once;
+#   x_rec_late    recover()'s own EXCHANGE times out and runs later: the same
+#                 rule, a second recover() finishes it.
 use strict;
 use warnings;
 use Test::More;
@@ -462,6 +466,25 @@ sub exchange_fault
 	settle_and_check($s, 'recover');
 }
 
+# --- a staging CREATE times out and runs after the refresh completed ---------------------
+#
+# The late statement creates a table of the completed invocation after its
+# clean-up: recover() of the completed invocation drops it.
+
+{
+	my $s = scenario('create_timeout', server => $slow);
+	my $seq = ch_log_seq();
+	my $stg = "$s->{prefix}stg_0_0";
+	fault(pattern => "CREATE TABLE `$db`.`$stg`", mode => 'delay', ms => 5000, count => 1);
+	is(psql_ok(refresh_sql($s->{route}, $E2, $s->{inv})), 'completed', 'create_timeout: the refresh completes');
+	is(psql_ok("SELECT attempt FROM dpwin.chunk WHERE invocation_id = '$s->{inv}' AND chunk_no = 0"), 1,
+		'create_timeout: chunk 0 was loaded by its second attempt');
+	ok(wait_answered($seq, qr/^CREATE TABLE `\Q$db\E`\.`\Q$stg\E`/), 'create_timeout: the timed-out CREATE has run');
+	is_deeply(leftovers(), [$stg], 'create_timeout: and left its table behind');
+	check_after_fault($s, which => 'new', state => 'completed', outcome => 'published');
+	settle_and_check($s, 'recover');
+}
+
 # --- the EXCHANGE times out and runs later ----------------------------------------------
 
 {
@@ -496,6 +519,27 @@ sub exchange_fault
 	my $seq = ch_log_seq();
 	settle_and_check($s, 'recover');
 	is(scalar(grep { $_->{query} =~ exchange_re($s) } ch_log_since($seq)), 1, 'x_never: recover exchanged once');
+}
+
+# --- recover()'s own EXCHANGE times out and runs later ------------------------------------
+
+{
+	my $s = scenario('x_rec_late', server => $slow);
+	exchange_fault($s, 8000);
+	like(psql_err(refresh_sql($s->{route}, $E2, $s->{inv})), qr/^08006: .*EXCHANGE/,
+		'x_rec_late: the refresh fails: the EXCHANGE got no answer');
+	sandbox_cmd('restart-ch');
+	my $seq = ch_log_seq();
+	exchange_fault($s, 2500);
+	like(psql_err("SELECT * FROM dpwin.recover('$s->{inv}')"), qr/^08006: .*EXCHANGE/,
+		'x_rec_late: recover retries, and its EXCHANGE gets no answer either');
+	is(scalar(grep { $_->{query} =~ exchange_re($s) } ch_log_since($seq)), 0,
+		'x_rec_late: recover did not exchange again');
+	ok(wait_answered($seq, exchange_re($s)), 'x_rec_late: its EXCHANGE has run');
+	check_after_fault($s, which => 'new', state => 'publishing', outcome => '');
+	$seq = ch_log_seq();
+	settle_and_check($s, 'recover');
+	is(scalar(grep { $_->{query} =~ exchange_re($s) } ch_log_since($seq)), 0, 'x_rec_late: the second recover sent no EXCHANGE');
 }
 
 teardown();
