@@ -358,14 +358,10 @@ coordinator_fail(Coordinator *c, ErrorData *edata)
 	{
 		if (prepublication && c->lease_held)
 		{
-			DpwinState to = DPWIN_STATE_FAILED;
-
-			if (c->state == DPWIN_STATE_EXTRACTING && c->snapshot_name == NULL)
-				to = DPWIN_STATE_FAILED;
 			/* settled: no longer blocks fresh invocations of the target */
 			if (c->not_published)
 				coordinator_record_outcome(c, "not_published");
-			coordinator_transition(c, to, edata->message,
+			coordinator_transition(c, DPWIN_STATE_FAILED, edata->message,
 								   sqlstate_text(edata->sqlerrcode));
 		}
 	}
