@@ -1973,6 +1973,7 @@ usage(FILE *out)
 	    "usage: chendpoint --lib PATH/libchdb.so --path DATADIR\n"
 	    "                  --listen 127.0.0.1:PORT --control 127.0.0.1:PORT\n"
 	    "                  --user USER --password PASSWORD [--log FILE]\n"
+	    "                  [--config-file PATH/config.xml]\n"
 	    "Serves the ClickHouse HTTP interface on the embedded engine.\n"
 	    "Addresses must be loopback (127.0.0.0/8 or [::1]); port 0 picks "
 	    "a free port.\n");
@@ -2157,11 +2158,12 @@ main(int argc, char **argv)
 		{"user", required_argument, NULL, 'u'},
 		{"password", required_argument, NULL, 'P'},
 		{"log", required_argument, NULL, 'o'},
+		{"config-file", required_argument, NULL, 'c'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0}
 	};
 	const char *lib = NULL, *path = NULL, *listen_spec = NULL,
-	    *control_spec = NULL, *log_path = NULL;
+	    *control_spec = NULL, *log_path = NULL, *config_file = NULL;
 	char err[512], main_addr[128], control_addr[128];
 	const char *tmp;
 	int opt, main_fd, control_fd, v6_main, v6_control, sig;
@@ -2193,6 +2195,9 @@ main(int argc, char **argv)
 			break;
 		case 'o':
 			log_path = optarg;
+			break;
+		case 'c':
+			config_file = optarg;
 			break;
 		case 'h':
 			usage(stdout);
@@ -2227,6 +2232,27 @@ main(int argc, char **argv)
 	    sizeof(control_addr), &v6_control);
 	if (control_fd < 0)
 		return 2;
+
+	/*
+	 * The engine boots without complaint when the configuration file is
+	 * missing, with its defaults; clickhouse-server refuses to start.  Do
+	 * as the server does, so that a typo does not quietly drop the
+	 * configuration (users, row policies, ...).
+	 */
+	if (config_file != NULL) {
+		struct stat st;
+
+		if (stat(config_file, &st) != 0 || access(config_file, R_OK) != 0) {
+			fprintf(stderr, "chendpoint: config file %s: %s\n",
+			    config_file, strerror(errno));
+			return 2;
+		}
+		if (!S_ISREG(st.st_mode)) {
+			fprintf(stderr, "chendpoint: config file %s: not a "
+			    "regular file\n", config_file);
+			return 2;
+		}
+	}
 
 	if (log_path != NULL) {
 		g.logfile = fopen(log_path, "a");
@@ -2277,10 +2303,13 @@ main(int argc, char **argv)
 		return 1;
 	}
 	engine_set_path(path);
+	if (config_file != NULL)
+		engine_set_config_file(config_file);
 	g.anchor = engine_connect();
 	if (g.anchor == NULL) {
-		fprintf(stderr, "chendpoint: cannot open the engine on %s\n",
-		    path);
+		fprintf(stderr, "chendpoint: cannot open the engine on %s%s%s\n",
+		    path, config_file ? " with config file " : "",
+		    config_file ? config_file : "");
 		rmdir(g.fifo_dir);
 		return 1;
 	}

@@ -32,6 +32,7 @@ static uint64_t (*p_bytes_written)(chdb_result *res);
 static double (*p_elapsed)(chdb_result *res);
 
 static char *data_path_arg;
+static char *config_file_arg;	/* NULL: the engine's built-in defaults */
 
 /*
  * Opening and closing sessions touches the engine's global state (the
@@ -89,16 +90,32 @@ engine_set_path(const char *path)
 	snprintf(data_path_arg, len, "--path=%s", path);
 }
 
+void
+engine_set_config_file(const char *path)
+{
+	size_t len = strlen("--config-file=") + strlen(path) + 1;
+
+	config_file_arg = malloc(len);
+	if (config_file_arg == NULL)
+		abort();
+	snprintf(config_file_arg, len, "--config-file=%s", path);
+}
+
+/*
+ * Every connection passes the same arguments: the first one boots the
+ * engine with them, the others attach to the running engine.
+ */
 struct engine_conn *
 engine_connect(void)
 {
-	char *argv[] = {"clickhouse", data_path_arg, NULL};
+	char *argv[] = {"clickhouse", data_path_arg, config_file_arg, NULL};
+	int argc = config_file_arg != NULL ? 3 : 2;
 	struct engine_conn *c = malloc(sizeof(*c));
 
 	if (c == NULL)
 		return NULL;
 	pthread_mutex_lock(&connect_lock);
-	c->conn = p_connect(2, argv);
+	c->conn = p_connect(argc, argv);
 	pthread_mutex_unlock(&connect_lock);
 	if (c->conn == NULL) {
 		free(c);

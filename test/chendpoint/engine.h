@@ -27,6 +27,13 @@ int engine_load(const char *libpath, char *err, size_t errsz);
 /* Set the data directory used by every connection. */
 void engine_set_path(const char *path);
 
+/*
+ * Set the server configuration file (config.xml) the engine boots with,
+ * as clickhouse-server's --config-file; call before the first connection.
+ * Without it the engine uses its built-in defaults.
+ */
+void engine_set_config_file(const char *path);
+
 /* Open a session on the data directory; NULL on failure. */
 struct engine_conn *engine_connect(void);
 void engine_close(struct engine_conn *conn);

@@ -7,6 +7,7 @@ use strict;
 use warnings;
 use Test::More;
 use DpwinTest;
+use DpwinFixture qw(pg_literal pg_ident ch_literal ch_ident);
 
 my $url = $ENV{DPWIN_CH_URL};
 my $user = $ENV{DPWIN_CH_USER};
@@ -17,35 +18,6 @@ my $memdb = "t040m_$$";
 my $odddb = "t040 D'b`ü;$$";
 my $srv = 't040_ch';
 my $schema = 't040';
-
-sub quote_lit
-{
-	my ($s) = @_;
-	$s =~ s/'/''/g;
-	return "'$s'";
-}
-
-sub quote_pg_ident
-{
-	my ($s) = @_;
-	$s =~ s/"/""/g;
-	return "\"$s\"";
-}
-
-# ClickHouse quoting, as src/chclient.c does it
-sub ch_ident
-{
-	my ($s) = @_;
-	$s =~ s/([\\`])/\\$1/g;
-	return "`$s`";
-}
-
-sub ch_lit
-{
-	my ($s) = @_;
-	$s =~ s/([\\'])/\\$1/g;
-	return "'$s'";
-}
 
 sub qn { my ($d, $t) = @_; return ch_ident($d) . '.' . ch_ident($t); }
 
@@ -65,20 +37,20 @@ sub route
 	my ($d, $t, %opt) = @_;
 	my $name = sprintf('t040_r%d', ++$nroutes);
 	my $src = $opt{source} // "$schema.src";
-	my $cols = $opt{columns} ? ", columns => ARRAY[" . join(', ', map { quote_lit($_) } @{ $opt{columns} }) . "]::name[]" : '';
-	psql_ok("SELECT dpwin.create_route(" . quote_lit($name) . ", "
-		  . quote_lit($src) . "::regclass, 'w', " . quote_lit($srv) . ", "
-		  . quote_lit($d) . ", " . quote_lit($t)
+	my $cols = $opt{columns} ? ", columns => ARRAY[" . join(', ', map { pg_literal($_) } @{ $opt{columns} }) . "]::name[]" : '';
+	psql_ok("SELECT dpwin.create_route(" . pg_literal($name) . ", "
+		  . pg_literal($src) . "::regclass, 'w', " . pg_literal($srv) . ", "
+		  . pg_literal($d) . ", " . pg_literal($t)
 		  . ", interval '1 day', interval '1 hour'$cols)");
 	return $name;
 }
 
-sub admit_sql { my ($r) = @_; return "SELECT dpwin._admit_target(" . quote_lit($r) . ")"; }
+sub admit_sql { my ($r) = @_; return "SELECT dpwin._admit_target(" . pg_literal($r) . ")"; }
 
 sub admit_json_field
 {
 	my ($r, $field) = @_;
-	return psql_ok("SELECT dpwin._admit_target(" . quote_lit($r) . ") ->> " . quote_lit($field));
+	return psql_ok("SELECT dpwin._admit_target(" . pg_literal($r) . ") ->> " . pg_literal($field));
 }
 
 # Expect admission of a target defined by $def to fail with $state/$re.
@@ -102,9 +74,9 @@ ch_ok("CREATE DATABASE " . ch_ident($odddb) . " ENGINE = Atomic");
 psql_ok("DROP SCHEMA IF EXISTS $schema CASCADE;
 	SELECT dpwin.drop_route(route_name) FROM dpwin.route WHERE route_name LIKE 't040\\_%';
 	DROP SERVER IF EXISTS $srv CASCADE;
-	CREATE SERVER $srv FOREIGN DATA WRAPPER dpwin_clickhouse OPTIONS (url " . quote_lit($url) . ");
+	CREATE SERVER $srv FOREIGN DATA WRAPPER dpwin_clickhouse OPTIONS (url " . pg_literal($url) . ");
 	CREATE USER MAPPING FOR CURRENT_USER SERVER $srv
-		OPTIONS (user " . quote_lit($user) . ", password " . quote_lit($password) . ");
+		OPTIONS (user " . pg_literal($user) . ", password " . pg_literal($password) . ");
 	CREATE SCHEMA $schema;
 	CREATE TABLE $schema.src (id bigint NOT NULL, w timestamptz, v text);
 	CREATE TABLE $schema.src_nn (id bigint NOT NULL, w timestamptz NOT NULL, v text);
@@ -120,14 +92,14 @@ my $good = "(id Int64, w Nullable(DateTime64(6, 'UTC')), v Nullable(String)) ENG
 	my ($rc, $out, $err) = psql(admit_sql($r));
 	is($rc, 0, 'a plain MergeTree target with matching columns is admitted') or diag($err);
 
-	my $uuid = ch_ok("SELECT toString(uuid) FROM system.tables WHERE database = " . ch_lit($db) . " AND name = 'ok'");
+	my $uuid = ch_ok("SELECT toString(uuid) FROM system.tables WHERE database = " . ch_literal($db) . " AND name = 'ok'");
 	chomp $uuid;
 	is(admit_json_field($r, 'uuid'), $uuid, 'info: uuid is system.tables.uuid');
 	is(admit_json_field($r, 'database'), $db, 'info: database');
 	is(admit_json_field($r, 'table'), 'ok', 'info: table');
-	is(psql_ok("SELECT dpwin._admit_target(" . quote_lit($r) . ") -> 'columns'"),
+	is(psql_ok("SELECT dpwin._admit_target(" . pg_literal($r) . ") -> 'columns'"),
 		'["id", "w", "v"]', 'info: columns in target order');
-	is(psql_ok("SELECT dpwin._admit_target(" . quote_lit($r) . ") -> 'types'"),
+	is(psql_ok("SELECT dpwin._admit_target(" . pg_literal($r) . ") -> 'types'"),
 		q{["Int64", "Nullable(DateTime64(6, 'UTC'))", "Nullable(String)"]}, 'info: types as system.columns prints them');
 	is(admit_json_field($r, 'window_precision'), '6', 'info: window precision');
 	is(admit_json_field($r, 'window_nullable'), 'true', 'info: window nullable');
@@ -157,7 +129,7 @@ my $good = "(id Int64, w Nullable(DateTime64(6, 'UTC')), v Nullable(String)) ENG
 	is(admit_json_field($r3, 'window_nullable'), 'false', '... not nullable');
 
 	# Admission writes nothing.
-	is(ch_ok("SELECT count() FROM system.tables WHERE database = " . ch_lit($db) . " AND name LIKE '\\\\_dpwin%'"),
+	is(ch_ok("SELECT count() FROM system.tables WHERE database = " . ch_literal($db) . " AND name LIKE '\\\\_dpwin%'"),
 		"0\n", 'admission created no tables');
 }
 
@@ -255,36 +227,59 @@ refused('EPHEMERAL column', $db, 'eph',
 	ch_ok("INSERT INTO " . qn($db, 'mut') . " VALUES (1, now64(6), 'a')");
 	ch_ok("SYSTEM STOP MERGES " . qn($db, 'mut'));
 	ch_ok("ALTER TABLE " . qn($db, 'mut') . " UPDATE v = 'b' WHERE 1 SETTINGS mutations_sync = 0");
-	my $pending = ch_ok("SELECT count() FROM system.mutations WHERE database = " . ch_lit($db) . " AND `table` = 'mut' AND is_done = 0");
+	my $pending = ch_ok("SELECT count() FROM system.mutations WHERE database = " . ch_literal($db) . " AND `table` = 'mut' AND is_done = 0");
 	like($pending, qr/^[1-9]/, 'the mutation stays unfinished while merges are stopped');
 	refused('unfinished mutation', $db, 'mut', undef, '55000',
 		qr/ClickHouse target `\Q$db\E`\.`mut` has unfinished mutations/);
-	ch_ok("KILL MUTATION WHERE database = " . ch_lit($db) . " AND `table` = 'mut'");
+	ch_ok("KILL MUTATION WHERE database = " . ch_literal($db) . " AND `table` = 'mut'");
 	ch_ok("SYSTEM START MERGES " . qn($db, 'mut'));
 }
 
-# A row policy needs a writable access storage; the embedded engine has none
-# (CREATE ROW POLICY is refused with ACCESS_DENIED, and so is reading
-# system.row_policies).  What can be shown here is that admission then
-# falls back to asking the server whether a row-level filter applies to the
-# target, and admits a table without one.  The refusal itself is covered by
-# the code path shared with the other topology blockers.
+# A row policy, defined the way a server defines one: in the users
+# configuration.  The sandbox boots the endpoint with ch_users.xml
+# (test/sandbox.sh), which hides the rows of dpwin_policy.policed with
+# id <= 0 from the engine's user; the names are fixed by that file.  That
+# user may not read system.row_policies, so admission finds the policy
+# through its fallback: the plan of a read from the target has a row-level
+# filter (docs/admission.md).
 {
-	ch_table($db, 'rp', $good);
-	ch_ok("INSERT INTO " . qn($db, 'rp') . " VALUES (1, now64(6), 'a')");
-	my ($code, $body) = ch("CREATE ROW POLICY t040_pol ON " . qn($db, 'rp') . " USING id > 0 TO ALL");
-	if ($code == 200)
-	{
-		refused('row policy', $db, 'rp', undef, '55000', qr/ClickHouse target `\Q$db\E`\.`rp` has (row policies|a row policy)/);
-		ch("DROP ROW POLICY IF EXISTS t040_pol ON " . qn($db, 'rp'));
-	}
-	else
-	{
-		like($body, qr/ACCESS_DENIED/, 'this server refuses CREATE ROW POLICY (no writable access storage)');
-		my $r = route($db, 'rp');
-		my ($rc, $out, $err) = psql(admit_sql($r));
-		is($rc, 0, 'admission falls back and admits a table without a row-level filter') or diag $err;
-	}
+	my $pdb = 'dpwin_policy';
+	my $rows = "(-1, '2026-01-01 00:00:00', 'a'), (0, NULL, 'b'), (1, '2026-01-01 00:00:01', NULL), (2, '2026-01-01 00:00:02', 'd')";
+
+	ch_ok("DROP DATABASE IF EXISTS " . ch_ident($pdb));
+	ch_ok("CREATE DATABASE " . ch_ident($pdb) . " ENGINE = Atomic");
+	ch_table($pdb, 'policed', $good);
+	ch_table($pdb, 'open', $good);
+
+	my ($code, $body) = ch("SELECT name FROM system.row_policies");
+	like("$code $body", qr/^403 .*ACCESS_DENIED/s,
+		'the endpoint user may not read system.row_policies (admission uses the plan)');
+
+	# With no data parts the plan reads nothing and shows no filter: the
+	# documented blind spot of the fallback, with no rows to lose.
+	my $r = route($pdb, 'policed');
+	my ($rc, $out, $err) = psql(admit_sql($r));
+	is($rc, 0, 'an empty table under a row policy is admitted by the fallback') or diag $err;
+
+	ch_ok("INSERT INTO " . qn($pdb, 'policed') . " VALUES $rows");
+	is(ch_ok("SELECT count() FROM " . qn($pdb, 'policed')), "2\n",
+		'the configured row policy hides the rows with id <= 0');
+	refused('row policy from the users configuration', $pdb, 'policed', undef, '55000',
+		qr/ClickHouse target `dpwin_policy`\.`policed` has a row policy that filters dpwin's reads$/);
+	like(psql_err(admit_sql($r)) // 'admitted',
+		qr/^55000: ClickHouse target `dpwin_policy`\.`policed` has a row policy that filters dpwin's reads$/,
+		'... also for the route that was admitted while the table was empty');
+
+	# The policy is on one table: its neighbour with the same rows is read
+	# in full and admitted.
+	ch_ok("INSERT INTO " . qn($pdb, 'open') . " VALUES $rows");
+	is(ch_ok("SELECT count() FROM " . qn($pdb, 'open')), "4\n",
+		'a table without a policy in the same database shows every row');
+	$r = route($pdb, 'open');
+	($rc, $out, $err) = psql(admit_sql($r));
+	is($rc, 0, 'a table without a row policy in the same database is admitted') or diag $err;
+
+	ch_ok("DROP DATABASE " . ch_ident($pdb));
 }
 
 # --- columns and types -------------------------------------------------------------
@@ -333,7 +328,7 @@ refused('window column DateTime', $db, 'wdt',
 	ch_ok("CREATE MATERIALIZED VIEW " . qn($odddb, "mv ' `x`") . " TO " . qn($odddb, $odd) . " AS SELECT * FROM " . qn($odddb, 'feed'));
 	like(psql_err(admit_sql($r)) // 'admitted', qr/^55000: .*has dependent materialized views/,
 		'a materialized view writing into an oddly named target is found');
-	like(ch_ok("SELECT count() FROM system.databases WHERE name = " . ch_lit($db)), qr/^1$/,
+	like(ch_ok("SELECT count() FROM system.databases WHERE name = " . ch_literal($db)), qr/^1$/,
 		'nothing was injected');
 }
 
@@ -342,13 +337,13 @@ refused('window column DateTime', $db, 'wdt',
 {
 	my ($rc, $out, $err) = psql("SELECT dpwin._probe_exchange('t040_r1')");
 	is($rc, 0, 'EXCHANGE TABLES works in an Atomic database') or diag($err);
-	is(ch_ok("SELECT count() FROM system.tables WHERE database = " . ch_lit($db) . " AND startsWith(name, '_dpwin_probe_')"),
+	is(ch_ok("SELECT count() FROM system.tables WHERE database = " . ch_literal($db) . " AND startsWith(name, '_dpwin_probe_')"),
 		"0\n", 'the probe tables are dropped');
 	my $mr = route($memdb, 'tm');
-	like(psql_err("SELECT dpwin._probe_exchange(" . quote_lit($mr) . ")") // 'ok',
+	like(psql_err("SELECT dpwin._probe_exchange(" . pg_literal($mr) . ")") // 'ok',
 		qr/^0A000: ClickHouse database `\Q$memdb\E` has engine Memory, not Atomic/,
 		'the probe refuses a Memory database before creating anything');
-	is(ch_ok("SELECT count() FROM system.tables WHERE database = " . ch_lit($memdb) . " AND startsWith(name, '_dpwin_probe_')"),
+	is(ch_ok("SELECT count() FROM system.tables WHERE database = " . ch_literal($memdb) . " AND startsWith(name, '_dpwin_probe_')"),
 		"0\n", '... and leaves nothing behind');
 }
 
