@@ -6,6 +6,7 @@ use strict;
 use warnings;
 use Test::More;
 use DpwinTest;
+use DpwinFixture qw(pg_literal fault);
 use IO::Socket::INET;
 use Time::HiRes qw(time);
 
@@ -16,33 +17,26 @@ my $password = $ENV{DPWIN_CH_PASSWORD};
 # a URL-safe marker unique to this run, to aim faults at our statements
 my $tag = "t010_$$";
 
-sub quote_lit
-{
-	my ($s) = @_;
-	$s =~ s/'/''/g;
-	return "'$s'";
-}
-
 sub make_server
 {
 	my ($name, $server_url, $pw, %opt) = @_;
-	my $opts = "url " . quote_lit($server_url);
-	$opts .= ", request_timeout " . quote_lit($opt{request_timeout})
+	my $opts = "url " . pg_literal($server_url);
+	$opts .= ", request_timeout " . pg_literal($opt{request_timeout})
 	  if defined $opt{request_timeout};
-	$opts .= ", connect_timeout " . quote_lit($opt{connect_timeout})
+	$opts .= ", connect_timeout " . pg_literal($opt{connect_timeout})
 	  if defined $opt{connect_timeout};
 	psql_ok("DROP SERVER IF EXISTS $name CASCADE;
 		CREATE SERVER $name FOREIGN DATA WRAPPER dpwin_clickhouse OPTIONS ($opts);
 		CREATE USER MAPPING FOR CURRENT_USER SERVER $name
-			OPTIONS (user " . quote_lit($user) . ", password " . quote_lit($pw) . ");");
+			OPTIONS (user " . pg_literal($user) . ", password " . pg_literal($pw) . ");");
 }
 
 # the answer without its final newline (psql adds its own)
 sub chq
 {
 	my ($server, $sql) = @_;
-	return "SELECT rtrim(dpwin._ch_query(" . quote_lit($server) . ", "
-	  . quote_lit($sql) . "), E'\\n')";
+	return "SELECT rtrim(dpwin._ch_query(" . pg_literal($server) . ", "
+	  . pg_literal($sql) . "), E'\\n')";
 }
 
 # everything psql printed for a failing call (message, detail, hint, context)
@@ -51,13 +45,6 @@ sub full_error
 	my ($sql, %opt) = @_;
 	my ($rc, $out, $err) = psql("\\set VERBOSITY verbose\n" . $sql, %opt);
 	return $rc ? $err : '';
-}
-
-sub fault
-{
-	my (%f) = @_;
-	my $q = join('&', map { "$_=$f{$_}" } sort keys %f);
-	ch_control('POST', "/fault?$q");
 }
 
 my $srv = "t010_ch";

@@ -8,16 +8,10 @@ use warnings;
 use Test::More;
 use Math::BigInt;
 use DpwinTest;
+use DpwinFixture qw(pg_literal);
 
 psql_ok("CREATE EXTENSION IF NOT EXISTS dpwin")
   unless psql_ok("SELECT to_regprocedure('dpwin._encode_rowbinary(anyelement, text, timestamptz)') IS NOT NULL") eq 't';
-
-sub sql_lit
-{
-	my ($s) = @_;
-	$s =~ s/'/''/g;
-	return "'$s'";
-}
 
 sub trim
 {
@@ -32,7 +26,7 @@ sub pg_hex
 	my ($expr, $type, $setup) = @_;
 	my $sql = ($setup // '')
 	  . "SELECT upper(encode(dpwin._encode_rowbinary($expr, "
-	  . sql_lit($type) . "), 'hex'))";
+	  . pg_literal($type) . "), 'hex'))";
 	return psql_ok($sql);
 }
 
@@ -308,7 +302,7 @@ my @errors = (
 for my $e (@errors)
 {
 	my ($expr, $type, $state, $re) = @$e;
-	my $err = psql_err("SELECT dpwin._encode_rowbinary($expr, " . sql_lit($type) . ")");
+	my $err = psql_err("SELECT dpwin._encode_rowbinary($expr, " . pg_literal($type) . ")");
 	ok(defined $err && $err =~ /^$state: / && $err =~ $re,
 		"$expr as $type fails with $state")
 	  or diag("got: " . ($err // 'no error'));
@@ -330,7 +324,7 @@ sub parity
 {
 	my ($type, $typmod, $notnull, $ch) = @_;
 	return psql_ok("SELECT coalesce(dpwin._rb_type_parity("
-		  . sql_lit($type) . ", $typmod, $notnull, " . sql_lit($ch) . "), 'ok')");
+		  . pg_literal($type) . ", $typmod, $notnull, " . pg_literal($ch) . "), 'ok')");
 }
 is(parity('integer', -1, 'true', 'Int32'), 'ok', 'int4 NOT NULL -> Int32');
 is(parity('integer', -1, 'true', 'Nullable(Int32)'), 'ok', 'int4 NOT NULL -> Nullable(Int32)');
@@ -442,10 +436,10 @@ is_deeply(\@pgh, \@chh, 'SipHash-2-4 equals ClickHouse sipHash64Keyed on 64 inpu
 	for my $r (@rows)
 	{
 		push @rowexprs, join(' || ',
-			map { "dpwin._encode_rowbinary($r->[$_], " . sql_lit($types[$_]) . ")" } 0 .. $#types);
+			map { "dpwin._encode_rowbinary($r->[$_], " . pg_literal($types[$_]) . ")" } 0 .. $#types);
 	}
-	my $pgdigest = psql_ok("SELECT dpwin._digest_rows(" . sql_lit($key) . ", ARRAY[" . join(', ', @rowexprs) . "])");
-	my $select = psql_ok("SELECT dpwin._digest_ch_select_list(" . sql_lit($key) . ", '`a`, `b`, `c`, `d`, `e`')");
+	my $pgdigest = psql_ok("SELECT dpwin._digest_rows(" . pg_literal($key) . ", ARRAY[" . join(', ', @rowexprs) . "])");
+	my $select = psql_ok("SELECT dpwin._digest_ch_select_list(" . pg_literal($key) . ", '`a`, `b`, `c`, `d`, `e`')");
 	like($select, qr/formatRow\('RowBinary', `a`, `b`, `c`, `d`, `e`\)/, 'select list uses formatRow RowBinary');
 	unlike($select, qr/NoNewline/, 'select list does not use formatRowNoNewline');
 	my $chdigest = trim(ch_ok("SELECT $select FROM (" . join(' UNION ALL ', @chrows) . ")"));

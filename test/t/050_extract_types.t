@@ -19,6 +19,7 @@ use strict;
 use warnings;
 use Test::More;
 use DpwinTest;
+use DpwinFixture qw(fresh_fixture drop_fixture psql_ok_long sorted_lines multiset_is);
 
 my $tag = "t050_$$";
 my $db = $tag;                  # ClickHouse database
@@ -140,80 +141,46 @@ my $pg_row = join(" || '|' || ", map { pg_canon($_->[4], $_->[0]) } @cols);
 my $ch_row = join(" || '|' || ",
 	map { ch_canon($_->[4], "`$_->[0]`", $_->[3] =~ /Nullable/) } @cols);
 
-# psql_ok, with long statements cut short in the failure message
-sub pg
-{
-	my ($sql) = @_;
-	my ($rc, $out, $err) = psql($sql);
-	die "psql failed ($rc): $err\nSQL: " . substr($sql, 0, 400) . "\n" if $rc;
-	return $out;
-}
-
-sub lines { my ($s) = @_; return [ sort grep { length } split /\n/, $s ]; }
-
 # source rows WHERE $where, canonical and sorted
 sub pg_rows
 {
 	my ($table, $where) = @_;
-	return lines(pg("SELECT $pg_row FROM $table WHERE $where"));
+	return sorted_lines(psql_ok_long("SELECT $pg_row FROM $table WHERE $where"));
 }
 
 sub ch_rows
 {
 	my ($table, $where) = @_;
-	return lines(ch_ok("SELECT $ch_row FROM $table WHERE $where"));
+	return sorted_lines(ch_ok("SELECT $ch_row FROM $table WHERE $where"));
 }
 
 my $pg_in = "w >= '$lo' AND w < '$hi'";
 my $ch_in = "w >= $ch_lo AND w < $ch_hi";
 my $ch_keep = "isNull(w) OR w < $ch_lo OR w >= $ch_hi";
 
-# Multiset equality, with the first differences on failure.
-sub multiset_is
-{
-	my ($got, $exp, $name) = @_;
-	my %d;
-	$d{$_}++ for @$got;
-	$d{$_}-- for @$exp;
-	my @extra = grep { $d{$_} > 0 } sort keys %d;
-	my @missing = grep { $d{$_} < 0 } sort keys %d;
-	my $ok = ok(!@extra && !@missing && @$got == @$exp, $name);
-	unless ($ok)
-	{
-		diag(sprintf("got %d rows, expected %d; %d distinct extra, %d distinct missing",
-				scalar(@$got), scalar(@$exp), scalar(@extra), scalar(@missing)));
-		diag("extra ($d{$_}x): " . substr($_, 0, 300)) for @extra[ 0 .. ($#extra < 2 ? $#extra : 2) ];
-		diag("missing (" . -$d{$_} . "x): " . substr($_, 0, 300)) for @missing[ 0 .. ($#missing < 2 ? $#missing : 2) ];
-	}
-	return $ok;
-}
-
 sub refresh
 {
 	my ($end) = @_;
-	my $out = pg("SELECT state, source_rows, final_rows, invocation_id,"
+	my $out = psql_ok_long("SELECT state, source_rows, final_rows, invocation_id,"
 		  . " details->'evidence'->>'source_digest' FROM dpwin_refresh('$route', '$end')");
 	my %r;
 	@r{qw(state source_rows final_rows id digest)} = split /\|/, $out;
-	$r{key} = pg("SELECT plan->>'digest_key' FROM dpwin.invocation WHERE invocation_id = '$r{id}'");
+	$r{key} = psql_ok_long("SELECT plan->>'digest_key' FROM dpwin.invocation WHERE invocation_id = '$r{id}'");
 	return \%r;
 }
 
 # ---- setup ---------------------------------------------------------------
 
-ch_ok("DROP DATABASE IF EXISTS `$db`");
-ch_ok("CREATE DATABASE `$db` ENGINE = Atomic");
+fresh_fixture($db, $schema);
 ch_ok("CREATE TABLE $tgt (" . join(', ', map { "`$_->[0]` $_->[3]" } @cols)
 	  . ") ENGINE = MergeTree ORDER BY id");
 
-pg("DROP SCHEMA IF EXISTS $schema CASCADE;
-	CREATE SCHEMA $schema;
-	CREATE DOMAIN $schema.posint AS integer CHECK (VALUE > 0);
+psql_ok_long("CREATE DOMAIN $schema.posint AS integer CHECK (VALUE > 0);
 	CREATE TABLE $src (" . join(', ', map { "$_->[0] $_->[1]" . ($_->[2] ? ' NOT NULL' : '') } @cols) . ");");
 
 # Bulk rows spread over [09-06, 09-10): before, inside and after the window,
 # every 97th with a NULL window value; every column NULL now and then.
-pg(<<"SQL");
+psql_ok_long(<<"SQL");
 INSERT INTO $src
 SELECT g,
 	CASE WHEN g % 97 = 0 THEN NULL ELSE
@@ -259,14 +226,14 @@ FROM generate_series(1, 3000) g;
 SQL
 
 # Values stored out of line (TOAST): the encoder must detoast them.
-pg("UPDATE $src SET t = (SELECT string_agg(md5(id::text || x), '') FROM generate_series(1, 600) x),
+psql_ok_long("UPDATE $src SET t = (SELECT string_agg(md5(id::text || x), '') FROM generate_series(1, 600) x),
 		by = (SELECT string_agg(decode(md5(id::text || x), 'hex'), ''::bytea) FROM generate_series(1, 900) x),
 		jb = (SELECT jsonb_agg(md5(id::text || x)) FROM generate_series(1, 400) x),
 		at = ARRAY(SELECT md5(id::text || x) FROM generate_series(1, 400) x)
 	WHERE id % 500 = 1");
-is(pg("SELECT count(*) FROM $src WHERE id % 500 = 1 AND pg_column_size(t) > 2000 AND pg_column_size(by) > 2000"),
+is(psql_ok_long("SELECT count(*) FROM $src WHERE id % 500 = 1 AND pg_column_size(t) > 2000 AND pg_column_size(by) > 2000"),
 	6, 'six rows hold values stored out of line');
-is(pg("SELECT count(*) FROM $src WHERE id % 500 = 1 AND $pg_in"), 4, '... four of them inside the window');
+is(psql_ok_long("SELECT count(*) FROM $src WHERE id % 500 = 1 AND $pg_in"), 4, '... four of them inside the window');
 
 # Extreme rows: a base row and templates overriding it, each placed on
 # every boundary value: each chunk boundary (lo of its chunk, included,
@@ -362,24 +329,24 @@ for my $t (@templates)
 		  . join(', ', map { "($v{$_->[0]})::$_->[1]" } @cols[ 2 .. $#cols ]) . ")";
 	}
 }
-pg("INSERT INTO $src VALUES\n" . join(",\n", @values));
+psql_ok_long("INSERT INTO $src VALUES\n" . join(",\n", @values));
 
 # Exact duplicates: every 50th bulk row, and the extreme rows on even
 # boundaries, twice more or once more.
-pg("INSERT INTO $src SELECT * FROM $src WHERE id % 50 = 0;
+psql_ok_long("INSERT INTO $src SELECT * FROM $src WHERE id % 50 = 0;
 	INSERT INTO $src SELECT * FROM $src WHERE id % 100 = 0 AND id < 100000;
 	INSERT INTO $src SELECT * FROM $src WHERE id > 100000 AND id % 2 = 0;");
 
-my $nsrc_in = pg("SELECT count(*) FROM $src WHERE $pg_in");
-my $ndup_in = pg("SELECT count(*) - count(DISTINCT ($pg_row)) FROM $src WHERE $pg_in");
+my $nsrc_in = psql_ok_long("SELECT count(*) FROM $src WHERE $pg_in");
+my $ndup_in = psql_ok_long("SELECT count(*) - count(DISTINCT ($pg_row)) FROM $src WHERE $pg_in");
 cmp_ok($nsrc_in, '>', 1500, "source has $nsrc_in rows inside the window");
 cmp_ok($ndup_in, '>', 50, "... $ndup_in of them duplicates");
-is(pg("SELECT count(DISTINCT w) FROM $src WHERE w IN (SELECT timestamptz '$lo' + interval '6 hours' * k FROM generate_series(0, 8) k)"),
+is(psql_ok_long("SELECT count(DISTINCT w) FROM $src WHERE w IN (SELECT timestamptz '$lo' + interval '6 hours' * k FROM generate_series(0, 8) k)"),
 	9, 'the source has rows on every chunk boundary, lo and hi included');
 
-pg("SELECT dpwin.create_route('$route', '$src', 'w', '$srv', '$db', 'tgt',
+psql_ok_long("SELECT dpwin.create_route('$route', '$src', 'w', '$srv', '$db', 'tgt',
 	interval '2 days', interval '6 hours', parallelism => 3, batch_rows => 100)");
-is(pg("SELECT count(*) FROM dpwin.plan('$route', '$hi')"), 8, 'the window has 8 chunks');
+is(psql_ok_long("SELECT count(*) FROM dpwin.plan('$route', '$hi')"), 8, 'the window has 8 chunks');
 
 # ---- prepare a target with rows outside the window ----------------------
 
@@ -394,7 +361,7 @@ multiset_is(ch_rows($tgt, $ch_in), pg_rows($src, $pg_in), 'the first refresh of 
 # The source changes inside the window (and outside it, where the target
 # must not follow); the target gets NULL-window rows (with duplicates)
 # and rows that are not in the source at all.
-pg("UPDATE $src SET t = 'updated ' || id, f8 = -f8 WHERE id % 7 = 3 AND id < 100000;
+psql_ok_long("UPDATE $src SET t = 'updated ' || id, f8 = -f8 WHERE id % 7 = 3 AND id < 100000;
 	DELETE FROM $src WHERE id % 7 = 5 AND id < 100000;
 	INSERT INTO $src SELECT id + 200000, w + interval '1 hour', i2, i4, i8, i2w, f4, f4w, f8, n9, n18, n38, n76, nu, nw,
 		b, b8, t, vc, ch, lc, nm, by, d32, d16, ts, ts3, ts0, tsn, u, j, jb, ai4, ai8, at, ats, an, dm
@@ -428,7 +395,7 @@ isnt(ch_ok("SELECT toString(uuid) FROM system.tables WHERE database = '$db' AND 
 for my $k (0 .. 7)
 {
 	my $pgb = "timestamptz '$lo' + interval '6 hours' * $k";
-	my $n_src = pg("SELECT count(*) FROM $src WHERE w = $pgb");
+	my $n_src = psql_ok_long("SELECT count(*) FROM $src WHERE w = $pgb");
 	my $n_tgt = ch_ok("SELECT count() FROM $tgt WHERE w = $ch_lo + toIntervalHour(6 * $k)");
 	chomp $n_tgt;
 	is($n_tgt, $n_src, "chunk boundary $k: $n_src rows, each copied once");
@@ -436,7 +403,7 @@ for my $k (0 .. 7)
 
 
 # Chunk journal: every chunk verified at its first attempt, rows add up.
-is(pg("SELECT count(*) FILTER (WHERE state = 'verified' AND attempt = 0), sum(rows)
+is(psql_ok_long("SELECT count(*) FILTER (WHERE state = 'verified' AND attempt = 0), sum(rows)
 	FROM dpwin.chunks WHERE invocation_id = '$r->{id}'"),
 	"8|" . scalar(@$exp_in), 'chunk journal: 8 chunks verified at attempt 0, rows add up');
 
@@ -470,7 +437,7 @@ sub pg_window_digest
 		my $t = $_->[3] =~ s/'/''/gr;
 		"dpwin._encode_rowbinary($_->[0], '$t')"
 	} @cols);
-	return pg("SELECT dpwin._digest_rows('$key', array_agg($row)) FROM $src WHERE $pg_in");
+	return psql_ok_long("SELECT dpwin._digest_rows('$key', array_agg($row)) FROM $src WHERE $pg_in");
 }
 
 is(ch_window_digest($r->{key}), $r->{digest},
@@ -479,7 +446,7 @@ is(ch_window_digest($r->{key}), $r->{digest},
 my %digest_counts;
 for my $p (1, 2, 8)
 {
-	pg("SELECT dpwin.alter_route('$route', parallelism => $p)");
+	psql_ok_long("SELECT dpwin.alter_route('$route', parallelism => $p)");
 	my $rp = refresh($hi);
 	is($rp->{state}, 'completed', "parallelism $p: completed");
 	multiset_is(ch_rows($tgt, '1'), $full_ref, "parallelism $p: the whole target is identical");
@@ -489,9 +456,9 @@ for my $p (1, 2, 8)
 		"parallelism $p: ... and PostgreSQL's digest of the source window under the same key");
 	my ($cnt) = split /:/, $rp->{digest};
 	$digest_counts{$cnt}++;
-	is(pg("SELECT count(*) FROM dpwin.chunks WHERE invocation_id = '$rp->{id}' AND state = 'verified'"),
+	is(psql_ok_long("SELECT count(*) FROM dpwin.chunks WHERE invocation_id = '$rp->{id}' AND state = 'verified'"),
 		8, "parallelism $p: 8 chunks verified");
-	my $pids = pg("SELECT count(DISTINCT worker_pid) FROM dpwin.chunks WHERE invocation_id = '$rp->{id}'");
+	my $pids = psql_ok_long("SELECT count(DISTINCT worker_pid) FROM dpwin.chunks WHERE invocation_id = '$rp->{id}'");
 	cmp_ok($pids, '<=', $p, "parallelism $p: $pids distinct workers");
 }
 is(scalar(keys %digest_counts), 1, 'every parallelism digested the same number of rows');
@@ -502,7 +469,7 @@ my $final = ch_rows($tgt, $ch_in);
 for my $change ("by = by || '\\x00'::bytea", "f8 = CASE WHEN f8 = 0 THEN '-0'::float8 ELSE 0 END",
 	"ts = ts + interval '1 microsecond'", "t = t || ' '")
 {
-	my $mutated = lines(pg("BEGIN;
+	my $mutated = sorted_lines(psql_ok_long("BEGIN;
 		UPDATE $src SET $change WHERE id = (SELECT min(id) FROM $src WHERE $pg_in AND by IS NOT NULL AND t IS NOT NULL AND ts IS NOT NULL AND f8 IS NOT NULL);
 		SELECT $pg_row FROM $src WHERE $pg_in;
 		ROLLBACK;"));
@@ -514,7 +481,7 @@ for my $change ("by = by || '\\x00'::bytea", "f8 = CASE WHEN f8 = 0 THEN '-0'::f
 
 # ---- clean up -------------------------------------------------------------
 
-pg("SELECT dpwin.drop_route('$route'); DROP SCHEMA $schema CASCADE;");
-ch_ok("DROP DATABASE `$db`");
+psql_ok_long("SELECT dpwin.drop_route('$route')");
+drop_fixture();
 
 done_testing();

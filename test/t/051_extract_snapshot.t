@@ -15,6 +15,7 @@ use strict;
 use warnings;
 use Test::More;
 use DpwinTest;
+use DpwinFixture qw(fresh_fixture drop_fixture pg_row_sql ch_row_sql sorted_lines multiset_diff multiset_is fault);
 use IPC::Run qw(start finish timeout);
 
 my $tag = "t051_$$";
@@ -29,45 +30,13 @@ my $ch_hi = "toDateTime64('2026-03-03 00:00:00', 6, 'UTC')";
 my $pg_in = "w >= '$lo' AND w < '$hi'";
 my $ch_in = "w >= $ch_lo AND w < $ch_hi";
 
-my $pg_row = "id::text || '|' || COALESCE((extract(epoch FROM w) * 1000000)::bigint::text, 'N') || '|'"
-  . " || COALESCE(encode(convert_to(v, 'UTF8'), 'hex'), 'N') || '|' || COALESCE(trim_scale(n)::text, 'N')";
-my $ch_row = "toString(id) || '|' || if(isNull(w), 'N', toString(toUnixTimestamp64Micro(assumeNotNull(w)))) || '|'"
-  . " || if(isNull(v), 'N', lower(hex(assumeNotNull(v)))) || '|' || if(isNull(n), 'N', toString(assumeNotNull(n)))";
+my $pg_row = pg_row_sql();
+my $ch_row = ch_row_sql();
 
-sub lines { my ($s) = @_; return [ sort grep { length } split /\n/, $s ]; }
-sub pg_rows { my ($t) = @_; return lines(psql_ok("SELECT $pg_row FROM $t WHERE $pg_in")); }
-sub ch_rows { my ($t) = @_; return lines(ch_ok("SELECT $ch_row FROM $t WHERE $ch_in")); }
+sub pg_rows { my ($t) = @_; return sorted_lines(psql_ok("SELECT $pg_row FROM $t WHERE $pg_in")); }
+sub ch_rows { my ($t) = @_; return sorted_lines(ch_ok("SELECT $ch_row FROM $t WHERE $ch_in")); }
 
-sub multiset_diff
-{
-	my ($got, $exp) = @_;
-	my %d;
-	$d{$_}++ for @$got;
-	$d{$_}-- for @$exp;
-	return grep { $d{$_} } sort keys %d;
-}
-
-sub multiset_is
-{
-	my ($got, $exp, $name) = @_;
-	my @diff = multiset_diff($got, $exp);
-	my $ok = ok(!@diff && @$got == @$exp, $name);
-	diag(sprintf("got %d rows, expected %d, %d distinct rows differ, e.g. %s",
-			scalar(@$got), scalar(@$exp), scalar(@diff), join(' ', @diff[ 0 .. ($#diff < 3 ? $#diff : 3) ])))
-	  unless $ok;
-	return $ok;
-}
-
-sub fault
-{
-	my (%f) = @_;
-	my $q = join('&', map { "$_=$f{$_}" } sort keys %f);
-	ch_control('POST', "/fault?$q");
-}
-
-ch_ok("DROP DATABASE IF EXISTS `$db`");
-ch_ok("CREATE DATABASE `$db` ENGINE = Atomic");
-psql_ok("DROP SCHEMA IF EXISTS $schema CASCADE; CREATE SCHEMA $schema;");
+fresh_fixture($db, $schema);
 
 # One scenario: a route with the given parallelism over a fresh table.
 sub scenario
@@ -108,7 +77,7 @@ sub scenario
 	# invocation id is chosen here, so the staging tables' names are known.
 	my $inv = psql_ok("SELECT gen_random_uuid()");
 	my $prefix = "_dpwin_${route_id}_" . substr($inv =~ s/-//gr, 0, 12) . '_';
-	fault(pattern => "${prefix}stg_${_}_0%60%20%28", count => 1, mode => 'delay', ms => 4000) for 0 .. $p - 1;
+	fault(pattern => "${prefix}stg_${_}_0` (", count => 1, mode => 'delay', ms => 4000) for 0 .. $p - 1;
 
 	my ($out, $err) = ('', '');
 	my $h = start [ 'psql', '-X', '-q', '-A', '-t', '-v', 'ON_ERROR_STOP=1', '-c',
@@ -171,7 +140,6 @@ sub scenario
 scenario(1, 0);
 scenario(2, 1);
 
-psql_ok("DROP SCHEMA $schema CASCADE");
-ch_ok("DROP DATABASE `$db`");
+drop_fixture();
 
 done_testing();

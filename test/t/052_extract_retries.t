@@ -19,6 +19,8 @@ use strict;
 use warnings;
 use Test::More;
 use DpwinTest;
+use DpwinFixture qw(fresh_fixture drop_fixture pg_row_sql ch_row_sql sorted_lines multiset_is fault uuid_of
+  invocation_prefix dpwin_tables_left postmaster_pid);
 use Time::HiRes qw(usleep);
 use IPC::Run qw(start finish timeout);
 
@@ -34,35 +36,11 @@ my $lo = '2026-05-01 00:00:00+00';
 my $hi = '2026-05-02 00:00:00+00';
 my $ch_in = "w >= toDateTime64('2026-05-01 00:00:00', 6, 'UTC') AND w < toDateTime64('2026-05-02 00:00:00', 6, 'UTC')";
 
-my $pg_row = "id::text || '|' || COALESCE((extract(epoch FROM w) * 1000000)::bigint::text, 'N') || '|'"
-  . " || COALESCE(encode(convert_to(v, 'UTF8'), 'hex'), 'N') || '|' || COALESCE(trim_scale(n)::text, 'N')";
-my $ch_row = "toString(id) || '|' || if(isNull(w), 'N', toString(toUnixTimestamp64Micro(assumeNotNull(w)))) || '|'"
-  . " || if(isNull(v), 'N', lower(hex(assumeNotNull(v)))) || '|' || if(isNull(n), 'N', toString(assumeNotNull(n)))";
+my $pg_row = pg_row_sql();
+my $ch_row = ch_row_sql();
 
-sub lines { my ($s) = @_; return [ sort grep { length } split /\n/, $s ]; }
-sub src_window { return lines(psql_ok("SELECT $pg_row FROM $src WHERE w >= '$lo' AND w < '$hi'")); }
-sub tgt_rows { my ($where) = @_; return lines(ch_ok("SELECT $ch_row FROM $tgt WHERE $where")); }
-
-sub multiset_is
-{
-	my ($got, $exp, $name) = @_;
-	my %d;
-	$d{$_}++ for @$got;
-	$d{$_}-- for @$exp;
-	my @diff = grep { $d{$_} } sort keys %d;
-	my $ok = ok(!@diff && @$got == @$exp, $name);
-	diag(sprintf("got %d rows, expected %d, %d distinct rows differ, e.g. %s",
-			scalar(@$got), scalar(@$exp), scalar(@diff), join(' ', @diff[ 0 .. ($#diff < 3 ? $#diff : 3) ])))
-	  unless $ok;
-	return $ok;
-}
-
-sub fault
-{
-	my (%f) = @_;
-	my $q = join('&', map { "$_=$f{$_}" } sort keys %f);
-	ch_control('POST', "/fault?$q");
-}
+sub src_window { return sorted_lines(psql_ok("SELECT $pg_row FROM $src WHERE w >= '$lo' AND w < '$hi'")); }
+sub tgt_rows { my ($where) = @_; return sorted_lines(ch_ok("SELECT $ch_row FROM $tgt WHERE $where")); }
 
 # Faults are aimed at one invocation's own tables: the test chooses the
 # invocation id of the next refresh, so that the staging table names are
@@ -72,43 +50,13 @@ my $next;
 
 sub next_invocation { $next = psql_ok("SELECT gen_random_uuid()"); return $next; }
 
-sub table_prefix
-{
-	my ($inv) = @_;
-	return "_dpwin_${route_id}_" . substr($inv =~ s/-//gr, 0, 12) . '_';
-}
+sub table_prefix { return invocation_prefix($route_id, $_[0]); }
 
 # the staging INSERT (and only it) of chunk $c, attempt $a, of the next refresh
 sub insert_pattern
 {
 	my ($c, $a) = @_;
-	return table_prefix($next // next_invocation()) . "stg_${c}_${a}%60%20%28";
-}
-
-sub target_uuid
-{
-	my $u = ch_ok("SELECT toString(uuid) FROM system.tables WHERE database = '$db' AND name = 'tgt'");
-	chomp $u;
-	return $u;
-}
-
-sub leftovers
-{
-	my $n = ch_ok("SELECT count() FROM system.tables WHERE database = '$db' AND startsWith(name, '_dpwin_')"
-		  . " AND NOT startsWith(name, '_dpwin_backup_')");
-	chomp $n;
-	return $n;
-}
-
-# The parent of this cluster's checkpointer (/proc is readable where the
-# data directory may not be).
-sub postmaster_pid
-{
-	my $ckpt = psql_ok("SELECT pid FROM pg_stat_activity WHERE backend_type = 'checkpointer'");
-	open my $st, '<', "/proc/$ckpt/stat" or die "/proc/$ckpt/stat: $!";
-	my ($ppid) = <$st> =~ /\)\s+\S+\s+(\d+)/;
-	close $st;
-	return $ppid;
+	return table_prefix($next // next_invocation()) . "stg_${c}_${a}` (";
 }
 
 # Processes of this sandbox's postmaster whose title names the invocation
@@ -145,12 +93,10 @@ sub refresh
 
 # ---- setup ---------------------------------------------------------------
 
-ch_ok("DROP DATABASE IF EXISTS `$db`");
-ch_ok("CREATE DATABASE `$db` ENGINE = Atomic");
+fresh_fixture($db, $schema);
 ch_ok("CREATE TABLE $tgt (id Int64, w Nullable(DateTime64(6, 'UTC')), v Nullable(String),"
 	  . " n Nullable(Decimal(12, 2))) ENGINE = MergeTree ORDER BY id");
-psql_ok("DROP SCHEMA IF EXISTS $schema CASCADE; CREATE SCHEMA $schema;
-	CREATE TABLE $src (id bigint NOT NULL, w timestamptz, v text, n numeric(12,2));
+psql_ok("CREATE TABLE $src (id bigint NOT NULL, w timestamptz, v text, n numeric(12,2));
 	INSERT INTO $src SELECT g, timestamptz '$lo' - interval '1 hour' + g * interval '13 seconds',
 		'row ' || g || CASE WHEN g % 5 = 0 THEN E'\\n\\n' ELSE 'ü' END, (g * 0.25)::numeric(12,2)
 	  FROM generate_series(0, 7199) g;
@@ -193,14 +139,14 @@ $exp = src_window();
 	ok(defined $ins && $log[$ins]{status} eq '500', 'attempt 0 of chunk 3 got the injected 500');
 	ok(defined $drop && defined $create && $drop < $create,
 		'the failed attempt was fenced (its staging table dropped) before attempt 1 started');
-	is(leftovers(), 0, 'no staging or generation tables left');
+	is(dpwin_tables_left(), 0, 'no staging or generation tables left');
 }
 
 # ---- a 5xx on the other statements of an attempt ---------------------------
 
 for my $case (
-	[ 'creating the staging table', sub { insert_pattern(4, 0) =~ s/%28$/AS/r } ],
-	[ 'digesting a staging table', sub { "FROM%20%60$db%60.%60" . table_prefix(next_invocation()) . 'stg_' } ])
+	[ 'creating the staging table', sub { insert_pattern(4, 0) =~ s/\($/AS/r } ],
+	[ 'digesting a staging table', sub { "FROM `$db`.`" . table_prefix(next_invocation()) . 'stg_' } ])
 {
 	my ($what, $pattern_of) = @$case;
 	my $pattern = $pattern_of->();
@@ -213,14 +159,14 @@ for my $case (
 		  . " WHERE invocation_id = '$id' AND state = 'verified'"), '0 0 0 0 0 0 0 1',
 		"... the chunk is retried once, the others are not");
 	multiset_is(tgt_rows($ch_in), $exp, '... and the window is exact');
-	is(leftovers(), 0, '... with no staging or generation tables left');
+	is(dpwin_tables_left(), 0, '... with no staging or generation tables left');
 }
 
 # ---- the error on every attempt -------------------------------------------
 
 {
 	psql_ok("UPDATE $src SET v = v || ' (3)' WHERE id % 7 = 0");
-	my $uuid = target_uuid();
+	my $uuid = uuid_of('tgt');
 	my $before = tgt_rows('1');
 	my $seq = ch_log_seq();
 	fault(pattern => insert_pattern(5, $_), count => 1, mode => 'error', code => 1000) for 0 .. 2;
@@ -238,9 +184,9 @@ for my $case (
 	my $t = table_prefix($id);
 	my @ins = grep { $_->{query} =~ /^INSERT INTO `\Q$db\E`\.`\Q$t\Estg_5_\d` \(/s } ch_log_since($seq);
 	is(scalar(@ins), 3, 'three INSERT attempts were made for chunk 5');
-	is(target_uuid(), $uuid, 'the target is the same table (UUID unchanged)');
+	is(uuid_of('tgt'), $uuid, 'the target is the same table (UUID unchanged)');
 	multiset_is(tgt_rows('1'), $before, 'the target rows are untouched');
-	is(leftovers(), 0, 'no staging or generation tables left');
+	is(dpwin_tables_left(), 0, 'no staging or generation tables left');
 	is(ch_ok("SELECT count() FROM system.tables WHERE database = '$db' AND (name LIKE '%\\_stg\\_%' OR name LIKE '%\\_gen')") + 0,
 		0, '... by name in system.tables either');
 }
@@ -264,13 +210,13 @@ for my $case (
 	multiset_is(tgt_rows($ch_in), $exp, 'the window is exact: no duplicates from the lost attempt');
 	is(psql_ok("SELECT sum(rows) FROM dpwin.chunks WHERE invocation_id = '$id'"), scalar(@$exp),
 		'the journal counts each row once');
-	is(leftovers(), 0, 'no staging or generation tables left');
+	is(dpwin_tables_left(), 0, 'no staging or generation tables left');
 }
 
 # ---- the caller is cancelled during extraction ---------------------------------
 
 {
-	my $uuid = target_uuid();
+	my $uuid = uuid_of('tgt');
 	my $before = tgt_rows('1');
 	my $inv = next_invocation();
 	fault(pattern => insert_pattern(0, 0), count => 1, mode => 'delay', ms => 3000);
@@ -299,8 +245,8 @@ for my $case (
 		'the coordinator and its workers are gone');
 	is(psql_ok("SELECT count(*) FROM dpwin.progress WHERE invocation_id = '$inv'"), 0,
 		'... and its progress slot is free');
-	ok(wait_until(sub { leftovers() == 0 }, 10), 'no staging or generation tables left');
-	is(target_uuid(), $uuid, 'the target is the same table');
+	ok(wait_until(sub { dpwin_tables_left() == 0 }, 10), 'no staging or generation tables left');
+	is(uuid_of('tgt'), $uuid, 'the target is the same table');
 	multiset_is(tgt_rows('1'), $before, 'the target rows are untouched');
 
 	# and the route refreshes normally afterwards
@@ -312,7 +258,7 @@ for my $case (
 
 # ---- clean up ------------------------------------------------------------------
 
-psql_ok("SELECT dpwin.drop_route('$route'); DROP SCHEMA $schema CASCADE;");
-ch_ok("DROP DATABASE `$db`");
+psql_ok("SELECT dpwin.drop_route('$route')");
+drop_fixture();
 
 done_testing();

@@ -19,6 +19,7 @@ use strict;
 use warnings;
 use Test::More;
 use DpwinTest;
+use DpwinFixture qw(fresh_fixture drop_fixture sorted_lines multiset_is uuid_of dpwin_tables_left);
 use POSIX qw(ceil);
 
 my $tag = "t053_$$";
@@ -30,37 +31,11 @@ my $lo = '2026-07-01 00:00:00+00';
 my $hi = '2026-07-02 00:00:00+00';
 my $ch_in = "w >= toDateTime64('2026-07-01 00:00:00', 6, 'UTC') AND w < toDateTime64('2026-07-02 00:00:00', 6, 'UTC')";
 
-sub lines { my ($s) = @_; return [ sort grep { length } split /\n/, $s ]; }
-
-sub multiset_is
-{
-	my ($got, $exp, $name) = @_;
-	my %d;
-	$d{$_}++ for @$got;
-	$d{$_}-- for @$exp;
-	my @diff = grep { $d{$_} } sort keys %d;
-	my $ok = ok(!@diff && @$got == @$exp, $name);
-	diag(sprintf("got %d rows, expected %d, %d distinct rows differ, e.g. %s",
-			scalar(@$got), scalar(@$exp), scalar(@diff),
-			join(' ', map { substr($_, 0, 80) } @diff[ 0 .. ($#diff < 3 ? $#diff : 3) ])))
-	  unless $ok;
-	return $ok;
-}
-
+# The target's UUID and rows.
 sub target_state
 {
 	my ($tbl, $ch_row) = @_;
-	my $uuid = ch_ok("SELECT toString(uuid) FROM system.tables WHERE database = '$db' AND name = '$tbl'");
-	chomp $uuid;
-	return ($uuid, lines(ch_ok("SELECT $ch_row FROM `$db`.`$tbl`")));
-}
-
-sub leftovers
-{
-	my $n = ch_ok("SELECT count() FROM system.tables WHERE database = '$db' AND startsWith(name, '_dpwin_')"
-		  . " AND NOT startsWith(name, '_dpwin_backup_')");
-	chomp $n;
-	return $n;
+	return (uuid_of($tbl), sorted_lines(ch_ok("SELECT $ch_row FROM `$db`.`$tbl`")));
 }
 
 # psql's whole error output for a failing statement
@@ -71,9 +46,7 @@ sub refresh_error
 	return $rc ? $err : "succeeded: $out";
 }
 
-ch_ok("DROP DATABASE IF EXISTS `$db`");
-ch_ok("CREATE DATABASE `$db` ENGINE = Atomic");
-psql_ok("DROP SCHEMA IF EXISTS $schema CASCADE; CREATE SCHEMA $schema;");
+fresh_fixture($db, $schema);
 
 # ---- fidelity errors ------------------------------------------------------
 
@@ -125,7 +98,7 @@ psql_ok("DROP SCHEMA IF EXISTS $schema CASCADE; CREATE SCHEMA $schema;");
 		my ($uuid_after, $rows_after) = target_state('fid', $ch_row);
 		is($uuid_after, $uuid, "$label: the target is the same table");
 		multiset_is($rows_after, $rows, "$label: the target rows are untouched");
-		is(leftovers(), 0, "$label: no staging or generation table left");
+		is(dpwin_tables_left(), 0, "$label: no staging or generation table left");
 		psql_ok("UPDATE $src SET amount = id * 1.5, w = timestamptz '$lo' - interval '2 hours' + id * interval '10 seconds',
 			ts = timestamptz '2026-01-01 00:00:00+00' + id * interval '1.001 seconds' WHERE id = 7000");
 	}
@@ -156,8 +129,8 @@ psql_ok("DROP SCHEMA IF EXISTS $schema CASCADE; CREATE SCHEMA $schema;");
 	my $seq = ch_log_seq();
 	my ($state, $inv) = split /\|/, psql_ok("SELECT state, invocation_id FROM dpwin_refresh('$route', '$hi')");
 	is($state, 'completed', 'max_encoded_bytes 65536, rows of ~1 kB: the refresh completes');
-	my $exp = lines(psql_ok("SELECT $pg_row FROM $src WHERE w >= '$lo' AND w < '$hi'"));
-	multiset_is(lines(ch_ok("SELECT $ch_row FROM `$db`.`$tbl` WHERE $ch_in")), $exp, 'the window is exact');
+	my $exp = sorted_lines(psql_ok("SELECT $pg_row FROM $src WHERE w >= '$lo' AND w < '$hi'"));
+	multiset_is(sorted_lines(ch_ok("SELECT $ch_row FROM `$db`.`$tbl` WHERE $ch_in")), $exp, 'the window is exact');
 
 	my @log = ch_log_since($seq);
 	for my $c (split /\n/, psql_ok("SELECT chunk_no || ' ' || bytes || ' ' || rows FROM dpwin.chunks WHERE invocation_id = '$inv' ORDER BY chunk_no"))
@@ -183,7 +156,7 @@ psql_ok("DROP SCHEMA IF EXISTS $schema CASCADE; CREATE SCHEMA $schema;");
 	my ($uuid_after, $rows_after) = target_state($tbl, $ch_row);
 	is($uuid_after, $uuid, 'the target is the same table');
 	multiset_is($rows_after, $rows, 'the target rows are untouched');
-	is(leftovers(), 0, 'no staging or generation table left');
+	is(dpwin_tables_left(), 0, 'no staging or generation table left');
 
 	psql_ok("SELECT dpwin.drop_route('$route')");
 }
@@ -216,27 +189,26 @@ psql_ok("DROP SCHEMA IF EXISTS $schema CASCADE; CREATE SCHEMA $schema;");
 	is(psql_ok("SELECT string_agg(chunk_no || ':' || rows, ' ' ORDER BY chunk_no) FROM dpwin.chunks"
 		  . " WHERE invocation_id = '$inv' AND state = 'verified'"), '0:0 1:300 2:0 3:0',
 		'every chunk verified, the empty ones with 0 rows');
-	multiset_is(lines(ch_ok("SELECT $ch_row FROM `$db`.`odd` WHERE $ch_in_odd")),
-		lines(psql_ok(qq{SELECT $pg_row FROM $src WHERE "Wt" >= '$lo' AND "Wt" < '$hi'})),
+	multiset_is(sorted_lines(ch_ok("SELECT $ch_row FROM `$db`.`odd` WHERE $ch_in_odd")),
+		sorted_lines(psql_ok(qq{SELECT $pg_row FROM $src WHERE "Wt" >= '$lo' AND "Wt" < '$hi'})),
 		'the window is exact, column by column in the route order');
-	my $keep = lines(ch_ok("SELECT $ch_row FROM `$db`.`odd` WHERE $ch_keep"));
+	my $keep = sorted_lines(ch_ok("SELECT $ch_row FROM `$db`.`odd` WHERE $ch_keep"));
 	is(scalar(@$keep), 5, 'the rows before the window are there');
 
 	# a NULL-window row in the target, then a window with no rows at all
 	ch_ok("INSERT INTO `$db`.`odd` VALUES ('target only', 3000, NULL)");
-	$keep = lines(ch_ok("SELECT $ch_row FROM `$db`.`odd` WHERE $ch_keep"));
+	$keep = sorted_lines(ch_ok("SELECT $ch_row FROM `$db`.`odd` WHERE $ch_keep"));
 	psql_ok(qq{DELETE FROM $src WHERE "Wt" >= '$lo' AND "Wt" < '$hi'});
 	($state, $inv) = split /\|/, psql_ok("SELECT state, invocation_id FROM dpwin_refresh('$route', '$hi')");
 	is($state, 'completed', 'an empty window: completed');
 	is(psql_ok("SELECT metrics->>'source_rows' FROM dpwin.evidence WHERE invocation_id = '$inv'"),
 		0, '... with 0 source rows in its evidence');
 	is(ch_ok("SELECT count() FROM `$db`.`odd` WHERE $ch_in_odd") + 0, 0, 'the target window is empty now');
-	multiset_is(lines(ch_ok("SELECT $ch_row FROM `$db`.`odd` WHERE $ch_keep")), $keep,
+	multiset_is(sorted_lines(ch_ok("SELECT $ch_row FROM `$db`.`odd` WHERE $ch_keep")), $keep,
 		'rows outside the window and NULL-window rows are kept');
 	psql_ok("SELECT dpwin.drop_route('$route')");
 }
 
-psql_ok("DROP SCHEMA $schema CASCADE");
-ch_ok("DROP DATABASE `$db`");
+drop_fixture();
 
 done_testing();

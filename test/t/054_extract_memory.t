@@ -12,6 +12,7 @@ use strict;
 use warnings;
 use Test::More;
 use DpwinTest;
+use DpwinFixture qw(fresh_fixture drop_fixture postmaster_pid);
 use IPC::Run qw(start pump finish timeout);
 use Time::HiRes qw(time usleep);
 
@@ -29,16 +30,7 @@ my $pg_row = "id::text || '|' || (extract(epoch FROM w) * 1000000)::bigint::text
 my $ch_row = "toString(id) || '|' || toString(toUnixTimestamp64Micro(w)) || '|' || lower(hex(v))"
   . " || '|' || toString(n) || '|' || toString(u)";
 
-# This cluster's postmaster: the parent of its checkpointer (/proc is
-# readable where the data directory may not be).
-my $postmaster = do
-{
-	my $ckpt = psql_ok("SELECT pid FROM pg_stat_activity WHERE backend_type = 'checkpointer'");
-	open my $st, '<', "/proc/$ckpt/stat" or die "/proc/$ckpt/stat: $!";
-	my ($ppid) = <$st> =~ /\)\s+\S+\s+(\d+)/;
-	close $st;
-	$ppid;
-};
+my $postmaster = postmaster_pid();
 
 sub slurp
 {
@@ -70,9 +62,7 @@ sub poll_workers
 	closedir $dh;
 }
 
-ch_ok("DROP DATABASE IF EXISTS `$db`");
-ch_ok("CREATE DATABASE `$db` ENGINE = Atomic");
-psql_ok("DROP SCHEMA IF EXISTS $schema CASCADE; CREATE SCHEMA $schema;");
+fresh_fixture($db, $schema);
 
 my %figures;
 for my $nrows (50_000, 500_000)
@@ -142,7 +132,6 @@ for my $nrows (50_000, 500_000)
 cmp_ok($figures{500_000}{anon}, '<', 3 * $figures{50_000}{anon} + 16 * 1024,
 	"private memory: $figures{500_000}{anon} kB for 500k rows vs $figures{50_000}{anon} kB for 50k rows");
 
-psql_ok("DROP SCHEMA $schema CASCADE");
-ch_ok("DROP DATABASE `$db`");
+drop_fixture();
 
 done_testing();

@@ -8,51 +8,14 @@ use strict;
 use warnings;
 use Test::More;
 use DpwinTest;
+use DpwinFixture qw(fresh_fixture drop_fixture drop_routes create_event_table ch_rows pg_rows uuid_of micros kept
+  own_tables);
 
 my $db = "t060_$$";
 my $schema = "t060_$$";
 my $srv = 'sandbox_ch';
 my $route = unique_name('t060r');
 my $table = 'events';
-
-# One line per row, "id|window as Unix microseconds|v", NULL spelled NULL.
-sub ch_rows
-{
-	my ($t) = @_;
-	my $out = ch_ok("SELECT concat(toString(id), '|',"
-		  . " ifNull(toString(toUnixTimestamp64Micro(w)), 'NULL'), '|', ifNull(v, 'NULL'))"
-		  . " FROM `$db`.`$t` FORMAT TSVRaw");
-	return [ sort grep { $_ ne '' } split /\n/, $out ];
-}
-
-sub pg_rows
-{
-	my ($where) = @_;
-	my $out = psql_ok("SELECT id || '|' || coalesce(((extract(epoch FROM w) * 1000000)::bigint)::text, 'NULL')"
-		  . " || '|' || coalesce(v, 'NULL') FROM $schema.src WHERE $where");
-	return [ sort grep { $_ ne '' } split /\n/, $out ];
-}
-
-sub uuid_of
-{
-	my ($t) = @_;
-	my $u = ch_ok("SELECT toString(uuid) FROM system.tables WHERE database = '$db' AND name = '$t'");
-	chomp $u;
-	return $u eq '' ? undef : $u;
-}
-
-sub micros
-{
-	my ($ts) = @_;
-	return psql_ok("SELECT (extract(epoch FROM timestamptz '$ts') * 1000000)::bigint");
-}
-
-# Rows of a multiset (lines as above) outside [lo, hi) or with a NULL window.
-sub kept
-{
-	my ($rows, $lo, $hi) = @_;
-	return [ grep { my (undef, $m) = split /\|/; $m eq 'NULL' || $m < $lo || $m >= $hi } @$rows ];
-}
 
 sub refresh
 {
@@ -62,16 +25,6 @@ sub refresh
 	my %r;
 	@r{qw(id state source_rows final_rows backup)} = split /\|/, $out;
 	return \%r;
-}
-
-sub own_tables
-{
-	my ($inv) = @_;
-	my ($rid) = psql_ok("SELECT route_id FROM dpwin.route WHERE route_name = '$route'");
-	(my $short = $inv) =~ s/-//g;
-	$short = substr($short, 0, 12);
-	return ch_ok("SELECT count() FROM system.tables WHERE database = '$db'"
-		  . " AND startsWith(name, '_dpwin_${rid}_${short}_')") + 0;
 }
 
 # Check one completed refresh: the target is exactly kept(pre) + the
@@ -110,19 +63,14 @@ sub check_refresh
 		  . " FROM dpwin.evidence WHERE invocation_id = '$r->{id}'"),
 		scalar(@$src) . ' ' . scalar(@$expected) . ' ' . (scalar(@$expected) - scalar(@$src)),
 		"$label: evidence counts");
-	is(own_tables($r->{id}), 0, "$label: no staging or generation table is left");
+	is(scalar(@{ own_tables($route, $r->{id}) }), 0, "$label: no staging or generation table is left");
 }
 
 # --- setup ---------------------------------------------------------------
 
-ch_ok("DROP DATABASE IF EXISTS `$db`");
-ch_ok("CREATE DATABASE `$db` ENGINE = Atomic");
-ch_ok("CREATE TABLE `$db`.`$table` (id Int64, w Nullable(DateTime64(6, 'UTC')), v Nullable(String))"
-	  . " ENGINE = MergeTree ORDER BY id");
-
-psql_ok("DROP SCHEMA IF EXISTS $schema CASCADE;
-	CREATE SCHEMA $schema;
-	CREATE TABLE $schema.src (id bigint NOT NULL, w timestamptz, v text);
+fresh_fixture($db, $schema);
+create_event_table($table);
+psql_ok("CREATE TABLE $schema.src (id bigint NOT NULL, w timestamptz, v text);
 	SELECT dpwin.create_route('$route', '$schema.src'::regclass, 'w', '$srv', '$db', '$table',
 		interval '1 day', interval '6 hours', parallelism => 3);");
 
@@ -243,8 +191,7 @@ is_deeply(ch_rows($table), $pre, 'dropping backups leaves the target alone');
 # --- 6. many chunks: the result row still carries the whole evidence ----------
 
 my $route_many = unique_name('t060many');
-ch_ok("CREATE TABLE `$db`.`many` (id Int64, w Nullable(DateTime64(6, 'UTC')), v Nullable(String))"
-	  . " ENGINE = MergeTree ORDER BY id");
+create_event_table('many');
 psql_ok("SELECT dpwin.create_route('$route_many', '$schema.src'::regclass, 'w', '$srv', '$db', 'many',"
 	  . " interval '7 days', interval '30 minutes', parallelism => 4)");
 my ($inv_many, $nchunks, $same) = split /\|/,
@@ -258,7 +205,7 @@ is_deeply(ch_rows('many'), pg_rows("w >= timestamptz '$E1' - interval '7 days' A
 
 # --- clean up -------------------------------------------------------------
 
-psql_ok("SELECT dpwin.drop_route('$route'); SELECT dpwin.drop_route('$route_many'); DROP SCHEMA $schema CASCADE;");
-ch_ok("DROP DATABASE `$db`");
+drop_routes($route, $route_many);
+drop_fixture();
 
 done_testing();

@@ -13,114 +13,28 @@ use strict;
 use warnings;
 use Test::More;
 use DpwinTest;
-use IPC::Run qw(start finish timeout);
+use DpwinFixture qw(fault fresh_fixture drop_fixture drop_routes event_route ch_rows uuid_of
+  after_refresh new_uuid route_id invocation_prefix own_tables exchanges bg_psql bg_finish);
 
 my $db = "t061_$$";
 my $schema = "t061_$$";
-my $srv = 'sandbox_ch';
 my $E = '2026-09-09 00:00:00+00';
-my ($LO, $HI);
 my @routes;
 
-sub url_encode
-{
-	my ($s) = @_;
-	$s =~ s/([^A-Za-z0-9_.~-])/sprintf('%%%02X', ord($1))/ge;
-	return $s;
-}
-
-sub fault
-{
-	my (%f) = @_;
-	my $r = ch_control('POST', '/fault?' . join('&', map { "$_=" . url_encode($f{$_}) } sort keys %f));
-	die "fault not registered: $r" unless $r =~ /^Ok/;
-}
-
-sub ch_rows
-{
-	my ($t) = @_;
-	my $out = ch_ok("SELECT concat(toString(id), '|',"
-		  . " ifNull(toString(toUnixTimestamp64Micro(w)), 'NULL'), '|', ifNull(v, 'NULL'))"
-		  . " FROM `$db`.`$t` FORMAT TSVRaw");
-	return [ sort grep { $_ ne '' } split /\n/, $out ];
-}
-
-sub pg_rows
-{
-	my ($where) = @_;
-	my $out = psql_ok("SELECT id || '|' || coalesce(((extract(epoch FROM w) * 1000000)::bigint)::text, 'NULL')"
-		  . " || '|' || coalesce(v, 'NULL') FROM $schema.src WHERE $where");
-	return [ sort grep { $_ ne '' } split /\n/, $out ];
-}
-
-sub uuid_of
-{
-	my ($t) = @_;
-	my $u = ch_ok("SELECT toString(uuid) FROM system.tables WHERE database = '$db' AND name = '$t'");
-	chomp $u;
-	return $u eq '' ? undef : $u;
-}
-
-sub kept
-{
-	my ($rows) = @_;
-	return [ grep { my (undef, $m) = split /\|/; $m eq 'NULL' || $m < $LO || $m >= $HI } @$rows ];
-}
-
-# The target after a successful refresh of $E over $pre.
-sub expected_after
-{
-	my ($pre) = @_;
-	return [ sort(@{ kept($pre) }, @{ pg_rows("w >= timestamptz '$E' - interval '1 day' AND w < '$E'") }) ];
-}
-
-# A fresh target (with rows before, inside and after the window, NULL
-# windows and duplicates) and a route to it; returns (route, table).
+# A fresh target and a route to it (DpwinFixture::event_route); returns
+# (route, table).
 sub new_route
 {
 	my ($tag, %opt) = @_;
 	my $route = unique_name("t061_$tag");
-	my $t = "tgt_$tag";
-	ch_ok("CREATE TABLE `$db`.`$t` (id Int64, w Nullable(DateTime64(6, 'UTC')), v Nullable(String))"
-		  . " ENGINE = MergeTree ORDER BY id");
-	ch_ok("INSERT INTO `$db`.`$t` VALUES (1, '2026-09-01 00:00:00', 'before'), (1, '2026-09-01 00:00:00', 'before'),"
-		  . " (2, '2026-09-08 10:00:00', 'old in window'), (3, '2026-09-20 00:00:00', 'after'),"
-		  . " (4, NULL, 'null'), (4, NULL, 'null')");
-	my $ev = $opt{evidence} ? ", evidence_function => '$opt{evidence}'" : '';
-	psql_ok("SELECT dpwin.create_route('$route', '$schema.src'::regclass, 'w', '$srv', '$db', '$t',"
-		  . " interval '1 day', interval '6 hours', parallelism => 2$ev)");
 	push @routes, $route;
-	return ($route, $t);
-}
-
-sub route_id
-{
-	my ($route) = @_;
-	return psql_ok("SELECT route_id FROM dpwin.route WHERE route_name = '$route'");
-}
-
-sub new_uuid { return psql_ok('SELECT gen_random_uuid()'); }
-
-sub short_id
-{
-	my ($inv) = @_;
-	(my $s = $inv) =~ s/-//g;
-	return substr($s, 0, 12);
+	return ($route, event_route($route, "tgt_$tag", %opt));
 }
 
 sub gen_name
 {
 	my ($route, $inv) = @_;
-	return '_dpwin_' . route_id($route) . '_' . short_id($inv) . '_gen';
-}
-
-# The invocation's own tables (staging and generation) that still exist.
-sub own_tables
-{
-	my ($route, $inv) = @_;
-	my $prefix = '_dpwin_' . route_id($route) . '_' . short_id($inv) . '_';
-	return [ sort grep { $_ ne '' } split /\n/,
-		  ch_ok("SELECT name FROM system.tables WHERE database = '$db' AND startsWith(name, '$prefix') FORMAT TSVRaw") ];
+	return invocation_prefix(route_id($route), $inv) . 'gen';
 }
 
 sub refresh_sql
@@ -136,30 +50,6 @@ sub inv_field
 	return psql_ok("SELECT $expr FROM dpwin.invocations WHERE invocation_id = '$inv'");
 }
 
-# EXCHANGE statements on the target in the query log since $seq.
-sub exchanges
-{
-	my ($seq, $t) = @_;
-	return grep { $_->{query} =~ /^EXCHANGE TABLES `\Q$db\E`\.`\Q$t\E` AND/ } ch_log_since($seq);
-}
-
-# Run a refresh in the background; returns a handle for bg_finish().
-sub bg_refresh
-{
-	my ($sql) = @_;
-	my %h = (out => '', err => '');
-	$h{run} = start([ 'psql', '-X', '-q', '-A', '-t', '-v', 'ON_ERROR_STOP=1', '-v', 'VERBOSITY=verbose', '-c', $sql ],
-		'>', \$h{out}, '2>', \$h{err}, timeout(120));
-	return \%h;
-}
-
-sub bg_finish
-{
-	my ($h) = @_;
-	finish($h->{run});
-	return ($? >> 8, $h->{out}, $h->{err});
-}
-
 # Wait until the query log shows a query matching $re answered since $seq.
 sub wait_log
 {
@@ -170,11 +60,8 @@ sub wait_log
 # --- setup ---------------------------------------------------------------
 
 ch_control('POST', '/faults/clear');
-ch_ok("DROP DATABASE IF EXISTS `$db`");
-ch_ok("CREATE DATABASE `$db` ENGINE = Atomic");
-psql_ok("DROP SCHEMA IF EXISTS $schema CASCADE;
-	CREATE SCHEMA $schema;
-	CREATE TABLE $schema.src (id bigint NOT NULL, w timestamptz, v text);
+fresh_fixture($db, $schema);
+psql_ok("CREATE TABLE $schema.src (id bigint NOT NULL, w timestamptz, v text);
 	INSERT INTO $schema.src
 		SELECT g, timestamptz '2026-09-08 00:00:00+00' + g * interval '17 minutes 0.5 seconds', 'new ' || (g % 7)
 		FROM generate_series(0, 84) g;
@@ -192,8 +79,6 @@ psql_ok("DROP SCHEMA IF EXISTS $schema CASCADE;
 			INSERT INTO $schema.ev_log VALUES (inv, metrics);
 		END
 		\$\$;");
-$LO = psql_ok("SELECT (extract(epoch FROM timestamptz '$E' - interval '1 day') * 1000000)::bigint");
-$HI = psql_ok("SELECT (extract(epoch FROM timestamptz '$E') * 1000000)::bigint");
 
 # --- EXCHANGE reply lost -----------------------------------------------------
 
@@ -210,7 +95,7 @@ $HI = psql_ok("SELECT (extract(epoch FROM timestamptz '$E') * 1000000)::bigint")
 	is($x[0]{status}, 'lost', 'reply lost: and its reply was lost');
 	ok((grep { $_->{query} =~ /system\.tables WHERE database = '\Q$db\E' AND name = '\Q$t\E'/ && $_->{seq} > $x[0]{seq} }
 		  ch_log_since($seq)), 'reply lost: the target UUID was read back after the exchange');
-	is_deeply(ch_rows($t), expected_after($pre), 'reply lost: the target is the new generation');
+	is_deeply(ch_rows($t), after_refresh($pre, $E), 'reply lost: the target is the new generation');
 	my ($gen_uuid, $outcome, $backup) = split /\|/,
 	  psql_ok("SELECT generation_uuid, outcome, backup_table FROM dpwin.publication WHERE invocation_id = '$inv'");
 	is(uuid_of($t), $gen_uuid, 'reply lost: target UUID = generation UUID of the intent');
@@ -255,7 +140,7 @@ $HI = psql_ok("SELECT (extract(epoch FROM timestamptz '$E') * 1000000)::bigint")
 
 	my ($inv2, $state) = split /\|/, psql_ok(refresh_sql($route));
 	is($state, 'completed', 'EXCHANGE error: a fresh refresh afterwards completes');
-	is_deeply(ch_rows($t), expected_after($pre), 'EXCHANGE error: and publishes the window');
+	is_deeply(ch_rows($t), after_refresh($pre, $E), 'EXCHANGE error: and publishes the window');
 }
 
 # --- target rows written between generation build and publication ------------
@@ -284,7 +169,7 @@ sub wait_build_check
 	my $pre_uuid = uuid_of($t);
 	my $seq = ch_log_seq();
 	hold_second_copy(gen_name($route, $inv));
-	my $h = bg_refresh(refresh_sql($route, $inv));
+	my $h = bg_psql(refresh_sql($route, $inv));
 	ok(wait_build_check($seq, $t), 'target written: the build checked the kept rows');
 	ch_ok("INSERT INTO `$db`.`$t` VALUES (77, '2026-08-01 00:00:00', 'written by someone else')");
 	my $pre = ch_rows($t);
@@ -315,7 +200,7 @@ for my $case ([ 'ddl', 'ADD COLUMN extra Nullable(Int32)' ],
 	my $pre_uuid = uuid_of($t);
 	my $seq = ch_log_seq();
 	hold_second_copy(gen_name($route, $inv));
-	my $h = bg_refresh(refresh_sql($route, $inv));
+	my $h = bg_psql(refresh_sql($route, $inv));
 	ok(wait_build_check($seq, $t), "schema changed ($tag): the build checked the kept rows");
 	ch_ok("ALTER TABLE `$db`.`$t` $ddl");
 	my $create = ch_ok("SELECT create_table_query FROM system.tables WHERE database = '$db' AND name = '$t'");
@@ -346,7 +231,7 @@ for my $case ([ 'ddl', 'ADD COLUMN extra Nullable(Int32)' ],
 	isnt($rc, 0, 'evidence fails: dpwin_refresh errors');
 	like($err, qr/evidence store unavailable/, 'evidence fails: with the evidence function\'s error');
 	like($err, qr/HINT:.*dpwin\.recover\('\Q$inv\E'\)/, 'evidence fails: the hint names the recover call');
-	is_deeply(ch_rows($t), expected_after($pre), 'evidence fails: the new generation is visible');
+	is_deeply(ch_rows($t), after_refresh($pre, $E), 'evidence fails: the new generation is visible');
 	my ($gen_uuid, $outcome, $backup) = split /\|/,
 	  psql_ok("SELECT generation_uuid, outcome, backup_table FROM dpwin.publication WHERE invocation_id = '$inv'");
 	is(uuid_of($t), $gen_uuid, 'evidence fails: target UUID = generation UUID');
@@ -378,10 +263,10 @@ for my $case ([ 'ddl', 'ADD COLUMN extra Nullable(Int32)' ],
 	is(psql_ok("SELECT count(*) FROM $schema.ev_log WHERE invocation_id = '$inv'"), 1,
 		'evidence fails: the evidence function recorded the invocation once');
 	is(psql_ok("SELECT (metrics->>'target_rows')::int FROM dpwin.evidence WHERE invocation_id = '$inv'"),
-		scalar(@{ expected_after($pre) }), 'evidence fails: evidence written with the target row count');
+		scalar(@{ after_refresh($pre, $E) }), 'evidence fails: evidence written with the target row count');
 	is(psql_ok("SELECT last_interval_end = '$E' AND invocation_id = '$inv' FROM dpwin.route_state"
 		  . " WHERE route_id = " . route_id($route)), 't', 'evidence fails: route_state advanced by recover');
-	is_deeply(ch_rows($t), expected_after($pre), 'evidence fails: the target is unchanged by recover');
+	is_deeply(ch_rows($t), after_refresh($pre, $E), 'evidence fails: the target is unchanged by recover');
 	is_deeply(ch_rows($backup), $pre, 'evidence fails: the backup holds the old rows');
 	is(uuid_of($backup), $pre_uuid, 'evidence fails: the backup is the old table');
 	is_deeply(own_tables($route, $inv), [], 'evidence fails: recover dropped the staging tables');
@@ -397,7 +282,7 @@ for my $case ([ 'ddl', 'ADD COLUMN extra Nullable(Int32)' ],
 	my $pre = ch_rows($t);
 	my $inv = new_uuid();
 	my $gen = gen_name($route, $inv);
-	my $prefix = '_dpwin_' . route_id($route) . '_' . short_id($inv) . '_';
+	my $prefix = invocation_prefix(route_id($route), $inv);
 	# The build fails at its first copy, and the clean-up cannot list the
 	# tables: the invocation fails with its tables left behind.
 	fault(pattern => "INSERT INTO `$db`.`$gen`", mode => 'error', code => 241, count => 1);
@@ -421,14 +306,13 @@ for my $case ([ 'ddl', 'ADD COLUMN extra Nullable(Int32)' ],
 	my ($inv2, $st) = split /\|/, psql_ok(refresh_sql($route));
 	like(psql_err("SELECT * FROM dpwin.abandon('$inv2')"), qr/^55000: .*publication intent/,
 		'abandon: refused for a completed (published) invocation');
-	is_deeply(ch_rows($t), expected_after($pre), 'abandon: a later refresh publishes');
+	is_deeply(ch_rows($t), after_refresh($pre, $E), 'abandon: a later refresh publishes');
 }
 
 # --- clean up -------------------------------------------------------------
 
 ch_control('POST', '/faults/clear');
-psql_ok("SELECT dpwin.drop_route(r) FROM unnest(ARRAY['" . join("','", @routes) . "']) r;
-	DROP SCHEMA $schema CASCADE;");
-ch_ok("DROP DATABASE `$db`");
+drop_routes(@routes);
+drop_fixture();
 
 done_testing();

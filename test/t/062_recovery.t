@@ -15,99 +15,30 @@ use strict;
 use warnings;
 use Test::More;
 use DpwinTest;
-use IPC::Run qw(start finish timeout);
+use DpwinFixture qw(fault fresh_fixture drop_fixture drop_routes event_route ch_rows uuid_of
+  after_refresh new_uuid route_id invocation_prefix own_tables exchange_re exchanges bg_psql);
+use DpwinCrash qw(crash coordinator_pid state_of);
 use Time::HiRes qw(usleep);
 
 my $db = "t062_$$";
 my $schema = "t062_$$";
-my $srv = 'sandbox_ch';
 my $E = '2026-09-09 00:00:00+00';
-my ($LO, $HI);
 my @routes;
 
-sub url_encode
-{
-	my ($s) = @_;
-	$s =~ s/([^A-Za-z0-9_.~-])/sprintf('%%%02X', ord($1))/ge;
-	return $s;
-}
-
-sub fault
-{
-	my (%f) = @_;
-	my $r = ch_control('POST', '/fault?' . join('&', map { "$_=" . url_encode($f{$_}) } sort keys %f));
-	die "fault not registered: $r" unless $r =~ /^Ok/;
-}
-
-sub ch_rows
-{
-	my ($t) = @_;
-	my $out = ch_ok("SELECT concat(toString(id), '|',"
-		  . " ifNull(toString(toUnixTimestamp64Micro(w)), 'NULL'), '|', ifNull(v, 'NULL'))"
-		  . " FROM `$db`.`$t` FORMAT TSVRaw");
-	return [ sort grep { $_ ne '' } split /\n/, $out ];
-}
-
-sub pg_rows
-{
-	my ($where) = @_;
-	my $out = psql_ok("SELECT id || '|' || coalesce(((extract(epoch FROM w) * 1000000)::bigint)::text, 'NULL')"
-		  . " || '|' || coalesce(v, 'NULL') FROM $schema.src WHERE $where");
-	return [ sort grep { $_ ne '' } split /\n/, $out ];
-}
-
-sub uuid_of
-{
-	my ($t) = @_;
-	my $u = ch_ok("SELECT toString(uuid) FROM system.tables WHERE database = '$db' AND name = '$t'");
-	chomp $u;
-	return $u eq '' ? undef : $u;
-}
-
-sub expected_after
-{
-	my ($pre) = @_;
-	my @kept = grep { my (undef, $m) = split /\|/; $m eq 'NULL' || $m < $LO || $m >= $HI } @$pre;
-	return [ sort(@kept, @{ pg_rows("w >= timestamptz '$E' - interval '1 day' AND w < '$E'") }) ];
-}
-
+# A fresh target and a route to it (DpwinFixture::event_route); returns
+# (route, table).
 sub new_route
 {
-	my ($tag) = @_;
+	my ($tag, %opt) = @_;
 	my $route = unique_name("t062_$tag");
-	my $t = "tgt_$tag";
-	ch_ok("CREATE TABLE `$db`.`$t` (id Int64, w Nullable(DateTime64(6, 'UTC')), v Nullable(String))"
-		  . " ENGINE = MergeTree ORDER BY id");
-	ch_ok("INSERT INTO `$db`.`$t` VALUES (1, '2026-09-01 00:00:00', 'before'), (1, '2026-09-01 00:00:00', 'before'),"
-		  . " (2, '2026-09-08 10:00:00', 'old in window'), (3, '2026-09-20 00:00:00', 'after'),"
-		  . " (4, NULL, 'null'), (4, NULL, 'null')");
-	psql_ok("SELECT dpwin.create_route('$route', '$schema.src'::regclass, 'w', '$srv', '$db', '$t',"
-		  . " interval '1 day', interval '6 hours', parallelism => 2)");
 	push @routes, $route;
-	return ($route, $t);
+	return ($route, event_route($route, "tgt_$tag", %opt));
 }
-
-sub route_id
-{
-	my ($route) = @_;
-	return psql_ok("SELECT route_id FROM dpwin.route WHERE route_name = '$route'");
-}
-
-sub new_uuid { return psql_ok('SELECT gen_random_uuid()'); }
 
 sub prefix
 {
 	my ($route, $inv) = @_;
-	(my $s = $inv) =~ s/-//g;
-	return '_dpwin_' . route_id($route) . '_' . substr($s, 0, 12) . '_';
-}
-
-sub own_tables
-{
-	my ($route, $inv) = @_;
-	my $p = prefix($route, $inv);
-	return [ sort grep { $_ ne '' } split /\n/,
-		  ch_ok("SELECT name FROM system.tables WHERE database = '$db' AND startsWith(name, '$p') FORMAT TSVRaw") ];
+	return invocation_prefix(route_id($route), $inv);
 }
 
 sub refresh_sql
@@ -117,63 +48,20 @@ sub refresh_sql
 	  . ($inv ? ", '$inv'" : '') . ")";
 }
 
-sub state_of
-{
-	my ($inv) = @_;
-	return psql_ok("SELECT state FROM dpwin.invocation WHERE invocation_id = '$inv'");
-}
-
-sub exchanges
-{
-	my ($seq, $t) = @_;
-	return grep { $_->{query} =~ /^EXCHANGE TABLES `\Q$db\E`\.`\Q$t\E` AND/ } ch_log_since($seq);
-}
-
-sub bg_refresh
-{
-	my ($sql) = @_;
-	my %h = (out => '', err => '');
-	$h{run} = start([ 'psql', '-X', '-q', '-A', '-t', '-v', 'ON_ERROR_STOP=1', '-c', $sql ],
-		'>', \$h{out}, '2>', \$h{err}, timeout(120));
-	return \%h;
-}
-
-sub bg_finish
-{
-	my ($h) = @_;
-	finish($h->{run});
-	return ($? >> 8, $h->{out}, $h->{err});
-}
-
-sub pg_up
-{
-	my ($rc) = psql('SELECT 1', timeout => 5);
-	return $rc == 0;
-}
-
 # Wait until $inv reaches $state, SIGKILL its coordinator, and wait for the
 # cluster to come back from crash recovery.
 sub kill_coordinator_at
 {
 	my ($inv, $state, $h, $label) = @_;
 	ok(wait_until(sub { state_of($inv) eq $state }, 60), "$label: the invocation reached $state");
-	my $pid = psql_ok("SELECT holder_pid FROM dpwin.lease WHERE holder_invocation = '$inv'");
+	my $pid = coordinator_pid($inv);
 	like($pid, qr/^\d+$/, "$label: its coordinator holds the lease");
 	usleep(300_000);
-	is(kill('KILL', $pid), 1, "$label: SIGKILL the coordinator");
-	my ($rc, $out, $err) = bg_finish($h);
-	like($err, qr/server closed the connection|terminating connection|connection to server was lost/,
-		"$label: the caller lost its connection in the crash restart") or diag($err);
-	unless (wait_until(\&pg_up, 30))
-	{
-		# restart_after_crash may be off: restart the sandbox's PostgreSQL
-		local $ENV{DPWIN_SANDBOX_DIR} = $ENV{DPWIN_SANDBOX};
-		local $ENV{DPWIN_PGPORT} = $ENV{PGPORT};
-		system(repo_root() . '/test/sandbox.sh', 'restart-pg');
-	}
-	ok(wait_until(\&pg_up, 60), "$label: PostgreSQL is back");
+	crash([$pid], $h, $label, 'the coordinator');
 }
 
+# Wait until the query log shows a statement matching $re answered (with
+# an HTTP status) since $seq.
 sub wait_log
 {
 	my ($seq, $re) = @_;
@@ -185,7 +73,7 @@ sub wait_log
 sub check_published
 {
 	my ($label, $route, $t, $inv, $pre, $pre_uuid) = @_;
-	is_deeply(ch_rows($t), expected_after($pre), "$label: the target is the new generation");
+	is_deeply(ch_rows($t), after_refresh($pre, $E), "$label: the target is the new generation");
 	my ($before, $gen_uuid, $outcome, $backup) = split /\|/,
 	  psql_ok("SELECT target_uuid_before, generation_uuid, outcome, backup_table"
 		  . " FROM dpwin.publication WHERE invocation_id = '$inv'");
@@ -204,31 +92,36 @@ sub check_published
 # --- setup ---------------------------------------------------------------
 
 ch_control('POST', '/faults/clear');
-ch_ok("DROP DATABASE IF EXISTS `$db`");
-ch_ok("CREATE DATABASE `$db` ENGINE = Atomic");
-psql_ok("DROP SCHEMA IF EXISTS $schema CASCADE;
-	CREATE SCHEMA $schema;
-	CREATE TABLE $schema.src (id bigint NOT NULL, w timestamptz, v text);
+fresh_fixture($db, $schema);
+psql_ok("CREATE TABLE $schema.src (id bigint NOT NULL, w timestamptz, v text);
 	INSERT INTO $schema.src
 		SELECT g, timestamptz '2026-09-08 00:00:00+00' + g * interval '13 minutes 0.25 seconds', 'new ' || (g % 5)
 		FROM generate_series(0, 110) g;
 	INSERT INTO $schema.src VALUES (500, '2026-09-08 18:00:00+00', 'dup'), (500, '2026-09-08 18:00:00+00', 'dup'),
 		(501, NULL, 'not extracted');");
-$LO = psql_ok("SELECT (extract(epoch FROM timestamptz '$E' - interval '1 day') * 1000000)::bigint");
-$HI = psql_ok("SELECT (extract(epoch FROM timestamptz '$E') * 1000000)::bigint");
 
 # --- killed while its EXCHANGE runs -----------------------------------------------
 
+# A fresh route whose refresh is killed while the endpoint holds its
+# EXCHANGE; waits until that EXCHANGE has run all the same.  Returns the
+# route, the table, the invocation, and the target's rows and UUID before.
+sub killed_in_exchange
 {
-	my ($route, $t) = new_route('xkill');
+	my ($tag, $label, $ran) = @_;
+	my ($route, $t) = new_route($tag);
 	my $pre = ch_rows($t);
 	my $pre_uuid = uuid_of($t);
 	my $inv = new_uuid();
 	my $seq = ch_log_seq();
 	fault(pattern => "EXCHANGE TABLES `$db`.`$t` AND", mode => 'delay', ms => 2500, count => 1);
-	my $h = bg_refresh(refresh_sql($route, $inv));
-	kill_coordinator_at($inv, 'publishing', $h, 'killed in EXCHANGE');
-	ok(wait_log($seq, qr/^EXCHANGE TABLES `\Q$db\E`\.`\Q$t\E` AND/), 'killed in EXCHANGE: the EXCHANGE ran anyway');
+	my $h = bg_psql(refresh_sql($route, $inv));
+	kill_coordinator_at($inv, 'publishing', $h, $label);
+	ok(wait_log($seq, exchange_re($t)), "$label: $ran");
+	return ($route, $t, $inv, $pre, $pre_uuid);
+}
+
+{
+	my ($route, $t, $inv, $pre, $pre_uuid) = killed_in_exchange('xkill', 'killed in EXCHANGE', 'the EXCHANGE ran anyway');
 	is(state_of($inv), 'publishing', 'killed in EXCHANGE: the journal says publishing');
 	is(psql_ok("SELECT coalesce(outcome, 'none') FROM dpwin.publication WHERE invocation_id = '$inv'"), 'none',
 		'killed in EXCHANGE: outcome not observed');
@@ -242,7 +135,7 @@ $HI = psql_ok("SELECT (extract(epoch FROM timestamptz '$E') * 1000000)::bigint")
 	is(psql_ok("SELECT reconcile->>'verdict' FROM dpwin.reconcile('$inv')"), 'published',
 		'killed in EXCHANGE: reconcile reads the UUIDs: published');
 
-	$seq = ch_log_seq();
+	my $seq = ch_log_seq();
 	my ($id, $state) = split /\|/, psql_ok("SELECT invocation_id, state FROM dpwin.recover('$inv')");
 	is($state, 'completed', 'killed in EXCHANGE: recover completes');
 	is(scalar(exchanges($seq, $t)), 0, 'killed in EXCHANGE: recover ran no second EXCHANGE');
@@ -254,15 +147,7 @@ $HI = psql_ok("SELECT (extract(epoch FROM timestamptz '$E') * 1000000)::bigint")
 # --- the UUIDs match neither side: unknown ---------------------------------------
 
 {
-	my ($route, $t) = new_route('unk');
-	my $pre = ch_rows($t);
-	my $pre_uuid = uuid_of($t);
-	my $inv = new_uuid();
-	my $seq = ch_log_seq();
-	fault(pattern => "EXCHANGE TABLES `$db`.`$t` AND", mode => 'delay', ms => 2500, count => 1);
-	my $h = bg_refresh(refresh_sql($route, $inv));
-	kill_coordinator_at($inv, 'publishing', $h, 'unknown');
-	ok(wait_log($seq, qr/^EXCHANGE TABLES `\Q$db\E`\.`\Q$t\E` AND/), 'unknown: the EXCHANGE ran');
+	my ($route, $t, $inv, $pre, $pre_uuid) = killed_in_exchange('unk', 'unknown', 'the EXCHANGE ran');
 
 	# Someone else swaps another table in before recovery.
 	ch_ok("CREATE TABLE `$db`.`decoy` AS `$db`.`$t`");
@@ -271,7 +156,7 @@ $HI = psql_ok("SELECT (extract(epoch FROM timestamptz '$E') * 1000000)::bigint")
 	my $gen = prefix($route, $inv) . 'gen';
 	my %before = map { $_ => uuid_of($_) } ($t, 'decoy', $gen);
 
-	$seq = ch_log_seq();
+	my $seq = ch_log_seq();
 	my $err = psql_err("SELECT * FROM dpwin.recover('$inv')");
 	like($err, qr/^XX001: publication outcome of invocation \Q$inv\E is unknown/, 'unknown: recover reports it');
 	is(state_of($inv), 'unknown', 'unknown: state unknown');
@@ -373,7 +258,7 @@ for my $case ([ 'rows', "INSERT INTO `$db`.`%s` VALUES (88, '2026-07-01 00:00:00
 	}
 	is(psql_ok("SELECT state FROM dpwin_refresh('$route', '$E')"), 'completed',
 		"changed before retry ($tag): a fresh refresh completes");
-	is_deeply(ch_rows($t), expected_after($pre), "changed before retry ($tag): and publishes over the changed target");
+	is_deeply(ch_rows($t), after_refresh($pre, $E), "changed before retry ($tag): and publishes over the changed target");
 }
 
 # An unknown publication repaired by hand to the state before the exchange:
@@ -405,7 +290,7 @@ for my $case ([ 'rows', "INSERT INTO `$db`.`%s` VALUES (88, '2026-07-01 00:00:00
 	my $pre = ch_rows($t);
 	my $inv = new_uuid();
 	fault(pattern => "INSERT INTO `$db`.`" . prefix($route, $inv) . 'stg_', mode => 'delay', ms => 3000, count => 4);
-	my $h = bg_refresh(refresh_sql($route, $inv));
+	my $h = bg_psql(refresh_sql($route, $inv));
 	kill_coordinator_at($inv, 'extracting', $h, 'killed extracting');
 	ch_control('POST', '/faults/clear');
 	my $err = psql_err("SELECT * FROM dpwin.recover('$inv')");
@@ -416,7 +301,7 @@ for my $case ([ 'rows', "INSERT INTO `$db`.`%s` VALUES (88, '2026-07-01 00:00:00
 	is_deeply(ch_rows($t), $pre, 'killed extracting: target untouched');
 	is(psql_ok("SELECT state FROM dpwin_refresh('$route', '$E')"), 'completed',
 		'killed extracting: a new invocation re-extracts and completes');
-	is_deeply(ch_rows($t), expected_after($pre), 'killed extracting: and publishes the window');
+	is_deeply(ch_rows($t), after_refresh($pre, $E), 'killed extracting: and publishes the window');
 }
 
 # --- killed while building: recover publishes the staged chunks, or abandon --------------
@@ -431,7 +316,7 @@ for my $how ('recover', 'abandon')
 	my $gen = prefix($route, $inv) . 'gen';
 	my $seq0 = ch_log_seq();
 	fault(pattern => "INSERT INTO `$db`.`$gen`", mode => 'delay', ms => 2000, count => 1);
-	my $h = bg_refresh(refresh_sql($route, $inv));
+	my $h = bg_psql(refresh_sql($route, $inv));
 	kill_coordinator_at($inv, 'verified', $h, $label);
 	# The dead coordinator's copy still runs on the server; let it end.
 	ok(wait_log($seq0, qr/^INSERT INTO `\Q$db\E`\.`\Q$gen\E`/), "$label: its last statement has ended");
@@ -467,8 +352,7 @@ for my $how ('recover', 'abandon')
 # --- clean up -------------------------------------------------------------
 
 ch_control('POST', '/faults/clear');
-psql_ok("SELECT dpwin.drop_route(r) FROM unnest(ARRAY['" . join("','", @routes) . "']) r;
-	DROP SCHEMA $schema CASCADE;");
-ch_ok("DROP DATABASE `$db`");
+drop_routes(@routes);
+drop_fixture();
 
 done_testing();

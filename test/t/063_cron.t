@@ -6,6 +6,7 @@ use strict;
 use warnings;
 use Test::More;
 use DpwinTest;
+use DpwinFixture qw(fresh_fixture drop_fixture create_event_table ch_rows pg_rows);
 
 my $db = "t063_$$";
 my $schema = "t063_$$";
@@ -15,34 +16,13 @@ my $job = unique_name('t063job');
 my $t = 'events';
 my $E = '2026-09-09 00:00:00+00';
 
-sub ch_rows
-{
-	my $out = ch_ok("SELECT concat(toString(id), '|',"
-		  . " ifNull(toString(toUnixTimestamp64Micro(w)), 'NULL'), '|', ifNull(v, 'NULL'))"
-		  . " FROM `$db`.`$t` FORMAT TSVRaw");
-	return [ sort grep { $_ ne '' } split /\n/, $out ];
-}
-
-sub pg_rows
-{
-	my ($where) = @_;
-	my $out = psql_ok("SELECT id || '|' || coalesce(((extract(epoch FROM w) * 1000000)::bigint)::text, 'NULL')"
-		  . " || '|' || coalesce(v, 'NULL') FROM $schema.src WHERE $where");
-	return [ sort grep { $_ ne '' } split /\n/, $out ];
-}
-
 is(psql_ok("SELECT current_database() = current_setting('cron.database_name')"), 't',
 	'the tests run in the database pg_cron serves');
 
-ch_ok("DROP DATABASE IF EXISTS `$db`");
-ch_ok("CREATE DATABASE `$db` ENGINE = Atomic");
-ch_ok("CREATE TABLE `$db`.`$t` (id Int64, w Nullable(DateTime64(6, 'UTC')), v Nullable(String))"
-	  . " ENGINE = MergeTree ORDER BY id");
-ch_ok("INSERT INTO `$db`.`$t` VALUES (1, '2026-09-01 00:00:00', 'before'), (1, '2026-09-01 00:00:00', 'before'),"
+fresh_fixture($db, $schema);
+create_event_table($t, "(1, '2026-09-01 00:00:00', 'before'), (1, '2026-09-01 00:00:00', 'before'),"
 	  . " (2, '2026-09-08 10:00:00', 'old in window'), (3, '2026-09-20 00:00:00', 'after'), (4, NULL, 'null')");
-psql_ok("DROP SCHEMA IF EXISTS $schema CASCADE;
-	CREATE SCHEMA $schema;
-	CREATE TABLE $schema.src (id bigint NOT NULL, w timestamptz, v text);
+psql_ok("CREATE TABLE $schema.src (id bigint NOT NULL, w timestamptz, v text);
 	INSERT INTO $schema.src
 		SELECT g, timestamptz '2026-09-08 00:00:00+00' + g * interval '11 minutes', 'cron ' || (g % 3)
 		FROM generate_series(0, 130) g;
@@ -50,7 +30,7 @@ psql_ok("DROP SCHEMA IF EXISTS $schema CASCADE;
 	SELECT dpwin.create_route('$route', '$schema.src'::regclass, 'w', '$srv', '$db', '$t',
 		interval '1 day', interval '8 hours', parallelism => 2);");
 
-my $pre = ch_rows();
+my $pre = ch_rows($t);
 my @kept = grep { /^(1|3|4)\|/ } @$pre;
 my $expected = [ sort(@kept, @{ pg_rows("w >= timestamptz '$E' - interval '1 day' AND w < '$E'") }) ];
 
@@ -77,7 +57,7 @@ is($details, '', 'every scheduled run succeeded') or diag($details);
 like(psql_ok("SELECT return_message FROM cron.job_run_details WHERE jobid = $jobid AND status = 'succeeded'"
 	  . " ORDER BY runid LIMIT 1"), qr/^(?:1 row|SELECT 1)$/, 'a run returned the refresh result row');
 
-is_deeply(ch_rows(), $expected, 'the target holds the kept rows and the source window, duplicates kept');
+is_deeply(ch_rows($t), $expected, 'the target holds the kept rows and the source window, duplicates kept');
 my $runs = psql_ok("SELECT count(*) FROM cron.job_run_details WHERE jobid = $jobid AND status = 'succeeded'");
 is(psql_ok("SELECT count(*) FILTER (WHERE i.state = 'completed') || '/' || count(*) FROM dpwin.invocations i"
 	  . " WHERE route_name = '$route'"), "$runs/$runs", 'one completed invocation per scheduled run');
@@ -90,8 +70,7 @@ is(ch_ok("SELECT count() FROM system.tables WHERE database = '$db' AND startsWit
 	"$runs\n", 'one backup per run');
 
 psql_ok("DELETE FROM cron.job_run_details WHERE jobid = $jobid;
-	SELECT dpwin.drop_route('$route');
-	DROP SCHEMA $schema CASCADE;");
-ch_ok("DROP DATABASE `$db`");
+	SELECT dpwin.drop_route('$route');");
+drop_fixture();
 
 done_testing();

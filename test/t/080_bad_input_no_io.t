@@ -8,6 +8,7 @@ use strict;
 use warnings;
 use Test::More;
 use DpwinTest;
+use DpwinFixture qw(drop_roles pg_literal);
 
 my $tag = "t080_$$";
 my $db = $tag;
@@ -19,27 +20,15 @@ my ($owner, $other, $nobody, $nosel, $nousage) =
 my @roles = ($owner, $other, $nobody, $nosel, $nousage);
 my $end = '2026-09-09 00:00:00+00';
 
-sub lit { my ($s) = @_; $s =~ s/'/''/g; return "'$s'"; }
-
 # ---- fixtures -------------------------------------------------------------
 
-sub drop_roles
-{
-	for my $r (@roles)
-	{
-		next unless psql_ok("SELECT count(*) FROM pg_roles WHERE rolname = " . lit($r));
-		psql_ok("SELECT dpwin.drop_route(route_name) FROM dpwin.routes WHERE owner = " . lit($r));
-		psql_ok("DROP OWNED BY $r; DROP ROLE $r");
-	}
-}
-
-drop_roles();
+drop_roles(@roles);
 ch_ok("DROP DATABASE IF EXISTS `$db`");
 ch_ok("CREATE DATABASE `$db` ENGINE = Atomic");
 ch_ok("CREATE TABLE `$db`.`ev` (id Int64, observed_at Nullable(DateTime64(6, 'UTC')), note Nullable(String)) ENGINE = MergeTree ORDER BY id");
 
-my $pw = lit($ENV{DPWIN_CH_PASSWORD});
-my $user = lit($ENV{DPWIN_CH_USER});
+my $pw = pg_literal($ENV{DPWIN_CH_PASSWORD});
+my $user = pg_literal($ENV{DPWIN_CH_USER});
 psql_ok(<<"SQL");
 DROP SCHEMA IF EXISTS $schema CASCADE;
 DROP SERVER IF EXISTS $srv CASCADE;
@@ -199,7 +188,7 @@ is(psql_ok("SELECT to_regclass('$schema.ev') IS NOT NULL"), 't', 'the source tab
 
 # ---- clean up ------------------------------------------------------------------
 
-drop_roles();
+drop_roles(@roles);
 psql_ok("DROP SCHEMA $schema CASCADE; DROP SERVER $srv CASCADE;
 	DROP SERVER ${tag}_other; DROP FOREIGN DATA WRAPPER ${tag}_fdw;
 	DELETE FROM dpwin.lease WHERE server_name IN ('$srv', '$gone_srv')");

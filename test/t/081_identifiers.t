@@ -13,6 +13,7 @@ use warnings;
 use utf8;
 use Test::More;
 use DpwinTest;
+use DpwinFixture qw(pg_literal pg_ident ch_literal ch_ident sorted_lines);
 
 binmode(Test::More->builder->$_, ':encoding(UTF-8)') for qw(output failure_output todo_output);
 
@@ -42,11 +43,6 @@ for my $n ($schema, $table, @cols)
 	die "name too long for PostgreSQL: $n ($len bytes)" if $len > 63;
 }
 
-sub pg_ident { my ($s) = @_; $s =~ s/"/""/g; return qq{"$s"}; }
-sub pg_lit { my ($s) = @_; $s =~ s/'/''/g; return "'$s'"; }
-sub ch_ident { my ($s) = @_; $s =~ s/([\\`])/\\$1/g; return "`$s`"; }
-sub ch_lit { my ($s) = @_; $s =~ s/([\\'])/\\$1/g; return "'$s'"; }
-
 my $pg_src = pg_ident($schema) . '.' . pg_ident($table);
 my $ch_tgt = ch_ident($db) . '.' . ch_ident($ch_table);
 my ($qid, $qw, $qv, $qmix, $qinj) = map { pg_ident($_) } @cols;
@@ -68,14 +64,14 @@ sub pg_objects
 	return pg("SELECT string_agg(n.nspname || '.' || c.relname, ',' ORDER BY 1)
 		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 		WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f') AND n.nspname NOT IN ('pg_catalog', 'information_schema')
-		  AND n.nspname NOT LIKE 'pg_toast%' AND n.nspname <> " . pg_lit($schema));
+		  AND n.nspname NOT LIKE 'pg_toast%' AND n.nspname <> " . pg_literal($schema));
 }
 
 sub ch_objects
 {
 	return chq("SELECT arrayStringConcat(groupArray(database || '.' || name), ',') FROM
 		(SELECT database, name FROM system.tables WHERE database NOT IN ('system', 'INFORMATION_SCHEMA', 'information_schema')
-		   AND database <> " . ch_lit($db) . " ORDER BY database, name)");
+		   AND database <> " . ch_literal($db) . " ORDER BY database, name)");
 }
 
 sub ch_databases
@@ -94,9 +90,9 @@ pg("DROP SCHEMA IF EXISTS " . pg_ident($schema) . " CASCADE;
 	DROP SERVER IF EXISTS $srv CASCADE;
 	CREATE TABLE public.$pg_canary (x int);
 	INSERT INTO public.$pg_canary VALUES (1), (2), (3);
-	CREATE SERVER $srv FOREIGN DATA WRAPPER dpwin_clickhouse OPTIONS (url " . pg_lit($ENV{DPWIN_CH_URL}) . ");
+	CREATE SERVER $srv FOREIGN DATA WRAPPER dpwin_clickhouse OPTIONS (url " . pg_literal($ENV{DPWIN_CH_URL}) . ");
 	CREATE USER MAPPING FOR CURRENT_USER SERVER $srv
-		OPTIONS (user " . pg_lit($ENV{DPWIN_CH_USER}) . ", password " . pg_lit($ENV{DPWIN_CH_PASSWORD}) . ");");
+		OPTIONS (user " . pg_literal($ENV{DPWIN_CH_USER}) . ", password " . pg_literal($ENV{DPWIN_CH_PASSWORD}) . ");");
 
 my $pg_before = pg_objects();
 my $ch_before = ch_objects();
@@ -107,10 +103,10 @@ my $dbs_before = ch_databases();
 chx("CREATE DATABASE " . ch_ident($db) . " ENGINE = Atomic");
 chx("CREATE TABLE $ch_tgt ($cid Int64, $cw Nullable(DateTime64(6, 'UTC')), $cv Nullable(String),"
 	  . " $cmix Int32, $cinj Nullable(String)) ENGINE = MergeTree ORDER BY $cid");
-is(chq("SELECT name FROM system.tables WHERE database = " . ch_lit($db)), $ch_table,
+is(chq("SELECT name FROM system.tables WHERE database = " . ch_literal($db)), $ch_table,
 	'the ClickHouse target exists under its exact name');
 is(chq("SELECT arrayStringConcat(groupArray(name), '|') FROM (SELECT name FROM system.columns WHERE database = "
-	  . ch_lit($db) . " AND table = " . ch_lit($ch_table) . " ORDER BY position)"),
+	  . ch_literal($db) . " AND table = " . ch_literal($ch_table) . " ORDER BY position)"),
 	join('|', @cols), '... with the exact column names');
 
 pg("CREATE SCHEMA " . pg_ident($schema) . ";
@@ -139,20 +135,20 @@ chx("INSERT INTO $ch_tgt VALUES
 
 # an injection through the route name is refused by its pattern
 like(pg_e("SELECT dpwin.create_route('x''); DROP TABLE public.$pg_canary; --', "
-	  . pg_lit($pg_src) . "::regclass, " . pg_lit($c_w) . ", '$srv', " . pg_lit($db) . ", "
-	  . pg_lit($ch_table) . ", '3 days', '12 hours')") // 'ok',
+	  . pg_literal($pg_src) . "::regclass, " . pg_literal($c_w) . ", '$srv', " . pg_literal($db) . ", "
+	  . pg_literal($ch_table) . ", '3 days', '12 hours')") // 'ok',
 	qr/^42602: invalid route name "x'\); DROP TABLE public\.\Q$pg_canary\E; --"/,
 	'an injection through the route name is refused (42602)');
-like(pg_e("SELECT dpwin.create_route('r`x`', " . pg_lit($pg_src) . "::regclass, " . pg_lit($c_w)
-	  . ", '$srv', " . pg_lit($db) . ", " . pg_lit($ch_table) . ", '3 days', '12 hours')") // 'ok',
+like(pg_e("SELECT dpwin.create_route('r`x`', " . pg_literal($pg_src) . "::regclass, " . pg_literal($c_w)
+	  . ", '$srv', " . pg_literal($db) . ", " . pg_literal($ch_table) . ", '3 days', '12 hours')") // 'ok',
 	qr/^42602: invalid route name/, 'a backtick in a route name is refused (42602)');
-like(pg_e("SELECT dpwin.create_route(" . pg_lit("Événements") . ", " . pg_lit($pg_src) . "::regclass, "
-	  . pg_lit($c_w) . ", '$srv', " . pg_lit($db) . ", " . pg_lit($ch_table) . ", '3 days', '12 hours')") // 'ok',
+like(pg_e("SELECT dpwin.create_route(" . pg_literal("Événements") . ", " . pg_literal($pg_src) . "::regclass, "
+	  . pg_literal($c_w) . ", '$srv', " . pg_literal($db) . ", " . pg_literal($ch_table) . ", '3 days', '12 hours')") // 'ok',
 	qr/^42602: invalid route name/, 'a non-ASCII route name is refused (42602)');
 
-my $cols_arr = "ARRAY[" . join(', ', map { pg_lit($_) } @cols) . "]::name[]";
-pg("SELECT dpwin.create_route('$route', " . pg_lit($pg_src) . "::regclass, " . pg_lit($c_w)
-	  . ", '$srv', " . pg_lit($db) . ", " . pg_lit($ch_table)
+my $cols_arr = "ARRAY[" . join(', ', map { pg_literal($_) } @cols) . "]::name[]";
+pg("SELECT dpwin.create_route('$route', " . pg_literal($pg_src) . "::regclass, " . pg_literal($c_w)
+	  . ", '$srv', " . pg_literal($db) . ", " . pg_literal($ch_table)
 	  . ", '3 days', '12 hours', parallelism => 3, batch_rows => 97, columns => $cols_arr)");
 is(pg("SELECT source_schema || '|' || source_table || '|' || window_column || '|' || target_database || '|' || target_table
 	FROM dpwin.routes WHERE route_name = '$route'"),
@@ -182,10 +178,8 @@ my $ch_canon = "concat($cid, '|', if(isNull($cw), 'N', toString(toUnixTimestamp6
   . " if(isNull($cinj), 'N', lower(hex(assumeNotNull($cinj)))))";
 my $ch_in = "$cw >= toDateTime64('2026-09-06 00:00:00', 6, 'UTC') AND $cw < toDateTime64('2026-09-09 00:00:00', 6, 'UTC')";
 
-sub rows { my ($s) = @_; return [ sort grep { length } split /\n/, $s ]; }
-
-my $src_rows = rows(pg("SELECT $pg_canon FROM $pg_src WHERE $qw >= '$lo' AND $qw < '$hi'"));
-my $tgt_rows = rows(chq("SELECT $ch_canon FROM $ch_tgt WHERE $ch_in"));
+my $src_rows = sorted_lines(pg("SELECT $pg_canon FROM $pg_src WHERE $qw >= '$lo' AND $qw < '$hi'"));
+my $tgt_rows = sorted_lines(chq("SELECT $ch_canon FROM $ch_tgt WHERE $ch_in"));
 is(scalar(@$tgt_rows), scalar(@$src_rows), 'the target window has as many rows as the source window');
 is_deeply($tgt_rows, $src_rows, 'the target window equals the source window as a multiset (duplicates included)');
 is(chq("SELECT arrayStringConcat(groupArray(toString($cid)), ',') FROM (SELECT $cid FROM $ch_tgt WHERE $cid < 0 ORDER BY $cid DESC)"),
@@ -195,20 +189,20 @@ is(chq("SELECT count() FROM $ch_tgt"), $nwin + 3, 'the target holds the window p
 # the other API calls that name the objects
 like(pg("SELECT dpwin.reconcile('$inv') ->> 'verdict'"), qr/^published$/, 'dpwin.reconcile finds the published generation');
 is(pg("SELECT dpwin.reconcile('$inv') ->> 'target'"), $ch_tgt, '... and names the target with ClickHouse quoting');
-is(chq("SELECT count() FROM system.tables WHERE database = " . ch_lit($db) . " AND name = " . ch_lit($backup)),
+is(chq("SELECT count() FROM system.tables WHERE database = " . ch_literal($db) . " AND name = " . ch_literal($backup)),
 	1, "the backup table $backup exists in the oddly named database");
 is(pg("SELECT count(*) FROM dpwin.plan('$route', '$hi')"), 6, 'dpwin.plan works');
-ok(pg("SELECT dpwin.lock_target('$srv', " . pg_lit($db) . ", " . pg_lit($ch_table) . ")
-	AND dpwin.unlock_target('$srv', " . pg_lit($db) . ", " . pg_lit($ch_table) . ")") eq 't',
+ok(pg("SELECT dpwin.lock_target('$srv', " . pg_literal($db) . ", " . pg_literal($ch_table) . ")
+	AND dpwin.unlock_target('$srv', " . pg_literal($db) . ", " . pg_literal($ch_table) . ")") eq 't',
 	'lock_target/unlock_target take the oddly named target');
 
 # a second refresh of the same window (the target is now dpwin's
 # generation) and then drop_backups in that database
 $out = pg("SELECT state FROM dpwin_refresh('$route', '$hi')");
 is($out, 'completed', 'a second refresh of the window completed');
-is_deeply(rows(chq("SELECT $ch_canon FROM $ch_tgt WHERE $ch_in")), $src_rows, '... with the same window content');
+is_deeply(sorted_lines(chq("SELECT $ch_canon FROM $ch_tgt WHERE $ch_in")), $src_rows, '... with the same window content');
 is(pg("SELECT count(*) FROM dpwin.drop_backups('$route', 0)"), 2, 'drop_backups dropped both backups');
-is(chq("SELECT count() FROM system.tables WHERE database = " . ch_lit($db)), 1,
+is(chq("SELECT count() FROM system.tables WHERE database = " . ch_literal($db)), 1,
 	'only the target is left in its database');
 
 # ---- nothing was injected --------------------------------------------------------

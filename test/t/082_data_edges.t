@@ -14,6 +14,7 @@ use strict;
 use warnings;
 use Test::More;
 use DpwinTest;
+use DpwinFixture qw(fresh_fixture drop_fixture psql_ok_long sorted_lines multiset_is);
 
 my $tag = "t082_$$";
 my $db = $tag;
@@ -69,38 +70,12 @@ sub ch_canon
 my $pg_row = join(" || '|' || ", map { pg_canon($_->[3], $_->[0], $_->[1]) } @cols);
 my $ch_row = join(", '|', ", map { ch_canon($_->[3], $_->[0]) } @cols);
 
-sub pg
-{
-	my ($sql) = @_;
-	my ($rc, $out, $err) = psql($sql);
-	die "psql failed ($rc): $err\nSQL: " . substr($sql, 0, 400) . "\n" if $rc;
-	return $out;
-}
-
-sub rows { my ($s) = @_; return [ sort grep { length } split /\n/, $s ]; }
-
-sub multiset_is
-{
-	my ($got, $exp, $name) = @_;
-	my %d;
-	$d{$_}++ for @$got;
-	$d{$_}-- for @$exp;
-	my @diff = grep { $d{$_} } sort keys %d;
-	my $ok = ok(!@diff && @$got == @$exp, $name);
-	unless ($ok)
-	{
-		diag(sprintf("got %d rows, expected %d", scalar(@$got), scalar(@$exp)));
-		diag(($d{$_} > 0 ? "extra: " : "missing: ") . substr($_, 0, 400)) for @diff[ 0 .. ($#diff < 4 ? $#diff : 4) ];
-	}
-	return $ok;
-}
-
 # The window [end - 1 day, end) on both sides.
 sub window_rows
 {
 	my ($end_pg, $end_ch) = @_;
-	my $pg_rows = rows(pg("SELECT $pg_row FROM $src WHERE w >= timestamptz '$end_pg' - interval '1 day' AND w < '$end_pg'"));
-	my $ch_rows = rows(ch_ok("SELECT concat($ch_row) FROM $tgt WHERE w >= toDateTime64('$end_ch', 6, 'UTC') - INTERVAL 1 DAY"
+	my $pg_rows = sorted_lines(psql_ok_long("SELECT $pg_row FROM $src WHERE w >= timestamptz '$end_pg' - interval '1 day' AND w < '$end_pg'"));
+	my $ch_rows = sorted_lines(ch_ok("SELECT concat($ch_row) FROM $tgt WHERE w >= toDateTime64('$end_ch', 6, 'UTC') - INTERVAL 1 DAY"
 		  . " AND w < toDateTime64('$end_ch', 6, 'UTC')"));
 	return ($ch_rows, $pg_rows);
 }
@@ -108,7 +83,7 @@ sub window_rows
 sub refresh
 {
 	my ($end) = @_;
-	my $out = pg("SELECT state, source_rows, final_rows FROM dpwin_refresh('$route', '$end')");
+	my $out = psql_ok_long("SELECT state, source_rows, final_rows FROM dpwin_refresh('$route', '$end')");
 	my %r;
 	@r{qw(state source_rows final_rows)} = split /\|/, $out;
 	return \%r;
@@ -116,13 +91,10 @@ sub refresh
 
 # ---- setup ---------------------------------------------------------------------
 
-ch_ok("DROP DATABASE IF EXISTS `$db`");
-ch_ok("CREATE DATABASE `$db` ENGINE = Atomic");
+fresh_fixture($db, $schema);
 ch_ok("CREATE TABLE $tgt (" . join(', ', map { "`$_->[0]` $_->[2]" } @cols) . ") ENGINE = MergeTree ORDER BY id");
 
-pg("DROP SCHEMA IF EXISTS $schema CASCADE;
-	CREATE SCHEMA $schema;
-	CREATE TABLE $src (" . join(', ', map { "$_->[0] $_->[1]" } @cols) . ");
+psql_ok_long("CREATE TABLE $src (" . join(', ', map { "$_->[0] $_->[1]" } @cols) . ");
 	-- n random bytes from lo to 255
 	CREATE FUNCTION $schema.noise(n int, lo int) RETURNS bytea LANGUAGE sql VOLATILE AS
 	  \$\$ SELECT decode(string_agg(lpad(to_hex(lo + floor(random() * (256 - lo))::int), 2, '0'), ''), 'hex')
@@ -194,11 +166,11 @@ for my $w (@edge_ts)
 		push @rows, "($id, $w, $schema.noise(1 + $id % 97, $id % 2), $t, NULL, NULL, $nums, $ts)";
 	}
 }
-pg("INSERT INTO $src VALUES\n" . join(",\n", @rows));
+psql_ok_long("INSERT INTO $src VALUES\n" . join(",\n", @rows));
 
 # bulk noise inside the window: binary and UTF-8 noise of every length up
 # to a few kB, every timestamp edge in the ts column
-pg("INSERT INTO $src (id, w, bn, t, d18, f18, m18, d38, f38, m38, ts)
+psql_ok_long("INSERT INTO $src (id, w, bn, t, d18, f18, m18, d38, f38, m38, ts)
 	SELECT 1000 + g,
 		   timestamptz '2026-09-08 00:00:00+00' + (g * 86399999999::bigint / 600) * interval '1 microsecond',
 		   CASE WHEN g % 10 = 0 THEN NULL ELSE $schema.noise(g * 7 % 4096, CASE WHEN g % 2 = 0 THEN 1 ELSE 0 END) END,
@@ -213,19 +185,19 @@ pg("INSERT INTO $src (id, w, bn, t, d18, f18, m18, d38, f38, m38, ts)
 	  FROM generate_series(1, 600) g");
 
 # 1 MB values: ASCII, 4-byte characters, UTF-8 noise, binary noise
-pg("INSERT INTO $src (id, w, big, bb) VALUES
+psql_ok_long("INSERT INTO $src (id, w, big, bb) VALUES
 	(5001, '2026-09-08 01:00:00+00', repeat('x', 1048576), NULL),
 	(5002, '2026-09-08 02:00:00+00', repeat(U&'\\+01F389', 262144), NULL),
 	(5003, '2026-09-08 03:00:00+00', (SELECT string_agg($schema.utf8_noise(1000), '') FROM generate_series(1, 450)), $schema.noise(1048576, 0)),
 	(5004, '2026-09-08 04:00:00+00', NULL, $schema.noise(1048576, 1))");
-is(pg("SELECT count(*) FROM $src WHERE octet_length(big) >= 1048576 OR octet_length(bb) >= 1048576"), 4,
+is(psql_ok_long("SELECT count(*) FROM $src WHERE octet_length(big) >= 1048576 OR octet_length(bb) >= 1048576"), 4,
 	'four source rows carry values of 1 MB or more');
-is(pg("SELECT count(*) FROM $src WHERE t ~ '[\\x01-\\x1f]'") > 0 ? 1 : 0, 1, 'the source has control characters in text');
-is(pg("SELECT count(*) FROM $src WHERE t ~ '[\\U00010000-\\U0010FFFF]'") > 0 ? 1 : 0, 1, 'the source has 4-byte UTF-8 characters');
-is(pg("SELECT count(*) FROM $src WHERE position('\\x00'::bytea IN bn) > 0") > 0 ? 1 : 0, 1, 'the source has NUL bytes in bytea');
+is(psql_ok_long("SELECT count(*) FROM $src WHERE t ~ '[\\x01-\\x1f]'") > 0 ? 1 : 0, 1, 'the source has control characters in text');
+is(psql_ok_long("SELECT count(*) FROM $src WHERE t ~ '[\\U00010000-\\U0010FFFF]'") > 0 ? 1 : 0, 1, 'the source has 4-byte UTF-8 characters');
+is(psql_ok_long("SELECT count(*) FROM $src WHERE position('\\x00'::bytea IN bn) > 0") > 0 ? 1 : 0, 1, 'the source has NUL bytes in bytea');
 
 # the window column at the limits of DateTime64(6)
-pg("INSERT INTO $src (id, w, t, ts) VALUES
+psql_ok_long("INSERT INTO $src (id, w, t, ts) VALUES
 	(9001, '1900-01-01 00:00:00+00', 'first instant', '1900-01-01 00:00:00+00'),
 	(9002, '1900-01-01 00:00:00.000001+00', 'second instant', NULL),
 	(9003, '1900-01-01 23:59:59.999999+00', 'last of the first day', NULL),
@@ -236,11 +208,11 @@ pg("INSERT INTO $src (id, w, t, ts) VALUES
 	(9014, '2299-12-30 23:59:59.999999+00', 'outside the last window', NULL)");
 
 # duplicates of everything but the 1 MB rows
-pg("INSERT INTO $src SELECT * FROM $src WHERE id % 5 = 0 AND id < 5000");
+psql_ok_long("INSERT INTO $src SELECT * FROM $src WHERE id % 5 = 0 AND id < 5000");
 
 # ---- the route; a too small max_encoded_bytes first ------------------------------------
 
-pg("SELECT dpwin.create_route('$route', '$src', 'w', '$srv', '$db', 'tgt',
+psql_ok_long("SELECT dpwin.create_route('$route', '$src', 'w', '$srv', '$db', 'tgt',
 	interval '1 day', interval '6 hours', parallelism => 4, batch_rows => 50,
 	max_encoded_bytes => 65536)");
 
@@ -255,13 +227,13 @@ is(ch_ok("SELECT uuid FROM system.tables WHERE database = '$db' AND name = 'tgt'
 	'... and the target was not replaced');
 is(ch_ok("SELECT count() FROM system.tables WHERE database = '$db'"), "1\n", '... nor left any table behind');
 
-pg("SELECT dpwin.alter_route('$route', max_encoded_bytes => 4194304)");
+psql_ok_long("SELECT dpwin.alter_route('$route', max_encoded_bytes => 4194304)");
 
 # ---- the refreshes ---------------------------------------------------------------------
 
 my $r = refresh($end);
 is($r->{state}, 'completed', 'the 2026 window refreshed');
-my $nwin = pg("SELECT count(*) FROM $src WHERE w >= timestamptz '$end' - interval '1 day' AND w < '$end'");
+my $nwin = psql_ok_long("SELECT count(*) FROM $src WHERE w >= timestamptz '$end' - interval '1 day' AND w < '$end'");
 is($r->{source_rows}, $nwin, "... reading its $nwin source rows");
 my ($got, $exp) = window_rows($end, '2026-09-09 00:00:00');
 multiset_is($got, $exp, 'the 2026 window: binary noise, UTF-8 noise, 1 MB values, Decimal(18/38) edges, microsecond boundaries are exact');
@@ -276,36 +248,36 @@ multiset_is($got, $exp, 'the first window is exact, 1900-01-01 00:00:00 included
 $r = refresh('2300-01-01 00:00:00+00');
 is($r->{state}, 'completed', 'the last window of DateTime64 [2299-12-31, 2300-01-01) refreshed');
 is($r->{source_rows}, 3, '... with its 3 source rows');
-my $last = rows(ch_ok("SELECT concat($ch_row) FROM $tgt WHERE w >= toDateTime64('2299-12-31 00:00:00', 6, 'UTC')"));
-my $last_src = rows(pg("SELECT $pg_row FROM $src WHERE w >= '2299-12-31 00:00:00+00'"));
+my $last = sorted_lines(ch_ok("SELECT concat($ch_row) FROM $tgt WHERE w >= toDateTime64('2299-12-31 00:00:00', 6, 'UTC')"));
+my $last_src = sorted_lines(psql_ok_long("SELECT $pg_row FROM $src WHERE w >= '2299-12-31 00:00:00+00'"));
 multiset_is($last, $last_src, 'the last window is exact, 2299-12-31 23:59:59.999999 included');
 
 # evidence of the edge windows counts the right UTC days
-is(pg("SELECT result->'evidence'->'utc_days'->>'days' FROM dpwin.invocation JOIN dpwin.route USING (route_id)
+is(psql_ok_long("SELECT result->'evidence'->'utc_days'->>'days' FROM dpwin.invocation JOIN dpwin.route USING (route_id)
 	WHERE route_name = '$route' AND interval_end = '2300-01-01 00:00:00+00' AND state = 'completed'"),
 	'["2299-12-31"]', 'the evidence of the last window names its UTC day 2299-12-31');
-is(pg("SELECT result->'evidence'->'utc_days'->>'days' FROM dpwin.invocation JOIN dpwin.route USING (route_id)
+is(psql_ok_long("SELECT result->'evidence'->'utc_days'->>'days' FROM dpwin.invocation JOIN dpwin.route USING (route_id)
 	WHERE route_name = '$route' AND interval_end = '1900-01-02 00:00:00+00' AND state = 'completed'"),
 	'["1900-01-01"]', 'the evidence of the first window names its UTC day 1900-01-01');
 
 # a window without a single row: published as such, its evidence bounds null
 {
-	my $out = pg("SELECT state, source_rows, details->'evidence'->'window_bounds' FROM dpwin_refresh('$route', '2026-10-01 00:00:00+00')");
+	my $out = psql_ok_long("SELECT state, source_rows, details->'evidence'->'window_bounds' FROM dpwin_refresh('$route', '2026-10-01 00:00:00+00')");
 	is($out, 'completed|0|{"max": null, "min": null, "window_rows": 0, "null_window_rows": 1}',
 		'an empty window (the target holds one NULL-window row) refreshes, with null bounds in its evidence');
 }
 
 # everything together: every source row in the three windows, the kept rows
-my $all_src = rows(pg("SELECT $pg_row FROM $src WHERE (w >= '2026-09-08 00:00:00+00' AND w < '$end')
+my $all_src = sorted_lines(psql_ok_long("SELECT $pg_row FROM $src WHERE (w >= '2026-09-08 00:00:00+00' AND w < '$end')
 	OR (w >= '1900-01-01 00:00:00+00' AND w < '1900-01-02 00:00:00+00') OR w >= '2299-12-31 00:00:00+00'"));
-my $all_tgt = rows(ch_ok("SELECT concat($ch_row) FROM $tgt WHERE id >= 0"));
+my $all_tgt = sorted_lines(ch_ok("SELECT concat($ch_row) FROM $tgt WHERE id >= 0"));
 multiset_is($all_tgt, $all_src, 'the whole target equals the three source windows');
 is(ch_ok("SELECT arrayStringConcat(groupArray(toString(id)), ',') FROM (SELECT id FROM $tgt WHERE id < 0 ORDER BY id)"),
 	"-2,-1\n", 'the row outside every window and the NULL-window row were kept');
 
 # ---- clean up -----------------------------------------------------------------------------
 
-pg("SELECT dpwin.drop_route('$route'); DROP SCHEMA $schema CASCADE");
-ch_ok("DROP DATABASE IF EXISTS `$db`");
+psql_ok_long("SELECT dpwin.drop_route('$route')");
+drop_fixture();
 
 done_testing();

@@ -17,6 +17,7 @@ use warnings;
 use Test::More;
 use IPC::Run qw(start finish timeout);
 use DpwinTest;
+use DpwinFixture qw(drop_roles pg_literal);
 
 my $tag = "t083_$$";
 my $db = $tag;
@@ -36,8 +37,6 @@ my $log_file = sandbox_root() . '/run/postgresql.log';
 ok(-r $log_file, "the server log $log_file is readable");
 my $log_start = -s $log_file;
 my $ch_start = ch_log_seq();
-
-sub lit { my ($s) = @_; $s =~ s/'/''/g; return "'$s'"; }
 
 # Every text a test looked at, to be searched for the passwords at the end.
 my @seen;
@@ -67,17 +66,7 @@ sub no_io_fails
 
 # ---- fixtures -----------------------------------------------------------------
 
-sub drop_roles
-{
-	for my $r (@roles)
-	{
-		next unless psql_ok("SELECT count(*) FROM pg_roles WHERE rolname = " . lit($r));
-		psql_ok("SELECT dpwin.drop_route(route_name) FROM dpwin.routes WHERE owner = " . lit($r));
-		psql_ok("DROP OWNED BY $r; DROP ROLE $r");
-	}
-}
-
-drop_roles();
+drop_roles(@roles);
 ch_ok("DROP DATABASE IF EXISTS `$db`");
 ch_ok("CREATE DATABASE `$db` ENGINE = Atomic");
 for my $t ('ev', 'ev_bad')
@@ -102,8 +91,8 @@ psql_ok("DROP SCHEMA IF EXISTS $schema CASCADE;
 	GRANT SELECT (id, observed_at, note) ON $schema.ev TO $nocol;");
 # the mappings, each in a statement of its own that succeeds (PostgreSQL
 # itself would log a failing statement with its text)
-psql_ok("CREATE USER MAPPING FOR PUBLIC SERVER $srv OPTIONS (user " . lit($ENV{DPWIN_CH_USER}) . ", password " . lit($real_pw) . ")");
-psql_ok("CREATE USER MAPPING FOR PUBLIC SERVER $bad_srv OPTIONS (user " . lit($ENV{DPWIN_CH_USER}) . ", password " . lit($wrong_pw) . ")");
+psql_ok("CREATE USER MAPPING FOR PUBLIC SERVER $srv OPTIONS (user " . pg_literal($ENV{DPWIN_CH_USER}) . ", password " . pg_literal($real_pw) . ")");
+psql_ok("CREATE USER MAPPING FOR PUBLIC SERVER $bad_srv OPTIONS (user " . pg_literal($ENV{DPWIN_CH_USER}) . ", password " . pg_literal($wrong_pw) . ")");
 psql_ok(as_role($owner, "SELECT dpwin.create_route('$route', '$schema.ev', 'observed_at', '$srv', '$db', 'ev', '7 days', '1 day', parallelism => 2);
 	SELECT dpwin.create_route('$bad_route', '$schema.ev', 'observed_at', '$bad_srv', '$db', 'ev_bad', '7 days', '1 day')"));
 
@@ -210,7 +199,7 @@ ch_control('POST', '/faults/clear');
 my $marker = "echo-marker-$$";
 {
 	my $echo = "SELECT throwIf(1, '$marker: ' || '$real_pw')";
-	my ($rc, $o, $x) = psql("\\set VERBOSITY verbose\n" . "SELECT dpwin._ch_query('$srv', " . lit($echo) . ")");
+	my ($rc, $o, $x) = psql("\\set VERBOSITY verbose\n" . "SELECT dpwin._ch_query('$srv', " . pg_literal($echo) . ")");
 	like($x, qr/ERROR:\s+HV000: ClickHouse error 395/, 'a ClickHouse error that quotes the password is reported');
 	my ($detail) = $x =~ /^DETAIL:\s+(.*)$/m;
 	like($detail // '', qr/\Q$marker\E: \*{8}/, '... and its detail shows ******** where the password was');
@@ -259,7 +248,7 @@ for my $place (sort keys %places)
 
 # ---- clean up ----------------------------------------------------------------------------------
 
-drop_roles();
+drop_roles(@roles);
 psql_ok("DROP SCHEMA $schema CASCADE; DROP SERVER $srv CASCADE; DROP SERVER $bad_srv CASCADE;
 	DELETE FROM dpwin.lease WHERE server_name IN ('$srv', '$bad_srv')");
 ch_ok("DROP DATABASE IF EXISTS `$db`");

@@ -13,6 +13,7 @@ use File::Temp qw(tempdir);
 use IO::Socket::INET;
 use IPC::Run qw(run start timeout);
 use DpwinTest;
+use DpwinFixture qw(pg_literal);
 
 my $tag = "t084_$$";
 my $db = $tag;
@@ -25,8 +26,6 @@ for my $tool (qw(openssl socat))
 	my $found = grep { -x "$_/$tool" } split /:/, $ENV{PATH};
 	BAIL_OUT("$tool is not installed (test/sandbox.sh start installs it)") unless $found;
 }
-
-sub lit { my ($s) = @_; $s =~ s/'/''/g; return "'$s'"; }
 
 sub sh
 {
@@ -103,8 +102,8 @@ psql_ok("DROP SCHEMA IF EXISTS $schema CASCADE;
 	  FROM generate_series(1, 600) g;
 	INSERT INTO $schema.ev SELECT * FROM $schema.ev WHERE id % 10 = 0;
 	CREATE SERVER $srv FOREIGN DATA WRAPPER dpwin_clickhouse OPTIONS (url '$https', connect_timeout '5s');");
-psql_ok("CREATE USER MAPPING FOR CURRENT_USER SERVER $srv OPTIONS (user " . lit($ENV{DPWIN_CH_USER})
-	  . ", password " . lit($ENV{DPWIN_CH_PASSWORD}) . ")");
+psql_ok("CREATE USER MAPPING FOR CURRENT_USER SERVER $srv OPTIONS (user " . pg_literal($ENV{DPWIN_CH_USER})
+	  . ", password " . pg_literal($ENV{DPWIN_CH_PASSWORD}) . ")");
 psql_ok("SELECT dpwin.create_route('$route', '$schema.ev', 'observed_at', '$srv', '$db', 'ev', '7 days', '1 day', parallelism => 3)");
 is(psql_ok("SELECT verify_peer FROM dpwin._server_conf('$srv')"), 't', 'verify_peer is on by default');
 

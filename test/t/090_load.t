@@ -23,6 +23,8 @@ use strict;
 use warnings;
 use Test::More;
 use DpwinTest;
+use DpwinFixture qw(fresh_fixture drop_fixture pg_row_sql ch_row_sql sorted_lines multiset_is multiset_rows_compared
+  fault);
 use IPC::Run qw(start pump finish timeout);
 use Time::HiRes qw(time usleep);
 
@@ -41,42 +43,15 @@ my $ch_hi = "toDateTime64('2026-05-02 00:00:00', 6, 'UTC')";
 my $pg_in = "w >= '$lo' AND w < '$hi'";
 my $ch_keep = "isNull(w) OR w < $ch_lo OR w >= $ch_hi";
 
-my $pg_row = "id::text || '|' || COALESCE((extract(epoch FROM w) * 1000000)::bigint::text, 'N') || '|'"
-  . " || COALESCE(encode(convert_to(v, 'UTF8'), 'hex'), 'N') || '|' || COALESCE(trim_scale(n)::text, 'N')";
-my $ch_row = "toString(id) || '|' || if(isNull(w), 'N', toString(toUnixTimestamp64Micro(assumeNotNull(w)))) || '|'"
-  . " || if(isNull(v), 'N', lower(hex(assumeNotNull(v)))) || '|' || if(isNull(n), 'N', toString(assumeNotNull(n)))";
+my $pg_row = pg_row_sql();
+my $ch_row = ch_row_sql();
 
-my $rows_compared = 0;
-
-sub lines { my ($s) = @_; return [ sort grep { length } split /\n/, $s ]; }
-sub pg_window_rows { my ($t) = @_; return lines(psql_ok("SELECT $pg_row FROM $t WHERE $pg_in")); }
+sub pg_window_rows { my ($t) = @_; return sorted_lines(psql_ok("SELECT $pg_row FROM $t WHERE $pg_in")); }
 
 sub ch_rows
 {
 	my ($t, $where) = @_;
-	return lines(ch_ok("SELECT $ch_row FROM `$db`.`$t`" . ($where ? " WHERE $where" : '')));
-}
-
-sub multiset_is
-{
-	my ($got, $exp, $name) = @_;
-	my %d;
-	$d{$_}++ for @$got;
-	$d{$_}-- for @$exp;
-	my @diff = grep { $d{$_} } sort keys %d;
-	my $ok = ok(!@diff && @$got == @$exp, $name);
-	diag(sprintf("got %d rows, expected %d, %d distinct rows differ, e.g. %s",
-			scalar(@$got), scalar(@$exp), scalar(@diff),
-			join(' ', map { "$_ x$d{$_}" } @diff[ 0 .. ($#diff < 3 ? $#diff : 3) ])))
-	  unless $ok;
-	$rows_compared += @$got;
-	return $ok;
-}
-
-sub fault
-{
-	my (%f) = @_;
-	ch_control('POST', '/fault?' . join('&', map { "$_=" . DpwinTest::uri_escape($f{$_}) } sort keys %f));
+	return sorted_lines(ch_ok("SELECT $ch_row FROM `$db`.`$t`" . ($where ? " WHERE $where" : '')));
 }
 
 # A psql session running $sql in the background, then quitting.  Output
@@ -228,9 +203,7 @@ END
 }
 
 ch_control('POST', '/faults/clear');
-ch_ok("DROP DATABASE IF EXISTS `$db`");
-ch_ok("CREATE DATABASE `$db` ENGINE = Atomic");
-psql_ok("DROP SCHEMA IF EXISTS $schema CASCADE; CREATE SCHEMA $schema;");
+fresh_fixture($db, $schema);
 
 my $ts = time();
 my (%expected, %before, %rid);
@@ -478,8 +451,7 @@ $gate->{in} .= "\\q\n";
 finish($gate->{h});
 ch_control('POST', '/faults/clear');
 psql_ok("SELECT dpwin.drop_route(route_name) FROM dpwin.route WHERE route_name LIKE '${tag}_%'");
-psql_ok("DROP SCHEMA $schema CASCADE");
-ch_ok("DROP DATABASE `$db`");
-note(sprintf("total: %d target rows compared; wall time %.2f s", $rows_compared, time() - $t0));
+drop_fixture();
+note(sprintf("total: %d target rows compared; wall time %.2f s", multiset_rows_compared(), time() - $t0));
 
 done_testing();
