@@ -28,6 +28,14 @@
  *	  values and max < lo or min >= hi.  Anything else may hold window rows
  *	  and is copied with the keep predicate.
  *
+ *	  A partition that a staged row falls into is copied even when its
+ *	  current rows all lie outside the window (a weekly partition when the
+ *	  window starts mid-week): otherwise its clone and the staged rows would
+ *	  share it and could only be told apart by reading.  The staged chunks
+ *	  themselves reach the generation by the same cloning, from their
+ *	  staging tables (CREATE TABLE AS copies of the target); without
+ *	  cloning (unpartitioned target, ...) they are copied as before.
+ *
  *	  Cloned partitions are never read.  They are verified by comparing
  *	  the generation's parts with the target's in system.parts: ATTACH
  *	  PARTITION FROM hard-links the parts and renumbers their blocks, so
@@ -107,17 +115,6 @@ literal_list(List *items)
 	return buf.data;
 }
 
-/* "a AND b" where either may be NULL. */
-static char *
-and_sql(const char *a, const char *b)
-{
-	if (a == NULL)
-		return b ? pstrdup(b) : NULL;
-	if (b == NULL)
-		return pstrdup(a);
-	return psprintf("%s AND %s", a, b);
-}
-
 /* A window bound as an exact DateTime64(6, 'UTC') expression. */
 static char *
 bound_sql(TimestampTz ts, const char *what)
@@ -132,6 +129,96 @@ bound_sql(TimestampTz ts, const char *what)
 				(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
 				 errmsg("%s bound of the window is not a finite timestamp", what)));
 	return psprintf("fromUnixTimestamp64Micro(toInt64(" INT64_FORMAT "), 'UTC')", usecs);
+}
+
+/*
+ * Queries that select partitions by _partition_id run with
+ * optimize_move_to_prewhere = 0.  With the automatic move to PREWHERE the
+ * server weighs every part of the table (about a millisecond each) before
+ * the partition condition drops the parts it excludes: 0.45 s on a
+ * 300-partition target for a query that reads nothing, 5 ms without.  The
+ * setting exists in every server version dpwin admits.
+ */
+#define PARTITION_QUERY_SETTINGS "optimize_move_to_prewhere = 0"
+
+/*
+ * Digest of db.table: rows of the partitions selected by part_sql (a
+ * condition on _partition_id), further restricted by where_sql; either may
+ * be NULL.
+ */
+static void
+digest_where(ChClient *client, const DpwinTargetInfo *target, const char *table,
+			 const char *part_sql, const char *where_sql,
+			 const DpwinDigestKey *key, DpwinDigest *out)
+{
+	StringInfoData sql;
+	char	   *answer;
+	char	   *nl;
+
+	if (part_sql == NULL)
+	{
+		dpwin_target_digest(client, target, table, where_sql, key, out);
+		return;
+	}
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "SELECT %s FROM %s WHERE %s",
+					 dpwin_digest_ch_select_list(key, target->quoted_columns),
+					 ch_qualified_name(target->database, table), part_sql);
+	if (where_sql != NULL)
+		appendStringInfo(&sql, " AND %s", where_sql);
+	appendStringInfoString(&sql, " SETTINGS " PARTITION_QUERY_SETTINGS);
+	answer = ch_exec(client, sql.data);
+	nl = strchr(answer, '\n');
+	if (nl != NULL && nl[1] == '\0')
+		*nl = '\0';
+	if (!dpwin_digest_from_tsv(answer, out))
+		ereport(ERROR,
+				(errcode(ERRCODE_PROTOCOL_VIOLATION),
+				 errmsg("unexpected answer from ClickHouse to the digest of %s",
+						ch_qualified_name(target->database, table)),
+				 errdetail_internal("Answer: \"%s\".", answer)));
+}
+
+/*
+ * INSERT INTO db.dest SELECT the target's columns FROM db.src WHERE
+ * part_sql AND where_sql, like dpwin_target_copy_rows() (which it calls
+ * when part_sql is NULL).
+ */
+static void
+copy_where(ChClient *client, const DpwinTargetInfo *target, const char *dest,
+		   const char *src, const char *part_sql, const char *where_sql)
+{
+	StringInfoData sql;
+	char	   *query_id;
+	ChHttpReply reply;
+	ChHttpStatus status;
+
+	if (part_sql == NULL)
+	{
+		dpwin_target_copy_rows(client, target, dest, src, where_sql);
+		return;
+	}
+	query_id = ch_next_query_id(client, "copy");
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "INSERT INTO %s (%s) SELECT %s FROM %s WHERE %s",
+					 ch_qualified_name(target->database, dest),
+					 target->quoted_columns, target->quoted_columns,
+					 ch_qualified_name(target->database, src), part_sql);
+	if (where_sql != NULL)
+		appendStringInfo(&sql, " AND %s", where_sql);
+	/* duplicates are rows too (see dpwin_target_copy_rows) */
+	appendStringInfoString(&sql, " SETTINGS insert_deduplicate = 0, " PARTITION_QUERY_SETTINGS);
+
+	status = ch_try(client, sql.data, query_id, NULL, NULL, &reply);
+	if (status != CHHTTP_OK)
+	{
+		if (ch_status_outcome_unknown(status))
+			ch_settle_query(client, query_id);
+		ch_report(status, &reply,
+				  psprintf("copying rows from %s into %s",
+						   ch_qualified_name(target->database, src),
+						   ch_qualified_name(target->database, dest)));
+	}
 }
 
 /*
@@ -367,8 +454,8 @@ dpwin_partition_fill_keep(ChClient *client, const DpwinTargetInfo *target,
 	 * Every partition that is not cloned, including any that appeared
 	 * since planning: the keep digests compare the same set.
 	 */
-	dpwin_target_copy_rows(client, target, generation, target->table,
-						   and_sql(keep_sql, plan->not_cloned_sql));
+	copy_where(client, target, generation, target->table, plan->not_cloned_sql,
+			   keep_sql);
 }
 
 void
@@ -413,9 +500,8 @@ dpwin_partition_digest(ChClient *client, const DpwinTargetInfo *target,
 					   const char *where_sql, const DpwinDigestKey *key,
 					   DpwinDigest *out)
 {
-	dpwin_target_digest(client, target, table,
-						and_sql(where_sql, plan ? plan->not_cloned_sql : NULL),
-						key, out);
+	digest_where(client, target, table, plan ? plan->not_cloned_sql : NULL,
+				 where_sql, key, out);
 }
 
 void
@@ -465,10 +551,8 @@ dpwin_partition_verify_cloned(ChClient *client, const DpwinTargetInfo *target,
 		DpwinDigest t;
 		DpwinDigest g;
 
-		dpwin_target_digest(client, target, target->table,
-							and_sql(keep_sql, in), key, &t);
-		dpwin_target_digest(client, target, generation,
-							and_sql(keep_sql, in), key, &g);
+		digest_where(client, target, target->table, in, keep_sql, key, &t);
+		digest_where(client, target, generation, in, keep_sql, key, &g);
 		if (!dpwin_digest_equal(&t, &g))
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),

@@ -86,7 +86,8 @@ extern void dpwin_partition_fill_staged(ChClient *client,
 /*
  * Digest of db.table outside the cloned partitions, further restricted by
  * where_sql when not NULL (same answer as dpwin_target_digest when nothing
- * is cloned).  Partition pruning keeps its cost to the partitions read.
+ * is cloned).  Its cost follows the partitions read, not the table (see
+ * PARTITION_QUERY_SETTINGS in partition.c).
  */
 extern void dpwin_partition_digest(ChClient *client,
 								   const DpwinTargetInfo *target,

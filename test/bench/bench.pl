@@ -42,7 +42,7 @@ my $srpd = $ENV{BENCH_SCALE_ROWS_PER_DAY} // $rpd;
 my $s_small = $ENV{BENCH_SCALE_SMALL_DAYS} // 30;
 my $s_large = $ENV{BENCH_SCALE_LARGE_DAYS} // 300;
 my @pars = split ' ', ($ENV{BENCH_PARALLELISM} // '1 2 4');
-my $repeat = $ENV{BENCH_REPEAT} // 1;
+my $repeat = $ENV{BENCH_REPEAT} // 3;
 my $only = $ENV{BENCH_ONLY};    # comma-separated variant groups, for development
 
 die "BENCH_WINDOW_DAYS must be less than BENCH_DAYS\n" unless $wdays < $days;
@@ -489,6 +489,7 @@ logmsg("parameters: BENCH_DAYS=$days BENCH_ROWS_PER_DAY=$rpd BENCH_WINDOW_DAYS=$
 	  . " BENCH_PARALLELISM='@pars' BENCH_REPEAT=$repeat");
 pg_dataset();
 ch_targets();
+my $load_start = do { open my $f, '<', '/proc/loadavg'; join(' ', (split ' ', scalar <$f>)[0 .. 2]) };
 window_facts($wdays);
 logmsg("window [" . join(', ', window_bounds($wdays)) . "): $window_rows{$wdays} rows");
 
@@ -579,7 +580,12 @@ my @cols = (
 	[ 'cloned', '%6s', sub { $_[0]{partitions} && $_[0]{partitions}{cloning} ? $_[0]{partitions}{cloned_partitions} : '' } ],
 );
 
-my $table = '';
+sub loadavg { open my $f, '<', '/proc/loadavg' or return '?'; my $l = <$f>; return join(' ', (split ' ', $l)[0 .. 2]); }
+my $cpus = do { my $n = 0; open my $f, '<', '/proc/cpuinfo'; while (<$f>) { $n++ if /^processor\s*:/ } $n };
+my $table = sprintf("%d days x %d rows/day (%d rows), %d-day window (%d rows, %.1f MB RowBinary); %d CPUs;"
+	  . " median of %d; load average at start %s, at end %s\n\n",
+	$days, $rpd, psql("SELECT count(*) FROM bench.events"), $wdays, $window_rows{$wdays},
+	($window_bytes{$wdays} // 0) / 1e6, $cpus, $repeat, $load_start, loadavg());
 $table .= join(' ', map { sprintf($_->[1], $_->[0]) } @cols) . "\n";
 for my $r (@results)
 {
