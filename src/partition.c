@@ -152,8 +152,6 @@ digest_where(ChClient *client, const DpwinTargetInfo *target, const char *table,
 			 const DpwinDigestKey *key, DpwinDigest *out)
 {
 	StringInfoData sql;
-	char	   *answer;
-	char	   *nl;
 
 	if (part_sql == NULL)
 	{
@@ -167,16 +165,7 @@ digest_where(ChClient *client, const DpwinTargetInfo *target, const char *table,
 	if (where_sql != NULL)
 		appendStringInfo(&sql, " AND %s", where_sql);
 	appendStringInfoString(&sql, " SETTINGS " PARTITION_QUERY_SETTINGS);
-	answer = ch_exec(client, sql.data);
-	nl = strchr(answer, '\n');
-	if (nl != NULL && nl[1] == '\0')
-		*nl = '\0';
-	if (!dpwin_digest_from_tsv(answer, out))
-		ereport(ERROR,
-				(errcode(ERRCODE_PROTOCOL_VIOLATION),
-				 errmsg("unexpected answer from ClickHouse to the digest of %s",
-						ch_qualified_name(target->database, table)),
-				 errdetail_internal("Answer: \"%s\".", answer)));
+	dpwin_target_digest_answer(ch_exec(client, sql.data), target, table, out);
 }
 
 /*

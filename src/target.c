@@ -1380,8 +1380,6 @@ dpwin_target_digest(ChClient *client, const DpwinTargetInfo *target,
 					const DpwinDigestKey *key, DpwinDigest *out)
 {
 	StringInfoData sql;
-	char	   *answer;
-	char	   *nl;
 
 	initStringInfo(&sql);
 	appendStringInfo(&sql, "SELECT %s FROM %s",
@@ -1390,8 +1388,15 @@ dpwin_target_digest(ChClient *client, const DpwinTargetInfo *target,
 	if (where_sql != NULL)
 		appendStringInfo(&sql, " WHERE %s", where_sql);
 
-	answer = ch_exec(client, sql.data);
-	nl = strchr(answer, '\n');
+	dpwin_target_digest_answer(ch_exec(client, sql.data), target, table, out);
+}
+
+void
+dpwin_target_digest_answer(char *answer, const DpwinTargetInfo *target,
+						   const char *table, DpwinDigest *out)
+{
+	char	   *nl = strchr(answer, '\n');
+
 	if (nl != NULL)
 	{
 		if (nl[1] != '\0')

@@ -83,6 +83,13 @@ extern void dpwin_target_digest(ChClient *client, const DpwinTargetInfo *target,
 								const DpwinDigestKey *key, DpwinDigest *out);
 
 /*
+ * Parse the answer to a SELECT of dpwin_digest_ch_select_list() over
+ * db.table (named in errors); ereports on anything else.
+ */
+extern void dpwin_target_digest_answer(char *answer, const DpwinTargetInfo *target,
+									   const char *table, DpwinDigest *out);
+
+/*
  * The predicate selecting target rows to keep: outside [lo, hi) or with a
  * NULL window value, as ClickHouse SQL over the window column.
  */
