@@ -1157,13 +1157,6 @@ json_seconds(StringInfo buf, const char *key, double seconds)
 		appendStringInfo(buf, ", \"%s\": %.6f", key, seconds);
 }
 
-/* Microseconds since the Unix epoch, as ClickHouse counts them. */
-static int64
-unix_usecs(TimestampTz ts)
-{
-	return (int64) ts + (int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY;
-}
-
 /* Window and chunk metrics, from the generation and the journal. */
 static char *
 coordinator_metrics(Coordinator *c)
@@ -1176,9 +1169,8 @@ coordinator_metrics(Coordinator *c)
 	char	   *inwin;
 
 	/* The published generation is the target now. */
-	inwin = psprintf("%s >= fromUnixTimestamp64Micro(toInt64(" INT64_FORMAT "), 'UTC')"
-					 " AND %s < fromUnixTimestamp64Micro(toInt64(" INT64_FORMAT "), 'UTC')",
-					 w, unix_usecs(c->lo), w, unix_usecs(c->hi));
+	inwin = dpwin_target_window_predicate(c->target, c->route->window_column,
+										  c->lo, c->hi);
 	/*
 	 * PREWHERE, not WHERE: choosing what to move to PREWHERE costs the
 	 * server about a millisecond per part, 0.25 s on a 300-partition

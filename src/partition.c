@@ -115,22 +115,6 @@ literal_list(List *items)
 	return buf.data;
 }
 
-/* A window bound as an exact DateTime64(6, 'UTC') expression. */
-static char *
-bound_sql(TimestampTz ts, const char *what)
-{
-	int64		usecs;
-
-	if (TIMESTAMP_NOT_FINITE(ts) ||
-		pg_add_s64_overflow(ts,
-							(int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY,
-							&usecs))
-		ereport(ERROR,
-				(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
-				 errmsg("%s bound of the window is not a finite timestamp", what)));
-	return psprintf("fromUnixTimestamp64Micro(toInt64(" INT64_FORMAT "), 'UTC')", usecs);
-}
-
 /*
  * Queries that select partitions by _partition_id run with
  * optimize_move_to_prewhere = 0.  With the automatic move to PREWHERE the
@@ -220,8 +204,8 @@ read_partitions(ChClient *client, const char *database, const char *table,
 				char **why_not)
 {
 	char	   *w = ch_quote_ident(window_column);
-	char	   *slo = bound_sql(lo, "lower");
-	char	   *shi = bound_sql(hi, "upper");
+	char	   *slo = dpwin_target_bound_sql(lo, "lower");
+	char	   *shi = dpwin_target_bound_sql(hi, "upper");
 	char	   *query;
 	List	   *rows;
 	List	   *result = NIL;

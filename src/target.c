@@ -92,7 +92,6 @@ static char *schema_fingerprint(int ncolumns, char **names, char **types,
 								const char *engine_full,
 								const char *create_query);
 static int	compare_columns_by_position(const ListCell *a, const ListCell *b);
-static int64 timestamptz_to_unix_micros(TimestampTz ts, const char *what);
 static char *names_list(List *names);
 static void probe_cleanup(ChClient *client, const char *qa, const char *qb,
 						  MemoryContext cxt);
@@ -1414,20 +1413,23 @@ dpwin_target_digest_answer(char *answer, const DpwinTargetInfo *target,
 				 errdetail_internal("Answer: \"%s\".", answer)));
 }
 
-/* PostgreSQL timestamptz (µs since 2000-01-01) as µs since the Unix epoch. */
-static int64
-timestamptz_to_unix_micros(TimestampTz ts, const char *what)
+/*
+ * A window bound as an exact DateTime64(6, 'UTC') expression: PostgreSQL's
+ * microseconds since 2000-01-01 as microseconds since the Unix epoch.
+ */
+char *
+dpwin_target_bound_sql(TimestampTz ts, const char *what)
 {
-	int64		result;
+	int64		usecs;
 
 	if (TIMESTAMP_NOT_FINITE(ts) ||
 		pg_add_s64_overflow(ts,
 							(int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY,
-							&result))
+							&usecs))
 		ereport(ERROR,
 				(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
 				 errmsg("%s bound of the window is not a finite timestamp", what)));
-	return result;
+	return psprintf("fromUnixTimestamp64Micro(toInt64(" INT64_FORMAT "), 'UTC')", usecs);
 }
 
 /*
@@ -1441,12 +1443,11 @@ dpwin_target_keep_predicate(const DpwinTargetInfo *target,
 							TimestampTz lo, TimestampTz hi)
 {
 	char	   *w = ch_quote_ident(window_column);
-	int64		ulo = timestamptz_to_unix_micros(lo, "lower");
-	int64		uhi = timestamptz_to_unix_micros(hi, "upper");
+	char	   *slo = dpwin_target_bound_sql(lo, "lower");
+	char	   *shi = dpwin_target_bound_sql(hi, "upper");
 
-	return psprintf("(%s < fromUnixTimestamp64Micro(toInt64(" INT64_FORMAT "), 'UTC') OR "
-					"%s >= fromUnixTimestamp64Micro(toInt64(" INT64_FORMAT "), 'UTC')%s%s%s)",
-					w, ulo, w, uhi,
+	return psprintf("(%s < %s OR %s >= %s%s%s%s)",
+					w, slo, w, shi,
 					target->window_nullable ? " OR " : "",
 					target->window_nullable ? w : "",
 					target->window_nullable ? " IS NULL" : "");
@@ -1458,12 +1459,10 @@ dpwin_target_window_predicate(const DpwinTargetInfo *target,
 							  TimestampTz lo, TimestampTz hi)
 {
 	char	   *w = ch_quote_ident(window_column);
-	int64		ulo = timestamptz_to_unix_micros(lo, "lower");
-	int64		uhi = timestamptz_to_unix_micros(hi, "upper");
+	char	   *slo = dpwin_target_bound_sql(lo, "lower");
+	char	   *shi = dpwin_target_bound_sql(hi, "upper");
 
-	return psprintf("(%s >= fromUnixTimestamp64Micro(toInt64(" INT64_FORMAT "), 'UTC') AND "
-					"%s < fromUnixTimestamp64Micro(toInt64(" INT64_FORMAT "), 'UTC'))",
-					w, ulo, w, uhi);
+	return psprintf("(%s >= %s AND %s < %s)", w, slo, w, shi);
 }
 
 void

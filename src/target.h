@@ -89,6 +89,9 @@ extern void dpwin_target_digest(ChClient *client, const DpwinTargetInfo *target,
 extern void dpwin_target_digest_answer(char *answer, const DpwinTargetInfo *target,
 									   const char *table, DpwinDigest *out);
 
+/* A window bound as an exact DateTime64(6, 'UTC') ClickHouse expression. */
+extern char *dpwin_target_bound_sql(TimestampTz ts, const char *what);
+
 /*
  * The predicate selecting target rows to keep: outside [lo, hi) or with a
  * NULL window value, as ClickHouse SQL over the window column.
