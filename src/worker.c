@@ -31,6 +31,7 @@
 #include "storage/latch.h"
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
@@ -444,6 +445,14 @@ dpwin_worker_main(Datum main_arg)
 
 	dpwin_bgworker_connect(sh->database_id, sh->login_user_id, sh->user_id);
 	pgstat_report_appname("dpwin chunk worker");
+
+	/*
+	 * A chunk receipt is what recovery trusts to publish staged chunks
+	 * without a snapshot: it must not be lost by a crash after its commit,
+	 * whatever synchronous_commit the server runs with.
+	 */
+	if (synchronous_commit == SYNCHRONOUS_COMMIT_OFF)
+		SetConfigOption("synchronous_commit", "local", PGC_USERSET, PGC_S_OVERRIDE);
 
 	worker_cxt = AllocSetContextCreate(TopMemoryContext, "dpwin worker",
 									   ALLOCSET_DEFAULT_SIZES);
