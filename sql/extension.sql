@@ -20,3 +20,14 @@ SELECT has_table_privilege('public', 'dpwin.invocation', 'INSERT') AS public_can
 -- the dpwin. GUC prefix is reserved
 SET dpwin.no_such_setting = 1;
 SELECT current_setting('dpwin.max_workers')::int BETWEEN 1 AND 64 AS max_workers_in_range;
+-- the product installs no test-only function (those live in dpwin_test)
+SELECT count(*) AS underscore_functions
+  FROM pg_proc WHERE pronamespace = 'dpwin'::regnamespace AND proname LIKE '\_%';
+SELECT count(*) AS dpwin_test_functions
+  FROM pg_proc WHERE pronamespace::regnamespace::text = 'dpwin_test';
+-- functions executable by PUBLIC are exactly the documented user interface
+SELECT p.proname
+  FROM pg_proc p
+ WHERE p.pronamespace = 'dpwin'::regnamespace
+   AND has_function_privilege('public', p.oid, 'EXECUTE')
+ ORDER BY 1;

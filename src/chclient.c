@@ -792,23 +792,3 @@ ch_parse_tsv(const char *body)
 	}
 	return rows;
 }
-
-/* ---- test-only SQL access: dpwin._ch_query(server, sql) ---- */
-
-PG_FUNCTION_INFO_V1(dpwin_ch_query);
-
-Datum
-dpwin_ch_query(PG_FUNCTION_ARGS)
-{
-	Name		server = PG_GETARG_NAME(0);
-	char	   *sql = text_to_cstring(PG_GETARG_TEXT_PP(1));
-	DpwinServerConf *conf;
-	ChClient   *client;
-	char	   *body;
-
-	conf = dpwin_server_conf(NameStr(*server), GetUserId());
-	client = ch_client_open(conf, "dpwin-test-");
-	body = ch_exec(client, sql);
-	ch_client_close(client);
-	PG_RETURN_TEXT_P(cstring_to_text(body));
-}

@@ -523,16 +523,16 @@ dpwin_server_conf(const char *server_name, Oid userid)
 }
 
 /*
- * dpwin._server_conf(server name) RETURNS TABLE(...)
+ * dpwin.server_conf(server name) RETURNS TABLE(...)
  *
  * What dpwin_server_conf() makes of a server for the calling user, with
  * the password replaced by whether there is one.  For tests and for
  * checking a configuration; superusers only (the SQL script revokes it).
  */
-PG_FUNCTION_INFO_V1(dpwin__server_conf);
+PG_FUNCTION_INFO_V1(dpwin_show_server_conf);
 
 Datum
-dpwin__server_conf(PG_FUNCTION_ARGS)
+dpwin_show_server_conf(PG_FUNCTION_ARGS)
 {
 	DpwinServerConf *conf;
 	TupleDesc	tupdesc;

@@ -22,7 +22,14 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SB=${DPWIN_SANDBOX_DIR:-$ROOT/test/.sandbox}
-PGBIN=/usr/lib/postgresql/15/bin
+PGMAJOR=15
+# Each sandbox installs dpwin into a private copy of the PostgreSQL
+# installation (PostgreSQL finds its lib and share folders relative to its
+# binaries), so that side-by-side sandboxes of different work trees never
+# overwrite each other's dpwin.so.
+PGROOT=$SB/pgroot
+PGBIN=$PGROOT/usr/lib/postgresql/$PGMAJOR/bin
+PG_CONFIG_=$PGBIN/pg_config
 PGPORT_=${DPWIN_PGPORT:-54329}
 CHPORT=${DPWIN_CH_PORT:-18123}
 CHCPORT=${DPWIN_CH_CONTROL_PORT:-18124}
@@ -52,10 +59,29 @@ install_deps() {
 	"$ROOT/test/install-engine.sh" >"$SB/engine_path"
 }
 
+# The private installation: a copy of Debian's, refreshed when the package
+# changes (its pg_config is compared with the system's).
+make_pgroot() {
+	local sys=/usr/lib/postgresql/$PGMAJOR
+	if [ -x "$PG_CONFIG_" ] && [ "$("$PG_CONFIG_" --version)" = "$("$sys/bin/pg_config" --version)" ] &&
+		[ -f "$PGROOT/usr/lib/postgresql/$PGMAJOR/lib/pg_cron.so" ]; then
+		return 0
+	fi
+	log "making the sandbox's private PostgreSQL $PGMAJOR installation"
+	rm -rf "$PGROOT"
+	mkdir -p "$PGROOT/usr/lib/postgresql" "$PGROOT/usr/share/postgresql" "$PGROOT/usr/include/postgresql"
+	cp -a "$sys" "$PGROOT/usr/lib/postgresql/"
+	cp -a "/usr/share/postgresql/$PGMAJOR" "$PGROOT/usr/share/postgresql/"
+	ln -s "/usr/include/postgresql/$PGMAJOR" "$PGROOT/usr/include/postgresql/$PGMAJOR"
+}
+
 build() {
 	log "building dpwin"
-	make -C "$ROOT" -s >/dev/null
-	make -C "$ROOT" -s install >/dev/null
+	make_pgroot
+	make -C "$ROOT" -s PG_CONFIG="$PG_CONFIG_" >/dev/null
+	make -C "$ROOT" -s PG_CONFIG="$PG_CONFIG_" install >/dev/null
+	# test-only SQL access to dpwin's internals: the sandbox's, never the product's
+	make -C "$ROOT/test/modules/dpwin_test" -s PG_CONFIG="$PG_CONFIG_" install >/dev/null
 	make -C "$ROOT/test/chendpoint" -s >/dev/null
 }
 
@@ -111,7 +137,8 @@ start_pg() {
 		"SELECT 1 FROM pg_database WHERE datname = '$PGDB'" | grep -q 1 ||
 		psql -h "$SB/run" -p "$PGPORT_" -U $PGUSER_ -d postgres -qc "CREATE DATABASE $PGDB"
 	psql -h "$SB/run" -p "$PGPORT_" -U $PGUSER_ -d $PGDB -qc \
-		"CREATE EXTENSION IF NOT EXISTS pg_cron; CREATE EXTENSION IF NOT EXISTS dpwin" >/dev/null
+		"CREATE EXTENSION IF NOT EXISTS pg_cron; CREATE EXTENSION IF NOT EXISTS dpwin;
+		 CREATE EXTENSION IF NOT EXISTS dpwin_test" >/dev/null
 }
 
 # The foreign server `sandbox_ch` for the endpoint, with a user mapping for
@@ -130,46 +157,8 @@ CREATE USER MAPPING FOR CURRENT_USER SERVER sandbox_ch
 SQL
 }
 
-# The endpoint's server configuration, laid out as clickhouse-server's:
-# ch_config.xml names the users file (user_directories/users_xml, relative
-# to the config's folder), ch_users.xml defines the one engine user,
-# `default`, exactly as the engine's built-in default (no password, profile
-# and quota `default`, no access management) plus one row policy, the way
-# a server gets row policies from users.xml: rows of
-# dpwin_policy.policed with id <= 0 are hidden from it.  Admission tests
-# (test/t/040_admission.t) create that table and expect dpwin to refuse it.
-write_ch_config() {
-	cat >"$SB/ch_config.xml" <<'EOF'
-<clickhouse>
-  <user_directories>
-    <users_xml>
-      <path>ch_users.xml</path>
-    </users_xml>
-  </user_directories>
-</clickhouse>
-EOF
-	cat >"$SB/ch_users.xml" <<'EOF'
-<clickhouse>
-  <users>
-    <default>
-      <password></password>
-      <networks><ip>::/0</ip></networks>
-      <profile>default</profile>
-      <quota>default</quota>
-      <databases>
-        <dpwin_policy>
-          <policed>
-            <filter>id &gt; 0</filter>
-          </policed>
-        </dpwin_policy>
-      </databases>
-    </default>
-  </users>
-  <profiles><default/></profiles>
-  <quotas><default/></quotas>
-</clickhouse>
-EOF
-}
+# The endpoint's server configuration (users, row policies): test/ch_config.sh.
+. "$ROOT/test/ch_config.sh"
 
 start_ch() {
 	if ch_running; then
@@ -229,6 +218,8 @@ export DPWIN_CH_PASSWORD='$(cat "$SB/ch_password" 2>/dev/null)'
 export DPWIN_CH_CONTROL_URL='http://127.0.0.1:$CHCPORT'
 export DPWIN_SANDBOX='$SB'
 export DPWIN_PGDATA='$SB/pg'
+export DPWIN_PGBIN='$PGBIN'
+export PG_CONFIG='$PG_CONFIG_'
 EOF
 }
 

@@ -152,6 +152,9 @@ REVOKE ALL ON FUNCTION dpwin.reconcile(uuid) FROM PUBLIC;
 REVOKE ALL ON FUNCTION dpwin.drop_backups(text, integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION dpwin.lock_target(name, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION dpwin.unlock_target(name, text, text) FROM PUBLIC;
+/* progress names invocations and routes: operators only, like the views */
+REVOKE ALL ON FUNCTION dpwin.progress_raw() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dpwin.progress_raw() TO dpwin_operator;
 GRANT EXECUTE ON FUNCTION dpwin.refresh(text, timestamptz, uuid),
 	public.dpwin_refresh(text, timestamptz, uuid),
 	dpwin.recover(uuid), dpwin.abandon(uuid), dpwin.reconcile(uuid),

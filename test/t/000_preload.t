@@ -6,7 +6,7 @@ use DpwinTest;
 use File::Temp qw(tempdir);
 use IPC::Run qw(run timeout);
 
-my $pgbin = '/usr/lib/postgresql/15/bin';
+my $pgbin = $ENV{DPWIN_PGBIN} // '/usr/lib/postgresql/15/bin';
 my $dir = tempdir(CLEANUP => 1);
 chmod 0777, $dir;
 my $as = $> == 0 ? [ 'su', 'postgres', '-s', '/bin/bash', '-c' ] : [ 'bash', '-c' ];

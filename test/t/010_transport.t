@@ -1,5 +1,5 @@
 # The ClickHouse transport and client (src/chhttp.c, src/chclient.c),
-# driven from SQL through dpwin._ch_query(server, sql): answers, the
+# driven from SQL through dpwin_test.ch_query(server, sql): answers, the
 # SQLSTATE of each failure class, settings sent with every request, and
 # that the password never shows up in an error.
 use strict;
@@ -35,7 +35,7 @@ sub make_server
 sub chq
 {
 	my ($server, $sql) = @_;
-	return "SELECT rtrim(dpwin._ch_query(" . pg_literal($server) . ", "
+	return "SELECT rtrim(dpwin_test.ch_query(" . pg_literal($server) . ", "
 	  . pg_literal($sql) . "), E'\\n')";
 }
 

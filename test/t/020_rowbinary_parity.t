@@ -10,8 +10,7 @@ use Math::BigInt;
 use DpwinTest;
 use DpwinFixture qw(pg_literal);
 
-psql_ok("CREATE EXTENSION IF NOT EXISTS dpwin")
-  unless psql_ok("SELECT to_regprocedure('dpwin._encode_rowbinary(anyelement, text, timestamptz)') IS NOT NULL") eq 't';
+psql_ok("CREATE EXTENSION IF NOT EXISTS dpwin_test CASCADE");
 
 sub trim
 {
@@ -25,7 +24,7 @@ sub pg_hex
 {
 	my ($expr, $type, $setup) = @_;
 	my $sql = ($setup // '')
-	  . "SELECT upper(encode(dpwin._encode_rowbinary($expr, "
+	  . "SELECT upper(encode(dpwin_test.encode_rowbinary($expr, "
 	  . pg_literal($type) . "), 'hex'))";
 	return psql_ok($sql);
 }
@@ -302,7 +301,7 @@ my @errors = (
 for my $e (@errors)
 {
 	my ($expr, $type, $state, $re) = @$e;
-	my $err = psql_err("SELECT dpwin._encode_rowbinary($expr, " . pg_literal($type) . ")");
+	my $err = psql_err("SELECT dpwin_test.encode_rowbinary($expr, " . pg_literal($type) . ")");
 	ok(defined $err && $err =~ /^$state: / && $err =~ $re,
 		"$expr as $type fails with $state")
 	  or diag("got: " . ($err // 'no error'));
@@ -311,7 +310,7 @@ for my $e (@errors)
 # A fidelity error names the row by its window value, in UTC.
 {
 	my ($rc, $out, $err) = psql("SET TimeZone = 'Asia/Tokyo';\n"
-		  . "SELECT dpwin._encode_rowbinary(123.456::numeric, 'Decimal(18, 2)', "
+		  . "SELECT dpwin_test.encode_rowbinary(123.456::numeric, 'Decimal(18, 2)', "
 		  . "'2026-09-02 00:00:00.5+00'::timestamptz)");
 	like($err, qr/value 123\.456 of column "value" does not fit Decimal\(18, 2\) exactly/,
 		'fidelity error message');
@@ -323,7 +322,7 @@ for my $e (@errors)
 sub parity
 {
 	my ($type, $typmod, $notnull, $ch) = @_;
-	return psql_ok("SELECT coalesce(dpwin._rb_type_parity("
+	return psql_ok("SELECT coalesce(dpwin_test.rb_type_parity("
 		  . pg_literal($type) . ", $typmod, $notnull, " . pg_literal($ch) . "), 'ok')");
 }
 is(parity('integer', -1, 'true', 'Int32'), 'ok', 'int4 NOT NULL -> Int32');
@@ -336,11 +335,11 @@ is(parity('text', -1, 'false', 'LowCardinality(Nullable(String))'), 'ok', 'text 
 is(parity('timestamptz', -1, 'false', "Nullable(DateTime64(6, 'UTC'))"), 'ok', 'timestamptz -> Nullable(DateTime64(6, UTC))');
 is(parity('numeric', -1, 'true', 'Decimal(18, 2)'), 'ok', 'numeric -> Decimal(18, 2)');
 like(parity('numeric', -1, 'true', 'Decimal(18, 2'), qr/cannot parse/, 'unparsable type');
-is(psql_ok("SELECT dpwin._rb_default_ch_type('numeric(12,3)', 786439, true)"),
+is(psql_ok("SELECT dpwin_test.rb_default_ch_type('numeric(12,3)', 786439, true)"),
 	'Decimal(12, 3)', 'default type of numeric(12,3)');
-is(psql_ok("SELECT dpwin._rb_default_ch_type('timestamptz', 3, false)"),
+is(psql_ok("SELECT dpwin_test.rb_default_ch_type('timestamptz', 3, false)"),
 	"Nullable(DateTime64(3, 'UTC'))", 'default type of timestamptz(3)');
-is(psql_ok("SELECT dpwin._rb_default_ch_type('int4[]', -1, true)"),
+is(psql_ok("SELECT dpwin_test.rb_default_ch_type('int4[]', -1, true)"),
 	'Array(Nullable(Int32))', 'default type of int4[] NOT NULL');
 
 # Table columns keep their typmod: char(n) padding and numeric(p,s).
@@ -348,8 +347,8 @@ is(psql_ok("SELECT dpwin._rb_default_ch_type('int4[]', -1, true)"),
 	my $t = unique_name('rb_parity');
 	my $out = psql_ok("CREATE TEMP TABLE $t (c char(4), n numeric(10,3));\n"
 		  . "INSERT INTO $t VALUES ('ab', 1.2);\n"
-		  . "SELECT upper(encode(dpwin._encode_rowbinary(c, 'String'), 'hex')) || ',' "
-		  . "|| upper(encode(dpwin._encode_rowbinary(n, 'Decimal(18, 2)'), 'hex')) FROM $t");
+		  . "SELECT upper(encode(dpwin_test.encode_rowbinary(c, 'String'), 'hex')) || ',' "
+		  . "|| upper(encode(dpwin_test.encode_rowbinary(n, 'Decimal(18, 2)'), 'hex')) FROM $t");
 	is($out, ch_hex("'ab  '", 'String') . ',' . ch_hex("'1.2'", 'Decimal(18, 2)'),
 		'char(4) is written padded; numeric(10,3) to Decimal(18, 2)');
 }
@@ -361,11 +360,11 @@ is(psql_ok("SELECT dpwin._rb_default_ch_type('int4[]', -1, true)"),
 	my $out = psql_ok("CREATE TEMP TABLE $t (t text, n numeric, a numeric[], j jsonb) WITH (toast_tuple_target = 128);\n"
 		  . "INSERT INTO $t VALUES (repeat('z', 100000), -12.5, '{1.25,NULL,-3}', "
 		  . "(SELECT jsonb_object_agg('k' || g, g) FROM generate_series(1, 3000) g));\n"
-		  . "SELECT md5(dpwin._encode_rowbinary(t, 'String')) || ',' "
-		  . "|| upper(encode(dpwin._encode_rowbinary(n, 'Decimal(18, 2)'), 'hex')) || ',' "
-		  . "|| upper(encode(dpwin._encode_rowbinary(a, 'Array(Nullable(Decimal(18, 2)))'), 'hex')) || ',' "
-		  . "|| md5(dpwin._encode_rowbinary(j, 'String')) || ',' "
-		  . "|| md5(dpwin._encode_rowbinary(j::text, 'String')) FROM $t");
+		  . "SELECT md5(dpwin_test.encode_rowbinary(t, 'String')) || ',' "
+		  . "|| upper(encode(dpwin_test.encode_rowbinary(n, 'Decimal(18, 2)'), 'hex')) || ',' "
+		  . "|| upper(encode(dpwin_test.encode_rowbinary(a, 'Array(Nullable(Decimal(18, 2)))'), 'hex')) || ',' "
+		  . "|| md5(dpwin_test.encode_rowbinary(j, 'String')) || ',' "
+		  . "|| md5(dpwin_test.encode_rowbinary(j::text, 'String')) FROM $t");
 	my ($tmd5, $nhex, $ahex, $jmd5, $jtmd5) = split /,/, $out;
 	is($tmd5, trim(ch_ok("SELECT lower(hex(MD5(formatRow('RowBinary', repeat('z', 100000)))))")),
 		'compressed text from a table');
@@ -392,7 +391,7 @@ sub s64_to_u64
 	return $b->bstr;
 }
 
-is(s64_to_u64(psql_ok("SELECT dpwin._siphash24("
+is(s64_to_u64(psql_ok("SELECT dpwin_test.siphash24("
 		  . u64_to_s64(Math::BigInt->from_hex('0706050403020100')) . ", "
 		  . u64_to_s64(Math::BigInt->from_hex('0f0e0d0c0b0a0908'))
 		  . ", '\\x000102030405060708090a0b0c0d0e'::bytea)")),
@@ -407,7 +406,7 @@ for my $i (0 .. 63)
 	my $hex = join '', map { sprintf '%02x', ($i % 7 == 0 ? 10 : int(rand(256))) } 1 .. $len;
 	my $k0 = Math::BigInt->from_hex(join '', map { sprintf '%02x', int(rand(256)) } 1 .. 8)->bstr;
 	my $k1 = $i % 5 == 0 ? '0' : Math::BigInt->from_hex(join '', map { sprintf '%02x', int(rand(256)) } 1 .. 8)->bstr;
-	push @pgq, "($i, dpwin._siphash24(" . u64_to_s64($k0) . ", " . u64_to_s64($k1) . ", '\\x$hex'::bytea))";
+	push @pgq, "($i, dpwin_test.siphash24(" . u64_to_s64($k0) . ", " . u64_to_s64($k1) . ", '\\x$hex'::bytea))";
 	push @chq, "SELECT $i AS i, sipHash64Keyed((toUInt64($k0), toUInt64($k1)), unhex('$hex')) AS h";
 }
 my @pgh = map { s64_to_u64((split /\|/)[1]) }
@@ -436,10 +435,10 @@ is_deeply(\@pgh, \@chh, 'SipHash-2-4 equals ClickHouse sipHash64Keyed on 64 inpu
 	for my $r (@rows)
 	{
 		push @rowexprs, join(' || ',
-			map { "dpwin._encode_rowbinary($r->[$_], " . pg_literal($types[$_]) . ")" } 0 .. $#types);
+			map { "dpwin_test.encode_rowbinary($r->[$_], " . pg_literal($types[$_]) . ")" } 0 .. $#types);
 	}
-	my $pgdigest = psql_ok("SELECT dpwin._digest_rows(" . pg_literal($key) . ", ARRAY[" . join(', ', @rowexprs) . "])");
-	my $select = psql_ok("SELECT dpwin._digest_ch_select_list(" . pg_literal($key) . ", '`a`, `b`, `c`, `d`, `e`')");
+	my $pgdigest = psql_ok("SELECT dpwin_test.digest_rows(" . pg_literal($key) . ", ARRAY[" . join(', ', @rowexprs) . "])");
+	my $select = psql_ok("SELECT dpwin_test.digest_ch_select_list(" . pg_literal($key) . ", '`a`, `b`, `c`, `d`, `e`')");
 	like($select, qr/formatRow\('RowBinary', `a`, `b`, `c`, `d`, `e`\)/, 'select list uses formatRow RowBinary');
 	unlike($select, qr/NoNewline/, 'select list does not use formatRowNoNewline');
 	my $chdigest = trim(ch_ok("SELECT $select FROM (" . join(' UNION ALL ', @chrows) . ")"));

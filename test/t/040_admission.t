@@ -1,6 +1,6 @@
 # Target admission (src/target.c, docs/admission.md) against the real engine:
 # for each blocker, a real ClickHouse table that has it, and the SQLSTATE
-# and message dpwin._admit_target() raises; an admissible target and what
+# and message dpwin_test.admit_target() raises; an admissible target and what
 # admission learns about it; identifiers that need quoting; the EXCHANGE
 # probe; and the keep predicate's semantics at sub-precision bounds.
 use strict;
@@ -45,12 +45,12 @@ sub route
 	return $name;
 }
 
-sub admit_sql { my ($r) = @_; return "SELECT dpwin._admit_target(" . pg_literal($r) . ")"; }
+sub admit_sql { my ($r) = @_; return "SELECT dpwin_test.admit_target(" . pg_literal($r) . ")"; }
 
 sub admit_json_field
 {
 	my ($r, $field) = @_;
-	return psql_ok("SELECT dpwin._admit_target(" . pg_literal($r) . ") ->> " . pg_literal($field));
+	return psql_ok("SELECT dpwin_test.admit_target(" . pg_literal($r) . ") ->> " . pg_literal($field));
 }
 
 # Expect admission of a target defined by $def to fail with $state/$re.
@@ -97,9 +97,9 @@ my $good = "(id Int64, w Nullable(DateTime64(6, 'UTC')), v Nullable(String)) ENG
 	is(admit_json_field($r, 'uuid'), $uuid, 'info: uuid is system.tables.uuid');
 	is(admit_json_field($r, 'database'), $db, 'info: database');
 	is(admit_json_field($r, 'table'), 'ok', 'info: table');
-	is(psql_ok("SELECT dpwin._admit_target(" . pg_literal($r) . ") -> 'columns'"),
+	is(psql_ok("SELECT dpwin_test.admit_target(" . pg_literal($r) . ") -> 'columns'"),
 		'["id", "w", "v"]', 'info: columns in target order');
-	is(psql_ok("SELECT dpwin._admit_target(" . pg_literal($r) . ") -> 'types'"),
+	is(psql_ok("SELECT dpwin_test.admit_target(" . pg_literal($r) . ") -> 'types'"),
 		q{["Int64", "Nullable(DateTime64(6, 'UTC'))", "Nullable(String)"]}, 'info: types as system.columns prints them');
 	is(admit_json_field($r, 'window_precision'), '6', 'info: window precision');
 	is(admit_json_field($r, 'window_nullable'), 'true', 'info: window nullable');
@@ -335,12 +335,12 @@ refused('window column DateTime', $db, 'wdt',
 # --- EXCHANGE probe ------------------------------------------------------------------------
 
 {
-	my ($rc, $out, $err) = psql("SELECT dpwin._probe_exchange('t040_r1')");
+	my ($rc, $out, $err) = psql("SELECT dpwin_test.probe_exchange('t040_r1')");
 	is($rc, 0, 'EXCHANGE TABLES works in an Atomic database') or diag($err);
 	is(ch_ok("SELECT count() FROM system.tables WHERE database = " . ch_literal($db) . " AND startsWith(name, '_dpwin_probe_')"),
 		"0\n", 'the probe tables are dropped');
 	my $mr = route($memdb, 'tm');
-	like(psql_err("SELECT dpwin._probe_exchange(" . pg_literal($mr) . ")") // 'ok',
+	like(psql_err("SELECT dpwin_test.probe_exchange(" . pg_literal($mr) . ")") // 'ok',
 		qr/^0A000: ClickHouse database `\Q$memdb\E` has engine Memory, not Atomic/,
 		'the probe refuses a Memory database before creating anything');
 	is(ch_ok("SELECT count() FROM system.tables WHERE database = " . ch_literal($memdb) . " AND startsWith(name, '_dpwin_probe_')"),
@@ -356,18 +356,18 @@ refused('window column DateTime', $db, 'wdt',
 	ch_ok("INSERT INTO " . qn($db, 'kp3') . " VALUES "
 		  . "(1, '2026-01-01 00:00:00.000'), (2, '2026-01-01 00:00:00.001'), (3, NULL), "
 		  . "(4, '2025-12-31 23:59:59.999'), (5, '2026-01-01 00:00:01.000'), (6, '2026-01-01 00:00:00.999')");
-	my $keep = psql_ok("SELECT dpwin._keep_predicate('w', true, '2026-01-01 00:00:00.0005+00', '2026-01-01 00:00:01+00')");
+	my $keep = psql_ok("SELECT dpwin_test.keep_predicate('w', true, '2026-01-01 00:00:00.0005+00', '2026-01-01 00:00:01+00')");
 	is(ch_ok("SELECT arrayStringConcat(groupArray(toString(id)), ',') FROM (SELECT id FROM " . qn($db, 'kp3') . " WHERE $keep ORDER BY id)"),
 		"1,3,4,5\n", 'keep predicate: outside [lo, hi) and NULL kept, exact at sub-millisecond bounds');
 
 	ch_table($db, 'kp0', "(id Int32, w DateTime64(0, 'UTC')) ENGINE = MergeTree ORDER BY id");
 	ch_ok("INSERT INTO " . qn($db, 'kp0') . " VALUES (1, '2026-01-01 00:00:00'), (2, '2026-01-01 00:00:01'), (3, '2026-01-01 00:00:02')");
-	$keep = psql_ok("SELECT dpwin._keep_predicate('w', false, '2026-01-01 00:00:00.5+00', '2026-01-01 00:00:02+00')");
+	$keep = psql_ok("SELECT dpwin_test.keep_predicate('w', false, '2026-01-01 00:00:00.5+00', '2026-01-01 00:00:02+00')");
 	unlike($keep, qr/IS NULL/, 'no NULL branch for a non-Nullable window column');
 	is(ch_ok("SELECT arrayStringConcat(groupArray(toString(id)), ',') FROM (SELECT id FROM " . qn($db, 'kp0') . " WHERE $keep ORDER BY id)"),
 		"1,3\n", 'keep predicate on DateTime64(0): exact at a half-second bound');
 
-	like(psql_err("SELECT dpwin._keep_predicate('w', false, '-infinity', '2026-01-01+00')") // 'ok',
+	like(psql_err("SELECT dpwin_test.keep_predicate('w', false, '-infinity', '2026-01-01+00')") // 'ok',
 		qr/^22008: lower bound of the window is not a finite timestamp/, 'an infinite bound is refused');
 }
 

@@ -435,9 +435,9 @@ sub pg_window_digest
 	my ($key) = @_;
 	my $row = join(' || ', map {
 		my $t = $_->[3] =~ s/'/''/gr;
-		"dpwin._encode_rowbinary($_->[0], '$t')"
+		"dpwin_test.encode_rowbinary($_->[0], '$t')"
 	} @cols);
-	return psql_ok_long("SELECT dpwin._digest_rows('$key', array_agg($row)) FROM $src WHERE $pg_in");
+	return psql_ok_long("SELECT dpwin_test.digest_rows('$key', array_agg($row)) FROM $src WHERE $pg_in");
 }
 
 is(ch_window_digest($r->{key}), $r->{digest},

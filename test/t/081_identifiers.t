@@ -155,7 +155,7 @@ is(pg("SELECT source_schema || '|' || source_table || '|' || window_column || '|
 	join('|', $schema, $table, $c_w, $db, $ch_table), 'dpwin.routes shows every name exactly');
 is(pg("SELECT array_to_string(columns, '|') FROM dpwin.routes WHERE route_name = '$route'"),
 	join('|', @cols), '... and the columns');
-is(pg("SELECT dpwin._admit_target('$route') ->> 'quoted_columns'"),
+is(pg("SELECT dpwin_test.admit_target('$route') ->> 'quoted_columns'"),
 	join(', ', $cid, $cw, $cv, $cmix, $cinj), 'admission quotes every target column');
 
 # ---- refresh ----------------------------------------------------------------------

@@ -199,7 +199,7 @@ ch_control('POST', '/faults/clear');
 my $marker = "echo-marker-$$";
 {
 	my $echo = "SELECT throwIf(1, '$marker: ' || '$real_pw')";
-	my ($rc, $o, $x) = psql("\\set VERBOSITY verbose\n" . "SELECT dpwin._ch_query('$srv', " . pg_literal($echo) . ")");
+	my ($rc, $o, $x) = psql("\\set VERBOSITY verbose\n" . "SELECT dpwin_test.ch_query('$srv', " . pg_literal($echo) . ")");
 	like($x, qr/ERROR:\s+HV000: ClickHouse error 395/, 'a ClickHouse error that quotes the password is reported');
 	my ($detail) = $x =~ /^DETAIL:\s+(.*)$/m;
 	like($detail // '', qr/\Q$marker\E: \*{8}/, '... and its detail shows ******** where the password was');

@@ -105,7 +105,7 @@ psql_ok("DROP SCHEMA IF EXISTS $schema CASCADE;
 psql_ok("CREATE USER MAPPING FOR CURRENT_USER SERVER $srv OPTIONS (user " . pg_literal($ENV{DPWIN_CH_USER})
 	  . ", password " . pg_literal($ENV{DPWIN_CH_PASSWORD}) . ")");
 psql_ok("SELECT dpwin.create_route('$route', '$schema.ev', 'observed_at', '$srv', '$db', 'ev', '7 days', '1 day', parallelism => 3)");
-is(psql_ok("SELECT verify_peer FROM dpwin._server_conf('$srv')"), 't', 'verify_peer is on by default');
+is(psql_ok("SELECT verify_peer FROM dpwin.server_conf('$srv')"), 't', 'verify_peer is on by default');
 
 # Expect a TLS refusal: HV00N, the message, the ca_file hint; nothing
 # reaches ClickHouse.
@@ -123,7 +123,7 @@ sub tls_refused
 
 # ---- verification on, no CA ---------------------------------------------------------------------
 
-tls_refused('the system CAs do not know the test CA', "SELECT dpwin._ch_query('$srv', 'SELECT 1')",
+tls_refused('the system CAs do not know the test CA', "SELECT dpwin_test.ch_query('$srv', 'SELECT 1')",
 	qr/certificate/);
 tls_refused('a refresh without the CA', "SELECT * FROM dpwin_refresh('$route', '2026-09-09 00:00:00+00')",
 	qr/certificate/);
@@ -134,7 +134,7 @@ is(ch_ok("SELECT count() FROM `$db`.`ev`"), "0\n", 'the target was not touched')
 # ---- with ca_file ---------------------------------------------------------------------------------
 
 psql_ok("ALTER SERVER $srv OPTIONS (ADD ca_file '$dir/ca.pem')");
-is(psql_ok("SELECT rtrim(dpwin._ch_query('$srv', 'SELECT 40 + 2'), E'\\n')"), '42', 'with ca_file the server is trusted');
+is(psql_ok("SELECT rtrim(dpwin_test.ch_query('$srv', 'SELECT 40 + 2'), E'\\n')"), '42', 'with ca_file the server is trusted');
 my ($state, $rows) = split /\|/, psql_ok("SELECT state, source_rows FROM dpwin_refresh('$route', '2026-09-09 00:00:00+00')");
 is($state, 'completed', 'a full refresh over HTTPS completed');
 my $pg_rows = psql_ok("SELECT id || '|' || (extract(epoch FROM observed_at) * 1000000)::bigint || '|' || encode(convert_to(note, 'UTF8'), 'hex')
@@ -148,27 +148,27 @@ is_deeply([ sort split /\n/, $ch_rows ], [ sort split /\n/, $pg_rows ], 'the tar
 # ---- what else verification refuses -------------------------------------------------------------------
 
 psql_ok("ALTER SERVER $srv OPTIONS (SET url 'https://localhost:$port')");
-tls_refused('a host name the certificate does not name', "SELECT dpwin._ch_query('$srv', 'SELECT 1')", undef);
+tls_refused('a host name the certificate does not name', "SELECT dpwin_test.ch_query('$srv', 'SELECT 1')", undef);
 psql_ok("ALTER SERVER $srv OPTIONS (SET url '$https', SET ca_file '$dir/other_ca.pem')");
-tls_refused('a certificate from another CA', "SELECT dpwin._ch_query('$srv', 'SELECT 1')", qr/certificate/);
+tls_refused('a certificate from another CA', "SELECT dpwin_test.ch_query('$srv', 'SELECT 1')", qr/certificate/);
 psql_ok("ALTER SERVER $srv OPTIONS (SET ca_file '$dir/no_such_ca.pem')");
-tls_refused('a CA file that does not exist', "SELECT dpwin._ch_query('$srv', 'SELECT 1')", undef);
+tls_refused('a CA file that does not exist', "SELECT dpwin_test.ch_query('$srv', 'SELECT 1')", undef);
 psql_ok("ALTER SERVER $srv OPTIONS (SET url 'https://127.0.0.1:$ch_port', SET ca_file '$dir/ca.pem')");
-tls_refused('https to a plain HTTP port', "SELECT dpwin._ch_query('$srv', 'SELECT 1')", undef);
+tls_refused('https to a plain HTTP port', "SELECT dpwin_test.ch_query('$srv', 'SELECT 1')", undef);
 
 # ---- verify_peer 'false': an explicit opt-out ---------------------------------------------------------
 
 like(psql_err("ALTER SERVER $srv OPTIONS (SET url '$https', DROP ca_file, ADD verify_peer 'no thanks')") // 'ok',
 	qr/^HV024: verify_peer "no thanks" is not a boolean/, 'verify_peer takes only a boolean');
 psql_ok("ALTER SERVER $srv OPTIONS (SET url '$https', DROP ca_file, ADD verify_peer 'false')");
-is(psql_ok("SELECT verify_peer FROM dpwin._server_conf('$srv')"), 'f', 'verify_peer false is stored as given');
-is(psql_ok("SELECT rtrim(dpwin._ch_query('$srv', 'SELECT 7'), E'\\n')"), '7', 'with verify_peer false an unknown CA is accepted');
+is(psql_ok("SELECT verify_peer FROM dpwin.server_conf('$srv')"), 'f', 'verify_peer false is stored as given');
+is(psql_ok("SELECT rtrim(dpwin_test.ch_query('$srv', 'SELECT 7'), E'\\n')"), '7', 'with verify_peer false an unknown CA is accepted');
 psql_ok("ALTER SERVER $srv OPTIONS (SET url 'https://localhost:$port')");
-is(psql_ok("SELECT rtrim(dpwin._ch_query('$srv', 'SELECT 8'), E'\\n')"), '8', '... and so is a host name the certificate does not name');
+is(psql_ok("SELECT rtrim(dpwin_test.ch_query('$srv', 'SELECT 8'), E'\\n')"), '8', '... and so is a host name the certificate does not name');
 ($state) = split /\|/, psql_ok("SELECT state FROM dpwin_refresh('$route', '2026-09-09 00:00:00+00')");
 is($state, 'completed', '... and a refresh works');
 psql_ok("ALTER SERVER $srv OPTIONS (SET url '$https', DROP verify_peer)");
-tls_refused('dropping verify_peer turns verification back on', "SELECT dpwin._ch_query('$srv', 'SELECT 1')", undef);
+tls_refused('dropping verify_peer turns verification back on', "SELECT dpwin_test.ch_query('$srv', 'SELECT 1')", undef);
 
 # ---- clean up -------------------------------------------------------------------------------------------
 

@@ -1,0 +1,146 @@
+/* dpwin_test — test-only SQL access to dpwin's internals.
+ *
+ * Installed by the test sandbox only.  Every function is revoked from
+ * PUBLIC: only superusers may call them.
+ */
+
+\echo Use "CREATE EXTENSION dpwin_test" to load this file. \quit
+
+/* dpwin — test-only functions of the RowBinary encoder and the digest
+ *
+ * These expose rowbinary.c and digest.c to SQL so that the encoder parity
+ * test (test/t/020_rowbinary_parity.t) can compare dpwin's bytes with
+ * ClickHouse's formatRow('RowBinary', ...).  They read no tables and have
+ * no side effects; the leading underscore marks them as not part of the
+ * user interface.
+ */
+
+/*
+ * The RowBinary bytes of one value written as ClickHouse type ch_type (as
+ * system.columns.type prints it).  The value counts as NOT NULL unless
+ * ch_type is Nullable.  With window_value, fidelity errors name the row by
+ * it, as they do during a refresh.
+ */
+CREATE FUNCTION dpwin_test.encode_rowbinary(value anyelement, ch_type text,
+										window_value timestamptz DEFAULT NULL)
+	RETURNS bytea
+	LANGUAGE C STABLE PARALLEL SAFE
+	AS 'MODULE_PATHNAME', 'dpwin__encode_rowbinary';
+
+/* Reference SipHash-2-4 under key (k0, k1); the uint64 as two's complement. */
+CREATE FUNCTION dpwin_test.siphash24(k0 bigint, k1 bigint, data bytea)
+	RETURNS bigint
+	LANGUAGE C STRICT IMMUTABLE PARALLEL SAFE
+	AS 'MODULE_PATHNAME', 'dpwin__siphash24';
+
+/* NULL if a column of type typ(typmod) can be written as ch_type, else why not. */
+CREATE FUNCTION dpwin_test.rb_type_parity(typ regtype, typmod integer,
+									  notnull boolean, ch_type text)
+	RETURNS text
+	LANGUAGE C STRICT STABLE PARALLEL SAFE
+	AS 'MODULE_PATHNAME', 'dpwin__rb_type_parity';
+
+/* The ClickHouse type dpwin would choose for such a column (NULL: none). */
+CREATE FUNCTION dpwin_test.rb_default_ch_type(typ regtype, typmod integer,
+										  notnull boolean)
+	RETURNS text
+	LANGUAGE C STRICT STABLE PARALLEL SAFE
+	AS 'MODULE_PATHNAME', 'dpwin__rb_default_ch_type';
+
+/* The digest ("count:sum1:sum2") of RowBinary rows under key "k1a:k1b:k2a:k2b". */
+CREATE FUNCTION dpwin_test.digest_rows(key text, rows bytea[])
+	RETURNS text
+	LANGUAGE C STRICT IMMUTABLE PARALLEL SAFE
+	AS 'MODULE_PATHNAME', 'dpwin__digest_rows';
+
+/* The ClickHouse select-list computing the same digest over given columns. */
+CREATE FUNCTION dpwin_test.digest_ch_select_list(key text, quoted_columns text)
+	RETURNS text
+	LANGUAGE C STRICT IMMUTABLE PARALLEL SAFE
+	AS 'MODULE_PATHNAME', 'dpwin__digest_ch_select_list';
+
+/* dpwin — test-only access to the ClickHouse client (docs/transport.md)
+ *
+ * dpwin_test.ch_query(server, sql) runs one statement on a dpwin_clickhouse
+ * foreign server with the caller's user mapping, through the same client
+ * the refresh uses (same settings, same error mapping), and returns the
+ * raw answer.  It exists for the test suite; it is not part of the user
+ * interface and only superusers may call it.
+ */
+
+CREATE FUNCTION dpwin_test.ch_query(server name, sql text) RETURNS text
+	LANGUAGE C STRICT VOLATILE PARALLEL UNSAFE
+	AS 'MODULE_PATHNAME', 'dpwin__ch_query';
+
+REVOKE ALL ON FUNCTION dpwin_test.ch_query(name, text) FROM PUBLIC;
+
+/* dpwin — test-only access to target admission (docs/admission.md)
+ *
+ * These expose target.c to SQL so that test/t/040_admission.t can check
+ * each admission rule against a real ClickHouse.  They are not part of the
+ * user interface: the leading underscore says so, and only superusers may
+ * call them.
+ */
+
+/*
+ * Admit the route's target as a refresh would (DESIGN.md §3 step 3) and
+ * return what admission learned: uuid, engine_full, keys, columns, types,
+ * window precision and nullability, schema fingerprint.  Each refusal is
+ * the error a refresh would raise.  Writes nothing.
+ */
+CREATE FUNCTION dpwin_test.admit_target(route text) RETURNS jsonb
+	LANGUAGE C STRICT VOLATILE PARALLEL UNSAFE
+	AS 'MODULE_PATHNAME', 'dpwin__admit_target';
+
+/*
+ * Probe EXCHANGE TABLES in the route's target database with two scratch
+ * tables (_dpwin_probe_*), dropped afterwards.
+ */
+CREATE FUNCTION dpwin_test.probe_exchange(route text) RETURNS void
+	LANGUAGE C STRICT VOLATILE PARALLEL UNSAFE
+	AS 'MODULE_PATHNAME', 'dpwin__probe_exchange';
+
+/* The ClickHouse predicate selecting the target rows a refresh keeps. */
+CREATE FUNCTION dpwin_test.keep_predicate(window_column text, nullable boolean,
+									  lo timestamptz, hi timestamptz)
+	RETURNS text
+	LANGUAGE C STRICT IMMUTABLE PARALLEL SAFE
+	AS 'MODULE_PATHNAME', 'dpwin__keep_predicate';
+
+REVOKE ALL ON FUNCTION dpwin_test.admit_target(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION dpwin_test.probe_exchange(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION dpwin_test.keep_predicate(text, boolean, timestamptz, timestamptz) FROM PUBLIC;
+
+/* dpwin — test-only access to the target lease (dpwin_test.c)
+ *
+ * These let an isolation spec play a runner from an ordinary session:
+ * take a target's lease and bump its fencing epoch as a coordinator does,
+ * release it, and attempt a fenced journal write with any epoch
+ * (test/isolation/specs/lease_fencing.spec).  The leading underscore marks
+ * them as not part of the user interface; only superusers may call them.
+ */
+
+/* Take the lease of dpwin.lease row target_id and bump its epoch; returns it. */
+CREATE FUNCTION dpwin_test.lease_acquire(target_id integer) RETURNS bigint
+	LANGUAGE C VOLATILE PARALLEL UNSAFE
+	AS 'MODULE_PATHNAME', 'dpwin__lease_acquire';
+
+/* Release it (the epoch stays); false if this session did not hold it. */
+CREATE FUNCTION dpwin_test.lease_release(target_id integer) RETURNS boolean
+	LANGUAGE C VOLATILE PARALLEL UNSAFE
+	AS 'MODULE_PATHNAME', 'dpwin__lease_release';
+
+/*
+ * The fence of a journal write, without the write: locks the lease row FOR
+ * SHARE until commit and fails with 55P03 when epoch is stale.
+ */
+CREATE FUNCTION dpwin_test.fenced_write(target_id integer, epoch bigint) RETURNS void
+	LANGUAGE C VOLATILE PARALLEL UNSAFE
+	AS 'MODULE_PATHNAME', 'dpwin__fenced_write';
+
+REVOKE ALL ON FUNCTION dpwin_test.lease_acquire(integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION dpwin_test.lease_release(integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION dpwin_test.fenced_write(integer, bigint) FROM PUBLIC;
+
+/* Superusers only, every one of them. */
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA dpwin_test FROM PUBLIC;

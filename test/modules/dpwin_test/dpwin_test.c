@@ -1,0 +1,459 @@
+/*-------------------------------------------------------------------------
+ *
+ * dpwin_test.c
+ *	  SQL access to dpwin's internals for the test suite only: the RowBinary
+ *	  encoder and type parity, the digest, target admission, the ClickHouse
+ *	  client and the target lease.  This module is built and installed by
+ *	  the test sandbox (test/sandbox.sh), never by the product; its
+ *	  functions live in schema dpwin_test and only superusers may call
+ *	  them.
+ *
+ *	  It calls dpwin's own functions, which the server resolves in the
+ *	  dpwin library that shared_preload_libraries loaded first.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "dpwin.h"
+
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "lib/stringinfo.h"
+#include "miscadmin.h"
+#include "nodes/nodeFuncs.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/json.h"
+#include "utils/jsonb.h"
+#include "utils/timestamp.h"
+
+#include "catalog.h"
+#include "chclient.h"
+#include "digest.h"
+#include "lease.h"
+#include "route.h"
+#include "chtype.h"
+#include "rowbinary.h"
+#include "target.h"
+
+PG_MODULE_MAGIC;
+
+
+/* ----------------------------------------------------------------
+ *		RowBinary encoder and type parity
+ * ----------------------------------------------------------------
+ */
+
+PG_FUNCTION_INFO_V1(dpwin__encode_rowbinary);
+PG_FUNCTION_INFO_V1(dpwin__rb_type_parity);
+PG_FUNCTION_INFO_V1(dpwin__rb_default_ch_type);
+
+/*
+ * dpwin_test.encode_rowbinary(value anyelement, ch_type text,
+ *                         window_value timestamptz DEFAULT NULL) -> bytea
+ *
+ * Encodes one value as a one-column row.  The column counts as NOT NULL
+ * unless ch_type is Nullable.  The argument's typmod is taken from the
+ * call expression, so table columns keep theirs.  With window_value, a
+ * second (window) column is encoded after it and stripped again, so that
+ * fidelity errors show their row detail.
+ */
+Datum
+dpwin__encode_rowbinary(PG_FUNCTION_ARGS)
+{
+	Oid			typid = get_fn_expr_argtype(fcinfo->flinfo, 0);
+	int32		typmod = -1;
+	char	   *ch_type;
+	char	   *error;
+	ChType	   *t;
+	bool		with_window;
+	char	   *names[2] = {"value", "window"};
+	Oid			typids[2];
+	int32		typmods[2] = {-1, -1};
+	bool		notnull[2] = {false, true};
+	char	   *ch_types[2];
+	Datum		values[2];
+	bool		isnull[2];
+	RbEncoder  *enc;
+	StringInfoData buf;
+	bytea	   *result;
+	int			len;
+
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("ClickHouse type must not be NULL")));
+	if (!OidIsValid(typid))
+		ereport(ERROR,
+				(errcode(ERRCODE_INDETERMINATE_DATATYPE),
+				 errmsg("could not determine the type of the value")));
+	if (fcinfo->flinfo->fn_expr && IsA(fcinfo->flinfo->fn_expr, FuncExpr))
+	{
+		List	   *args = ((FuncExpr *) fcinfo->flinfo->fn_expr)->args;
+
+		if (list_length(args) >= 1)
+			typmod = exprTypmod((Node *) linitial(args));
+	}
+	ch_type = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	/* an unparsable type is reported by rb_encoder_create() */
+	t = ch_type_parse(ch_type, &error);
+
+	with_window = PG_NARGS() >= 3 && !PG_ARGISNULL(2);
+	typids[0] = typid;
+	typmods[0] = typmod;
+	notnull[0] = t != NULL && !t->nullable;
+	ch_types[0] = ch_type;
+	values[0] = PG_ARGISNULL(0) ? (Datum) 0 : PG_GETARG_DATUM(0);
+	isnull[0] = PG_ARGISNULL(0);
+	typids[1] = TIMESTAMPTZOID;
+	ch_types[1] = "DateTime64(6, 'UTC')";
+	values[1] = with_window ? PG_GETARG_DATUM(2) : (Datum) 0;
+	isnull[1] = false;
+
+	enc = rb_encoder_create(with_window ? 2 : 1, names, typids, typmods,
+							notnull, ch_types, with_window ? 1 : -1);
+	initStringInfo(&buf);
+	rb_encode_row(enc, values, isnull, &buf);
+	len = buf.len - (with_window ? 8 : 0);
+
+	result = (bytea *) palloc(VARHDRSZ + len);
+	SET_VARSIZE(result, VARHDRSZ + len);
+	memcpy(VARDATA(result), buf.data, len);
+	PG_RETURN_BYTEA_P(result);
+}
+
+/* dpwin_test.rb_type_parity(typ regtype, typmod int, notnull bool, ch_type text) -> text */
+Datum
+dpwin__rb_type_parity(PG_FUNCTION_ARGS)
+{
+	char	   *why;
+
+	why = rb_type_parity(PG_GETARG_OID(0), PG_GETARG_INT32(1), PG_GETARG_BOOL(2),
+						 text_to_cstring(PG_GETARG_TEXT_PP(3)));
+	if (why == NULL)
+		PG_RETURN_NULL();
+	PG_RETURN_TEXT_P(cstring_to_text(why));
+}
+
+/* dpwin_test.rb_default_ch_type(typ regtype, typmod int, notnull bool) -> text */
+Datum
+dpwin__rb_default_ch_type(PG_FUNCTION_ARGS)
+{
+	char	   *t;
+
+	t = rb_default_ch_type(PG_GETARG_OID(0), PG_GETARG_INT32(1), PG_GETARG_BOOL(2));
+	if (t == NULL)
+		PG_RETURN_NULL();
+	PG_RETURN_TEXT_P(cstring_to_text(t));
+}
+
+/* ----------------------------------------------------------------
+ *		digest
+ * ----------------------------------------------------------------
+ */
+
+PG_FUNCTION_INFO_V1(dpwin__siphash24);
+
+/*
+ * dpwin_test.siphash24(k0 bigint, k1 bigint, data bytea) -> bigint: the uint64
+ * result as its two's complement, like the keys.
+ */
+Datum
+dpwin__siphash24(PG_FUNCTION_ARGS)
+{
+	uint64		k0 = (uint64) PG_GETARG_INT64(0);
+	uint64		k1 = (uint64) PG_GETARG_INT64(1);
+	bytea	   *data = PG_GETARG_BYTEA_PP(2);
+
+	PG_RETURN_INT64((int64) dpwin_siphash24(k0, k1, VARDATA_ANY(data),
+											VARSIZE_ANY_EXHDR(data)));
+}
+
+PG_FUNCTION_INFO_V1(dpwin__digest_rows);
+PG_FUNCTION_INFO_V1(dpwin__digest_ch_select_list);
+
+static void
+digest_key_arg(text *t, DpwinDigestKey *key)
+{
+	char	   *s = text_to_cstring(t);
+
+	if (!dpwin_digest_key_from_text(s, key))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid digest key \"%s\"", s),
+				 errhint("A digest key is four unsigned 64-bit decimal numbers separated by colons.")));
+}
+
+/*
+ * dpwin_test.digest_rows(key text, rows bytea[]) -> text: the digest of the
+ * given RowBinary rows (NULL elements skipped) as "count:sum1:sum2".
+ */
+Datum
+dpwin__digest_rows(PG_FUNCTION_ARGS)
+{
+	DpwinDigestKey key;
+	DpwinDigest d = DPWIN_DIGEST_INIT;
+	DpwinDigest back;
+	ArrayType  *rows = PG_GETARG_ARRAYTYPE_P(1);
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+	char	   *result;
+
+	digest_key_arg(PG_GETARG_TEXT_PP(0), &key);
+	deconstruct_array(rows, BYTEAOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
+	for (int i = 0; i < n; i++)
+	{
+		bytea	   *row;
+
+		if (nulls[i])
+			continue;
+		row = DatumGetByteaPP(elems[i]);
+		dpwin_digest_add_row(&d, &key, VARDATA_ANY(row), VARSIZE_ANY_EXHDR(row));
+	}
+	result = dpwin_digest_to_text(&d);
+	/* the text form must read back to the same digest */
+	if (!dpwin_digest_from_text(result, &back) || !dpwin_digest_equal(&d, &back))
+		elog(ERROR, "digest text form \"%s\" does not read back", result);
+	PG_RETURN_TEXT_P(cstring_to_text(result));
+}
+
+/* dpwin_test.digest_ch_select_list(key text, quoted_columns text) -> text */
+Datum
+dpwin__digest_ch_select_list(PG_FUNCTION_ARGS)
+{
+	DpwinDigestKey key;
+
+	digest_key_arg(PG_GETARG_TEXT_PP(0), &key);
+	PG_RETURN_TEXT_P(cstring_to_text(
+									 dpwin_digest_ch_select_list(&key,
+																 text_to_cstring(PG_GETARG_TEXT_PP(1)))));
+}
+
+/* ----------------------------------------------------------------
+ *		ClickHouse client
+ * ----------------------------------------------------------------
+ */
+
+PG_FUNCTION_INFO_V1(dpwin__ch_query);
+
+Datum
+dpwin__ch_query(PG_FUNCTION_ARGS)
+{
+	Name		server = PG_GETARG_NAME(0);
+	char	   *sql = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	DpwinServerConf *conf;
+	ChClient   *client;
+	char	   *body;
+
+	conf = dpwin_server_conf(NameStr(*server), GetUserId());
+	client = ch_client_open(conf, "dpwin-test-");
+	body = ch_exec(client, sql);
+	ch_client_close(client);
+	PG_RETURN_TEXT_P(cstring_to_text(body));
+}
+
+/* ----------------------------------------------------------------
+ *		target admission
+ * ----------------------------------------------------------------
+ */
+
+static void
+json_string_array(StringInfo buf, int n, char **items)
+{
+	appendStringInfoChar(buf, '[');
+	for (int i = 0; i < n; i++)
+	{
+		if (i > 0)
+			appendStringInfoString(buf, ", ");
+		escape_json(buf, items[i]);
+	}
+	appendStringInfoChar(buf, ']');
+}
+
+static ChClient *
+open_client_for_route(const char *route_name, DpwinRoute **route_out)
+{
+	DpwinRoute *route = dpwin_route_load(route_name, false);
+	DpwinServerConf *conf;
+
+	dpwin_route_check_owner(route, "admit");
+	conf = dpwin_server_conf(route->server_name, GetUserId());
+	*route_out = route;
+	return ch_client_open(conf, "dpwin-admit-");
+}
+
+PG_FUNCTION_INFO_V1(dpwin__admit_target);
+
+/* dpwin_test.admit_target(route text) RETURNS jsonb */
+Datum
+dpwin__admit_target(PG_FUNCTION_ARGS)
+{
+	char	   *route_name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	DpwinRoute *route;
+	ChClient   *client = open_client_for_route(route_name, &route);
+	DpwinTargetInfo *info;
+	StringInfoData buf;
+
+	info = dpwin_target_admit(client, route);
+	ch_client_close(client);
+
+	initStringInfo(&buf);
+	appendStringInfoString(&buf, "{\"database\": ");
+	escape_json(&buf, info->database);
+	appendStringInfoString(&buf, ", \"table\": ");
+	escape_json(&buf, info->table);
+	appendStringInfoString(&buf, ", \"uuid\": ");
+	escape_json(&buf, info->uuid);
+	appendStringInfoString(&buf, ", \"engine_full\": ");
+	escape_json(&buf, info->engine_full);
+	appendStringInfoString(&buf, ", \"partition_key\": ");
+	escape_json(&buf, info->partition_key);
+	appendStringInfoString(&buf, ", \"sorting_key\": ");
+	escape_json(&buf, info->sorting_key);
+	appendStringInfoString(&buf, ", \"columns\": ");
+	json_string_array(&buf, info->ncolumns, info->column_names);
+	appendStringInfoString(&buf, ", \"types\": ");
+	json_string_array(&buf, info->ncolumns, info->column_types);
+	appendStringInfo(&buf, ", \"window_precision\": %d, \"window_nullable\": %s",
+					 info->window_precision,
+					 info->window_nullable ? "true" : "false");
+	appendStringInfoString(&buf, ", \"schema_fingerprint\": ");
+	escape_json(&buf, info->schema_fingerprint);
+	appendStringInfoString(&buf, ", \"quoted_columns\": ");
+	escape_json(&buf, info->quoted_columns);
+	appendStringInfoChar(&buf, '}');
+
+	PG_RETURN_DATUM(DirectFunctionCall1(jsonb_in, CStringGetDatum(buf.data)));
+}
+
+PG_FUNCTION_INFO_V1(dpwin__probe_exchange);
+
+/* dpwin_test.probe_exchange(route text) RETURNS void */
+Datum
+dpwin__probe_exchange(PG_FUNCTION_ARGS)
+{
+	char	   *route_name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	DpwinRoute *route;
+	ChClient   *client = open_client_for_route(route_name, &route);
+
+	dpwin_target_probe_exchange(client, route->target_database);
+	ch_client_close(client);
+	PG_RETURN_VOID();
+}
+
+PG_FUNCTION_INFO_V1(dpwin__keep_predicate);
+
+/*
+ * dpwin_test.keep_predicate(window_column text, nullable bool, lo timestamptz,
+ * hi timestamptz) RETURNS text
+ */
+Datum
+dpwin__keep_predicate(PG_FUNCTION_ARGS)
+{
+	char	   *column = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	DpwinTargetInfo info = {0};
+
+	info.window_nullable = PG_GETARG_BOOL(1);
+	PG_RETURN_TEXT_P(cstring_to_text(dpwin_target_keep_predicate(&info, column,
+																 PG_GETARG_TIMESTAMPTZ(2),
+																 PG_GETARG_TIMESTAMPTZ(3))));
+}
+
+/* ----------------------------------------------------------------
+ *		target lease
+ * ----------------------------------------------------------------
+ */
+
+PG_FUNCTION_INFO_V1(dpwin__lease_acquire);
+PG_FUNCTION_INFO_V1(dpwin__lease_release);
+PG_FUNCTION_INFO_V1(dpwin__fenced_write);
+
+/* Refuse non-superusers, and targets without a dpwin.lease row. */
+static int32
+testing_target_arg(FunctionCallInfo fcinfo, const char *fn)
+{
+	int32		target_id;
+	Oid			types[1] = {INT4OID};
+	Datum		args[1];
+
+	if (!superuser())
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("only superusers may call %s", fn),
+				 errdetail("It is a test function: it takes or fences a target's lease.")));
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("target_id must not be NULL")));
+	target_id = PG_GETARG_INT32(0);
+	args[0] = Int32GetDatum(target_id);
+	if (dpwin_catalog_exec("SELECT 1 FROM dpwin.lease WHERE target_id = $1",
+						   1, types, args, NULL, true) != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("dpwin target %d does not exist", target_id),
+				 errhint("Targets are the rows of dpwin.lease.")));
+	return target_id;
+}
+
+/*
+ * dpwin_test.lease_acquire(target_id) -> the new epoch.  Takes the target's
+ * lease for this session (waiting up to dpwin.lease_timeout, failing with
+ * 55P03 naming the holder) and bumps the epoch in the current transaction,
+ * as a coordinator does in one of its own.
+ */
+Datum
+dpwin__lease_acquire(PG_FUNCTION_ARGS)
+{
+	int32		target_id;
+	int64		epoch;
+
+	SPI_connect();
+	target_id = testing_target_arg(fcinfo, "dpwin_test.lease_acquire()");
+	epoch = dpwin_lease_acquire_in_xact(target_id, NULL);
+	SPI_finish();
+	PG_RETURN_INT64(epoch);
+}
+
+/*
+ * dpwin_test.lease_release(target_id) -> whether this session held it.  The
+ * epoch stays: a runner that lost its lease keeps its old epoch, and every
+ * write it attempts is compared with the current one.
+ */
+Datum
+dpwin__lease_release(PG_FUNCTION_ARGS)
+{
+	int32		target_id;
+	bool		held;
+
+	SPI_connect();
+	target_id = testing_target_arg(fcinfo, "dpwin_test.lease_release()");
+	held = dpwin_lease_release_in_xact(target_id);
+	SPI_finish();
+	PG_RETURN_BOOL(held);
+}
+
+/*
+ * dpwin_test.fenced_write(target_id, epoch): the fence of every journal write
+ * (dpwin_chunk_begin, dpwin_registry_transition, ... all start with it),
+ * without the write.  Locks the lease row FOR SHARE until the end of the
+ * transaction, so a concurrent epoch bump waits for it, and fails with
+ * 55P03 "fenced: ..." when epoch is not the current one.
+ */
+Datum
+dpwin__fenced_write(PG_FUNCTION_ARGS)
+{
+	int32		target_id;
+
+	SPI_connect();
+	target_id = testing_target_arg(fcinfo, "dpwin_test.fenced_write()");
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("epoch must not be NULL")));
+	dpwin_lease_check_epoch(target_id, PG_GETARG_INT64(1));
+	SPI_finish();
+	PG_RETURN_VOID();
+}
