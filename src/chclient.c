@@ -792,3 +792,15 @@ ch_parse_tsv(const char *body)
 	}
 	return rows;
 }
+
+/* The i-th field of a row of ch_parse_tsv(): "" for a missing field or \N. */
+const char *
+ch_row_field(List *row, int i)
+{
+	char	   *s;
+
+	if (i >= list_length(row))
+		return "";
+	s = (char *) list_nth(row, i);
+	return s ? s : "";
+}

@@ -89,6 +89,9 @@ extern char *ch_qualified_name(const char *database, const char *table);
  */
 extern List *ch_parse_tsv(const char *body);
 
+/* The i-th field of a parsed row: "" for a missing field or \N. */
+extern const char *ch_row_field(List *row, int i);
+
 /*
  * The only value of a one-row, one-column answer (NULL for \N); ereports
  * otherwise.

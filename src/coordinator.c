@@ -54,6 +54,7 @@
 #include "registry.h"
 #include "route.h"
 #include "source.h"
+#include "admission.h"
 #include "target.h"
 #include "window.h"
 

@@ -73,18 +73,6 @@ typedef struct PartitionMeta
 	bool		outside;		/* every part lies outside the window */
 } PartitionMeta;
 
-/* The i-th field of a parsed TSV row, "" for a missing field or \N. */
-static const char *
-field(List *row, int i)
-{
-	char	   *s;
-
-	if (i >= list_length(row))
-		return "";
-	s = (char *) list_nth(row, i);
-	return s ? s : "";
-}
-
 static bool
 string_in_list(const char *s, List *list)
 {
@@ -266,10 +254,10 @@ read_partitions(ChClient *client, const char *database, const char *table,
 					(errcode(ERRCODE_PROTOCOL_VIOLATION),
 					 errmsg("unexpected answer from ClickHouse about the partitions of %s",
 							ch_qualified_name(database, table))));
-		p->id = pstrdup(field(row, 0));
-		p->parts = pg_strtoint64(field(row, 1));
-		p->rows = pg_strtoint64(field(row, 2));
-		p->outside = strcmp(field(row, 3), "1") == 0;
+		p->id = pstrdup(ch_row_field(row, 0));
+		p->parts = pg_strtoint64(ch_row_field(row, 1));
+		p->rows = pg_strtoint64(ch_row_field(row, 2));
+		p->outside = strcmp(ch_row_field(row, 3), "1") == 0;
 		result = lappend(result, p);
 	}
 	return result;
@@ -340,7 +328,7 @@ dpwin_partition_plan(ChClient *client, const DpwinTargetInfo *target,
 											 ch_quote_literal(target->database),
 											 literal_list(staging_tables))));
 		foreach(lc, rows)
-			staged = lappend(staged, pstrdup(field((List *) lfirst(lc), 0)));
+			staged = lappend(staged, pstrdup(ch_row_field((List *) lfirst(lc), 0)));
 	}
 
 	plan->cloning = true;
@@ -460,8 +448,8 @@ dpwin_partition_fill_staged(ChClient *client, const DpwinTargetInfo *target,
 	{
 		List	   *row = (List *) lfirst(lc);
 
-		sources = lappend(sources, pstrdup(field(row, 0)));
-		ids = lappend(ids, pstrdup(field(row, 1)));
+		sources = lappend(sources, pstrdup(ch_row_field(row, 0)));
+		ids = lappend(ids, pstrdup(ch_row_field(row, 1)));
 	}
 	if (ids != NIL)
 		attach_partitions(client, target, ids, sources, generation);
@@ -515,7 +503,7 @@ dpwin_partition_verify_cloned(ChClient *client, const DpwinTargetInfo *target,
 										 ldb, ch_quote_literal(target->table), cloned_list,
 										 ldb, ch_quote_literal(generation), cloned_list)));
 	foreach(lc, rows)
-		differ = lappend(differ, pstrdup(field((List *) lfirst(lc), 0)));
+		differ = lappend(differ, pstrdup(ch_row_field((List *) lfirst(lc), 0)));
 
 	/* Same rows in other parts (a merge), or a change of the target? */
 	if (differ != NIL)

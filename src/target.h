@@ -1,9 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * target.h
- *	  The ClickHouse side of a refresh: admission of the target, staging
- *	  tables, building and verifying the replacement generation, EXCHANGE,
- *	  and UUID reconciliation.  Never reads PostgreSQL data.
+ *	  The ClickHouse side of a refresh after admission (admission.h):
+ *	  staging and generation tables, digests, window predicates, EXCHANGE
+ *	  and UUID lookups.  Never reads PostgreSQL data.
  *
  *	  Every function runs ClickHouse statements through chclient and
  *	  ereports on failure; the coordinator holds the target's lease while
@@ -35,25 +35,6 @@ typedef struct DpwinTargetInfo
 	char	   *schema_fingerprint; /* SHA-256 hex over names/types/engine */
 	char	   *quoted_columns; /* "`a`, `b`, ..." in target order */
 } DpwinTargetInfo;
-
-/*
- * Admission (DESIGN.md §3 step 3, issue 5): Atomic database, plain
- * MergeTree, no TTL, projections, dependent views, DEFAULT/MATERIALIZED/
- * ALIAS columns, active mutations or row policies; the route's columns in
- * the same order with parity of types (rowbinary.c); window column
- * DateTime64(p, 'UTC') with p <= 6 (optionally Nullable).  Each refusal
- * ereports with its own errcode and a message naming the target and what
- * is wrong, before anything is written.
- */
-extern DpwinTargetInfo *dpwin_target_admit(ChClient *client,
-										   const DpwinRoute *route);
-
-/*
- * Probe once per server that EXCHANGE TABLES works (two scratch tables in
- * the target database, dropped afterwards); a clear error when it does
- * not, or when the server is too old for Atomic/EXCHANGE/DateTime64.
- */
-extern void dpwin_target_probe_exchange(ChClient *client, const char *database);
 
 /*
  * CREATE TABLE db.name AS db.target (same structure, engine, keys,

@@ -35,6 +35,7 @@
 #include "route.h"
 #include "chtype.h"
 #include "rowbinary.h"
+#include "admission.h"
 #include "target.h"
 
 PG_MODULE_MAGIC;

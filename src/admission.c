@@ -1,0 +1,1221 @@
+/*-------------------------------------------------------------------------
+ *
+ * admission.c
+ *	  Admission of a ClickHouse target before any data moves: the server's
+ *	  version and functions, the database engine, the table's engine,
+ *	  columns and type parity, TTL, projections, dependent views, computed
+ *	  columns, active mutations and row policies, and the probe that
+ *	  EXCHANGE TABLES works.  Reads system tables only; writes nothing but
+ *	  the probe's two scratch tables.
+ *
+ *	  Every statement goes through chclient; every identifier is quoted
+ *	  with ch_quote_ident() and every string with ch_quote_literal(), so
+ *	  names with quotes, backticks, semicolons or any UTF-8 are safe.
+ *
+ *	  docs/admission.md explains each admission rule and why it exists.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "dpwin.h"
+
+#include "admission.h"
+#include "chtype.h"
+
+#include "common/cryptohash.h"
+#include "common/int.h"
+#include "common/sha2.h"
+#include "fmgr.h"
+#include "lib/stringinfo.h"
+#include "miscadmin.h"
+#include "rowbinary.h"
+#include "utils/builtins.h"
+#include "utils/json.h"
+#include "utils/jsonb.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+/*
+ * Oldest server dpwin admits.  23.3 (LTS) has Atomic databases by default,
+ * DateTime64 with a time zone, EXCHANGE TABLES, every system table the
+ * admission reads and every setting chclient pins on each request; the
+ * functions the digest needs are checked by name as well.
+ */
+#define DPWIN_CH_MIN_MAJOR	23
+#define DPWIN_CH_MIN_MINOR	3
+
+/* ClickHouse exception codes we react to. */
+#define CH_UNKNOWN_SETTING	115
+#define CH_ACCESS_DENIED	497
+
+/* Functions the refresh needs, with what needs them (for messages). */
+static const struct
+{
+	const char *name;
+	const char *purpose;
+}			required_functions[] =
+{
+	{"sipHash64Keyed", "the typed multiset digest"},
+	{"formatRow", "the typed multiset digest"},
+	{"fromUnixTimestamp64Micro", "the window bounds"},
+};
+
+/* What the first round trip learned about the server. */
+typedef struct ServerFacts
+{
+	char	   *version;
+	bool		has_projections_table;
+} ServerFacts;
+
+/* One target column as system.columns shows it. */
+typedef struct TargetColumn
+{
+	int			position;
+	char	   *name;
+	char	   *type;
+	char	   *default_kind;
+} TargetColumn;
+
+/* Servers (url + database) whose EXCHANGE already worked in this backend. */
+static List *probed_exchange = NIL;
+
+static void check_server(ChClient *client, ServerFacts *facts);
+static char *format_ident_like_server(const char *ident);
+static bool is_bare_word(const char *s);
+static char *mv_target_condition(const char *database, const char *table);
+static bool ctq_has_bare_word(const char *query, const char *word);
+static bool ctq_has_projection_clause(const char *query);
+static char *ctq_body(const char *query);
+static void check_ttl(ChClient *client, const char *qname,
+					  const char *create_query);
+static void check_row_policies(ChClient *client, const char *database,
+							   const char *table, const char *qname);
+static bool parse_window_type(const char *type, int *precision,
+							  bool *nullable, char **tz);
+static char *schema_fingerprint(int ncolumns, char **names, char **types,
+								const char *engine_full,
+								const char *create_query);
+static int	compare_columns_by_position(const ListCell *a, const ListCell *b);
+static char *names_list(List *names);
+static void probe_cleanup(ChClient *client, const char *qa, const char *qb,
+						  MemoryContext cxt);
+static void probe_remember(const char *key);
+static void probe_uuids(ChClient *client, const char *database, const char *a,
+						const char *b, char **uuid_a, char **uuid_b);
+static void check_database(const char *database, const char *engine,
+						   const char *qname);
+
+
+/* ----------------------------------------------------------------------
+ * Small helpers
+ * ----------------------------------------------------------------------
+ */
+
+/* Comma-separated list of C strings, for error details. */
+static char *
+names_list(List *names)
+{
+	StringInfoData buf;
+	ListCell   *lc;
+
+	initStringInfo(&buf);
+	foreach(lc, names)
+	{
+		if (buf.len > 0)
+			appendStringInfoString(&buf, ", ");
+		appendStringInfoString(&buf, (const char *) lfirst(lc));
+	}
+	return buf.data;
+}
+
+/* [A-Za-z_][A-Za-z0-9_]*: what ClickHouse may print without backticks. */
+static bool
+is_bare_word(const char *s)
+{
+	const char *p;
+
+	if (!((s[0] >= 'A' && s[0] <= 'Z') || (s[0] >= 'a' && s[0] <= 'z') ||
+		  s[0] == '_'))
+		return false;
+	for (p = s + 1; *p; p++)
+	{
+		if (!((*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') ||
+			  (*p >= '0' && *p <= '9') || *p == '_'))
+			return false;
+	}
+	return true;
+}
+
+/*
+ * An identifier in backticks the way ClickHouse's formatter writes it into
+ * create_table_query (backslash escapes for control characters, backslash
+ * and backtick), so that we can find it in that text.
+ */
+static char *
+format_ident_like_server(const char *ident)
+{
+	StringInfoData buf;
+	const char *p;
+
+	initStringInfo(&buf);
+	appendStringInfoChar(&buf, '`');
+	for (p = ident; *p; p++)
+	{
+		switch (*p)
+		{
+			case '\b':
+				appendStringInfoString(&buf, "\\b");
+				break;
+			case '\f':
+				appendStringInfoString(&buf, "\\f");
+				break;
+			case '\n':
+				appendStringInfoString(&buf, "\\n");
+				break;
+			case '\r':
+				appendStringInfoString(&buf, "\\r");
+				break;
+			case '\t':
+				appendStringInfoString(&buf, "\\t");
+				break;
+			case '\\':
+				appendStringInfoString(&buf, "\\\\");
+				break;
+			case '`':
+				appendStringInfoString(&buf, "\\`");
+				break;
+			default:
+				appendStringInfoChar(&buf, *p);
+				break;
+		}
+	}
+	appendStringInfoChar(&buf, '`');
+	return buf.data;
+}
+
+/*
+ * SQL condition on system.tables.create_table_query that is true for a
+ * materialized view writing into database.table ("... TO db.t (...").
+ * ClickHouse prints a name bare when it is a plain word and not a keyword,
+ * else in backticks; versions differ on keywords, so both spellings of
+ * each part are tried.
+ */
+static char *
+mv_target_condition(const char *database, const char *table)
+{
+	const char *dbs[2];
+	const char *tbs[2];
+	int			ndb = 0,
+				ntb = 0;
+	StringInfoData buf;
+
+	dbs[ndb++] = format_ident_like_server(database);
+	if (is_bare_word(database))
+		dbs[ndb++] = database;
+	tbs[ntb++] = format_ident_like_server(table);
+	if (is_bare_word(table))
+		tbs[ntb++] = table;
+
+	initStringInfo(&buf);
+	appendStringInfoChar(&buf, '(');
+	for (int i = 0; i < ndb; i++)
+	{
+		for (int j = 0; j < ntb; j++)
+		{
+			char	   *needle = psprintf(" TO %s.%s ", dbs[i], tbs[j]);
+
+			if (i > 0 || j > 0)
+				appendStringInfoString(&buf, " OR ");
+			appendStringInfo(&buf, "position(create_table_query, %s) > 0",
+							 ch_quote_literal(needle));
+		}
+	}
+	appendStringInfoChar(&buf, ')');
+	return buf.data;
+}
+
+
+/* ----------------------------------------------------------------------
+ * A lexer over create_table_query
+ *
+ * ClickHouse formats create_table_query itself: keywords in upper case,
+ * column names always in backticks in the column list, other identifiers
+ * bare when they are plain words.  The lexer skips string literals and
+ * quoted identifiers and reports bare words with their parenthesis depth,
+ * whether they start an element of a parenthesized list, and which
+ * top-level parenthesized group they are in (group 1 is the column list).
+ * ----------------------------------------------------------------------
+ */
+typedef struct CtqLexer
+{
+	const char *p;
+	int			depth;
+	int			group;			/* number of depth-0 '(' seen so far */
+	bool		elem_start;
+} CtqLexer;
+
+static void
+ctq_skip_quoted(CtqLexer *lx)
+{
+	char		q = *lx->p++;
+
+	while (*lx->p)
+	{
+		if (*lx->p == '\\' && lx->p[1] != '\0')
+			lx->p += 2;
+		else if (*lx->p == q && lx->p[1] == q)
+			lx->p += 2;			/* doubled quote */
+		else if (*lx->p == q)
+		{
+			lx->p++;
+			return;
+		}
+		else
+			lx->p++;
+	}
+}
+
+static bool
+ctq_is_word_start(char c)
+{
+	return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_';
+}
+
+static bool
+ctq_is_word_char(char c)
+{
+	return ctq_is_word_start(c) || (c >= '0' && c <= '9');
+}
+
+/* The next bare word, or false at the end of the text. */
+static bool
+ctq_next_word(CtqLexer *lx, const char **word, int *len, bool *elem_start)
+{
+	while (*lx->p)
+	{
+		char		c = *lx->p;
+
+		if (c == ' ' || c == '\t' || c == '\n' || c == '\r')
+			lx->p++;
+		else if (c == '\'' || c == '`' || c == '"')
+		{
+			ctq_skip_quoted(lx);
+			lx->elem_start = false;
+		}
+		else if (c == '(')
+		{
+			if (lx->depth == 0)
+				lx->group++;
+			lx->depth++;
+			lx->p++;
+			lx->elem_start = true;
+		}
+		else if (c == ')')
+		{
+			if (lx->depth > 0)
+				lx->depth--;
+			lx->p++;
+			lx->elem_start = false;
+		}
+		else if (c == ',')
+		{
+			lx->p++;
+			lx->elem_start = true;
+		}
+		else if (ctq_is_word_start(c))
+		{
+			const char *start = lx->p;
+
+			while (ctq_is_word_char(*lx->p))
+				lx->p++;
+			*word = start;
+			*len = (int) (lx->p - start);
+			*elem_start = lx->elem_start;
+			lx->elem_start = false;
+			return true;
+		}
+		else if (c >= '0' && c <= '9')
+		{
+			/* a number, including 1e10, 0x1F, 1.5 */
+			while (ctq_is_word_char(*lx->p) || *lx->p == '.')
+				lx->p++;
+			lx->elem_start = false;
+		}
+		else
+		{
+			lx->p++;
+			lx->elem_start = false;
+		}
+	}
+	return false;
+}
+
+/* Does the text contain word, exactly (case-sensitive), as a bare word? */
+static bool
+ctq_has_bare_word(const char *query, const char *word)
+{
+	CtqLexer	lx = {query, 0, 0, false};
+	const char *w;
+	int			len;
+	bool		es;
+	int			wlen = strlen(word);
+
+	while (ctq_next_word(&lx, &w, &len, &es))
+	{
+		if (len == wlen && memcmp(w, word, len) == 0)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * Does the column list declare a projection?  In the column list every
+ * column name is in backticks, so a bare PROJECTION that starts an element
+ * at depth 1 of the first group is the keyword.  Used only on servers
+ * without system.projections.
+ */
+static bool
+ctq_has_projection_clause(const char *query)
+{
+	CtqLexer	lx = {query, 0, 0, false};
+	const char *w;
+	int			len;
+	bool		es;
+
+	while (ctq_next_word(&lx, &w, &len, &es))
+	{
+		if (lx.group == 1 && lx.depth == 1 && es &&
+			len == 10 && memcmp(w, "PROJECTION", 10) == 0)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * create_table_query without "CREATE TABLE db.name": everything from the
+ * column list on, which is the same for a table and its CREATE TABLE AS
+ * copies.  The column list is the first " (`" (a backtick inside a quoted
+ * name is escaped, so the name cannot contain that sequence).  NULL when
+ * the text does not have that shape.
+ */
+static char *
+ctq_body(const char *query)
+{
+	const char *p = strstr(query, " (`");
+
+	return p ? pstrdup(p) : NULL;
+}
+
+
+/* ----------------------------------------------------------------------
+ * Server checks
+ * ----------------------------------------------------------------------
+ */
+
+/*
+ * First round trip: version, functions the refresh relies on, and whether
+ * system.projections exists.  Refuses a server that is too old before
+ * anything is written.
+ */
+static void
+check_server(ChClient *client, ServerFacts *facts)
+{
+	StringInfoData sql;
+	ChHttpReply reply;
+	ChHttpStatus status;
+	char	   *answer;
+	List	   *rows;
+	List	   *row;
+	int			major = 0,
+				minor = 0;
+	const char *present;
+	List	   *missing = NIL;
+
+	initStringInfo(&sql);
+	appendStringInfoString(&sql,
+						   "SELECT version(), "
+						   "(SELECT count() FROM system.tables WHERE database = 'system' AND name = 'projections'), "
+						   "(SELECT arrayStringConcat(groupArray(name), ',') FROM system.functions WHERE name IN (");
+	for (int i = 0; i < (int) lengthof(required_functions); i++)
+		appendStringInfo(&sql, "%s%s", i > 0 ? ", " : "",
+						 ch_quote_literal(required_functions[i].name));
+	appendStringInfoString(&sql, "))");
+
+	/*
+	 * A server older than the settings chclient pins refuses every request
+	 * with UNKNOWN_SETTING: say that it is too old rather than relaying a
+	 * message about a setting the user never chose.
+	 */
+	status = ch_try(client, sql.data, ch_next_query_id(client, "admit-version"),
+					NULL, NULL, &reply);
+	if (status == CHHTTP_SERVER_ERROR &&
+		reply.exception_code == CH_UNKNOWN_SETTING)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("ClickHouse server \"%s\" is too old for dpwin",
+						client->conf->server_name),
+				 errdetail("The server does not know a setting dpwin sends with every request; dpwin needs ClickHouse %d.%d or later.  The server answered: %s",
+						   DPWIN_CH_MIN_MAJOR, DPWIN_CH_MIN_MINOR,
+						   reply.body.data)));
+	if (status != CHHTTP_OK)
+		ch_report(status, &reply, "reading the server version");
+	answer = reply.body.data;
+	rows = ch_parse_tsv(answer);
+	if (list_length(rows) != 1 || list_length((List *) linitial(rows)) != 3)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROTOCOL_VIOLATION),
+				 errmsg("unexpected answer from ClickHouse server \"%s\" to the version query",
+						client->conf->server_name)));
+	row = (List *) linitial(rows);
+
+	facts->version = pstrdup(ch_row_field(row, 0));
+	facts->has_projections_table = strcmp(ch_row_field(row, 1), "0") != 0;
+
+	if (sscanf(facts->version, "%d.%d", &major, &minor) != 2 ||
+		major < DPWIN_CH_MIN_MAJOR ||
+		(major == DPWIN_CH_MIN_MAJOR && minor < DPWIN_CH_MIN_MINOR))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("ClickHouse server \"%s\" is too old for dpwin",
+						client->conf->server_name),
+				 errdetail("The server reports version %s; dpwin needs %d.%d or later (Atomic databases, DateTime64 with a time zone, EXCHANGE TABLES, keyed SipHash).",
+						   facts->version, DPWIN_CH_MIN_MAJOR, DPWIN_CH_MIN_MINOR)));
+
+	present = ch_row_field(row, 2);
+	for (int i = 0; i < (int) lengthof(required_functions); i++)
+	{
+		const char *name = required_functions[i].name;
+		const char *p = present;
+		size_t		len = strlen(name);
+		bool		found = false;
+
+		/* present is "a,b,c"; function names contain no commas */
+		while (*p)
+		{
+			const char *end = strchr(p, ',');
+			size_t		plen = end ? (size_t) (end - p) : strlen(p);
+
+			if (plen == len && memcmp(p, name, len) == 0)
+			{
+				found = true;
+				break;
+			}
+			if (!end)
+				break;
+			p = end + 1;
+		}
+		if (!found)
+			missing = lappend(missing,
+							  psprintf("%s (%s)", name,
+									   required_functions[i].purpose));
+	}
+	if (missing != NIL)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("ClickHouse server \"%s\" (version %s) lacks functions dpwin needs",
+						client->conf->server_name, facts->version),
+				 errdetail("Missing: %s.", names_list(missing)),
+				 errhint("Upgrade the ClickHouse server.")));
+}
+
+/*
+ * The target's database must exist and be Atomic.  engine is NULL when it
+ * does not exist; qname names the target in messages when known.
+ */
+static void
+check_database(const char *database, const char *engine, const char *qname)
+{
+	char	   *what = qname
+		? psprintf("ClickHouse database %s of target %s", ch_quote_ident(database), qname)
+		: psprintf("ClickHouse database %s", ch_quote_ident(database));
+
+	if (engine == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("%s does not exist", what),
+				 errhint("Create it with CREATE DATABASE %s ENGINE = Atomic.",
+						 ch_quote_ident(database))));
+	if (strcmp(engine, "Atomic") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("%s has engine %s, not Atomic", what, engine),
+				 errdetail("dpwin publishes with EXCHANGE TABLES, which swaps two tables atomically only in an Atomic database.")));
+}
+
+/*
+ * Table or column TTL.  A bare upper-case TTL in create_table_query is
+ * either the keyword or a column named TTL used in an expression (a
+ * column named "ttl" prints in lower case and never matches).  Only when
+ * the word is there do we ask the server, which parses its own SQL:
+ * EXPLAIN AST shows a table TTL as TTLElement nodes, and DESCRIBE shows a
+ * column TTL as ttl_expression.
+ */
+static void
+check_ttl(ChClient *client, const char *qname, const char *create_query)
+{
+	char	   *answer;
+	List	   *rows;
+	ListCell   *lc;
+	List	   *column_ttls = NIL;
+	char	   *p;
+
+	if (!ctq_has_bare_word(create_query, "TTL"))
+		return;
+
+	answer = ch_exec(client, psprintf("EXPLAIN AST %s", create_query));
+	for (p = answer; p && *p;)
+	{
+		char	   *line = p;
+		char	   *nl = strchr(p, '\n');
+
+		while (*line == ' ')
+			line++;
+		if (strncmp(line, "TTLElement", 10) == 0 &&
+			(line[10] == ' ' || line[10] == '\n' || line[10] == '\0'))
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("ClickHouse target %s has a table TTL", qname),
+					 errdetail("A TTL deletes or moves rows of the published generation behind dpwin's verification."),
+					 errhint("Remove it with ALTER TABLE %s REMOVE TTL, or refresh another table.",
+							 qname)));
+		p = nl ? nl + 1 : NULL;
+	}
+
+	answer = ch_exec(client, psprintf("DESCRIBE TABLE %s", qname));
+	rows = ch_parse_tsv(answer);
+	foreach(lc, rows)
+	{
+		List	   *row = (List *) lfirst(lc);
+
+		/* name, type, default_type, default_expression, comment, codec, ttl */
+		if (ch_row_field(row, 6)[0] != '\0')
+			column_ttls = lappend(column_ttls,
+								  ch_quote_ident(ch_row_field(row, 0)));
+	}
+	if (column_ttls != NIL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("ClickHouse target %s has a column TTL", qname),
+				 errdetail("Columns with a TTL: %s.  A TTL resets values of the published generation behind dpwin's verification.",
+						   names_list(column_ttls)),
+				 errhint("Remove it with ALTER TABLE %s MODIFY COLUMN ... REMOVE TTL.",
+						 qname)));
+}
+
+/*
+ * Row policies on the table or its database.  Reading system.row_policies
+ * needs SHOW ROW POLICIES; without it, ask the planner whether a row-level
+ * filter applies to our own reads, which is what would silently drop rows
+ * from the generation.
+ */
+static void
+check_row_policies(ChClient *client, const char *database, const char *table,
+				   const char *qname)
+{
+	ChHttpReply reply;
+	ChHttpStatus status;
+	char	   *sql;
+
+	sql = psprintf("SELECT name FROM system.row_policies "
+				   "WHERE database = %s AND (`table` = %s OR `table` = '') "
+				   "ORDER BY name",
+				   ch_quote_literal(database), ch_quote_literal(table));
+	status = ch_try(client, sql, ch_next_query_id(client, "admit-rowpolicy"),
+					NULL, NULL, &reply);
+	if (status == CHHTTP_OK)
+	{
+		List	   *rows = ch_parse_tsv(reply.body.data);
+		List	   *names = NIL;
+		ListCell   *lc;
+
+		foreach(lc, rows)
+			names = lappend(names, (char *) ch_row_field((List *) lfirst(lc), 0));
+		if (names != NIL)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("ClickHouse target %s has row policies", qname),
+					 errdetail("Row policies: %s.  A policy filters the rows dpwin copies into the replacement generation.",
+							   names_list(names)),
+					 errhint("Drop the row policies on the target, or refresh another table.")));
+		return;
+	}
+	if (status != CHHTTP_SERVER_ERROR ||
+		reply.exception_code != CH_ACCESS_DENIED)
+		ch_report(status, &reply, "reading system.row_policies");
+
+	/* No SHOW ROW POLICIES: does a row-level filter apply to us? */
+	{
+		char	   *plan;
+
+		plan = ch_exec(client,
+					   psprintf("EXPLAIN actions = 1 SELECT * FROM %s", qname));
+		for (char *c = plan; *c; c++)
+			*c = pg_ascii_tolower((unsigned char) *c);
+		if (strstr(plan, "row level filter") != NULL ||
+			strstr(plan, "row-level security filter") != NULL ||
+			strstr(plan, "row-level filter") != NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("ClickHouse target %s has a row policy that filters dpwin's reads",
+							qname),
+					 errdetail("The query plan of a read from the target contains a row-level filter.  A policy filters the rows dpwin copies into the replacement generation."),
+					 errhint("Drop the row policies on the target, or refresh another table.")));
+	}
+}
+
+/*
+ * Parse "DateTime64(p, 'tz')", "DateTime64(p)" and their Nullable(...)
+ * forms as system.columns prints them.  *tz is NULL without a time zone.
+ */
+static bool
+parse_window_type(const char *type, int *precision, bool *nullable, char **tz)
+{
+	const char *p = type;
+	const char *q;
+	int			prec = 0;
+	int			ndigits = 0;
+
+	*nullable = false;
+	*tz = NULL;
+	if (strncmp(p, "Nullable(", 9) == 0)
+	{
+		*nullable = true;
+		p += 9;
+	}
+	if (strncmp(p, "DateTime64(", 11) != 0)
+		return false;
+	p += 11;
+	while (*p >= '0' && *p <= '9' && ndigits < 3)
+	{
+		prec = prec * 10 + (*p - '0');
+		p++;
+		ndigits++;
+	}
+	if (ndigits == 0)
+		return false;
+	if (strncmp(p, ", '", 3) == 0)
+	{
+		p += 3;
+		q = strchr(p, '\'');
+		if (q == NULL)
+			return false;
+		*tz = pnstrdup(p, q - p);
+		p = q + 1;
+	}
+	if (*p != ')')
+		return false;
+	p++;
+	if (*nullable)
+	{
+		if (*p != ')')
+			return false;
+		p++;
+	}
+	if (*p != '\0')
+		return false;
+	*precision = prec;
+	return true;
+}
+
+/*
+ * SHA-256 (hex) over the column names and types, engine_full and the body
+ * of create_table_query (indices, constraints, codecs, settings, comments),
+ * each piece length-prefixed so that no two schemas hash the same text.
+ * Independent of the table's name: a CREATE TABLE AS copy has the same
+ * fingerprint as its original.
+ */
+static char *
+schema_fingerprint(int ncolumns, char **names, char **types,
+				   const char *engine_full, const char *create_query)
+{
+	pg_cryptohash_ctx *ctx;
+	uint8		digest[PG_SHA256_DIGEST_LENGTH];
+	StringInfoData buf;
+	char	   *body = ctq_body(create_query);
+	char	   *hex;
+
+	initStringInfo(&buf);
+	appendStringInfo(&buf, "dpwin-schema-v1\n%d\n", ncolumns);
+	for (int i = 0; i < ncolumns; i++)
+	{
+		appendStringInfo(&buf, "%zu:%s\n", strlen(names[i]), names[i]);
+		appendStringInfo(&buf, "%zu:%s\n", strlen(types[i]), types[i]);
+	}
+	appendStringInfo(&buf, "%zu:%s\n", strlen(engine_full), engine_full);
+	if (body == NULL)
+		body = pstrdup(create_query);
+	appendStringInfo(&buf, "%zu:%s\n", strlen(body), body);
+
+	ctx = pg_cryptohash_create(PG_SHA256);
+	if (pg_cryptohash_init(ctx) < 0 ||
+		pg_cryptohash_update(ctx, (const uint8 *) buf.data, buf.len) < 0 ||
+		pg_cryptohash_final(ctx, digest, sizeof(digest)) < 0)
+	{
+		const char *err = pg_cryptohash_error(ctx);
+
+		pg_cryptohash_free(ctx);
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("could not compute the schema fingerprint: %s", err)));
+	}
+	pg_cryptohash_free(ctx);
+
+	hex = palloc(PG_SHA256_DIGEST_LENGTH * 2 + 1);
+	hex_encode((const char *) digest, PG_SHA256_DIGEST_LENGTH, hex);
+	hex[PG_SHA256_DIGEST_LENGTH * 2] = '\0';
+	return hex;
+}
+
+static int
+compare_columns_by_position(const ListCell *a, const ListCell *b)
+{
+	const TargetColumn *ca = (const TargetColumn *) lfirst(a);
+	const TargetColumn *cb = (const TargetColumn *) lfirst(b);
+
+	return (ca->position > cb->position) - (ca->position < cb->position);
+}
+
+
+/* ----------------------------------------------------------------------
+ * Admission
+ * ----------------------------------------------------------------------
+ */
+
+DpwinTargetInfo *
+dpwin_target_admit(ChClient *client, const DpwinRoute *route)
+{
+	const char *db = route->target_database;
+	const char *tb = route->target_table;
+	char	   *qname = ch_qualified_name(db, tb);
+	char	   *ldb = ch_quote_literal(db);
+	char	   *ltb = ch_quote_literal(tb);
+	ServerFacts facts;
+	StringInfoData sql;
+	List	   *rows;
+	ListCell   *lc;
+	char	   *db_engine = NULL;
+	List	   *table_row = NIL;
+	List	   *columns = NIL;
+	List	   *mv_readers = NIL;
+	List	   *mv_writers = NIL;
+	List	   *mutations = NIL;
+	List	   *projections = NIL;
+	List	   *defaults = NIL;
+	const char *engine;
+	const char *create_query;
+	DpwinTargetInfo *info;
+	int			ncols;
+	TargetColumn *wcol;
+	char	   *tz;
+	StringInfoData qcols;
+
+	/* 1: is the server new enough for anything below? */
+	check_server(client, &facts);
+
+	/*
+	 * 2: everything else that system tables can tell in one statement, one
+	 * tagged row per fact: D database, T table, C column, R materialized
+	 * view reading from the table, W materialized view writing into it, X
+	 * unfinished mutation, P projection.
+	 */
+	initStringInfo(&sql);
+	appendStringInfo(&sql,
+					 "SELECT 'D', engine, '', '', '', '', '' FROM system.databases WHERE name = %s\n"
+					 "UNION ALL SELECT 'T', engine, engine_full, partition_key, sorting_key, toString(uuid), create_table_query "
+					 "FROM system.tables WHERE database = %s AND name = %s\n"
+					 "UNION ALL SELECT 'C', name, type, default_kind, toString(position), '', '' "
+					 "FROM system.columns WHERE database = %s AND `table` = %s\n"
+					 "UNION ALL SELECT 'R', dep_db, dep_table, '', '', '', '' "
+					 "FROM system.tables ARRAY JOIN dependencies_database AS dep_db, dependencies_table AS dep_table "
+					 "WHERE database = %s AND name = %s\n"
+					 "UNION ALL SELECT 'W', database, name, '', '', '', '' "
+					 "FROM system.tables WHERE engine = 'MaterializedView' AND %s\n"
+					 "UNION ALL SELECT 'X', mutation_id, substring(command, 1, 200), '', '', '', '' "
+					 "FROM system.mutations WHERE database = %s AND `table` = %s AND is_done = 0",
+					 ldb, ldb, ltb, ldb, ltb, ldb, ltb,
+					 mv_target_condition(db, tb), ldb, ltb);
+	if (facts.has_projections_table)
+		appendStringInfo(&sql,
+						 "\nUNION ALL SELECT 'P', name, '', '', '', '', '' "
+						 "FROM system.projections WHERE database = %s AND `table` = %s",
+						 ldb, ltb);
+
+	rows = ch_parse_tsv(ch_exec(client, sql.data));
+	foreach(lc, rows)
+	{
+		List	   *row = (List *) lfirst(lc);
+		const char *tag = ch_row_field(row, 0);
+
+		switch (tag[0])
+		{
+			case 'D':
+				db_engine = pstrdup(ch_row_field(row, 1));
+				break;
+			case 'T':
+				table_row = row;
+				break;
+			case 'C':
+				{
+					TargetColumn *c = palloc0(sizeof(TargetColumn));
+
+					c->name = pstrdup(ch_row_field(row, 1));
+					c->type = pstrdup(ch_row_field(row, 2));
+					c->default_kind = pstrdup(ch_row_field(row, 3));
+					c->position = pg_strtoint32(ch_row_field(row, 4));
+					columns = lappend(columns, c);
+				}
+				break;
+			case 'R':
+				mv_readers = lappend(mv_readers,
+									 ch_qualified_name(ch_row_field(row, 1),
+													   ch_row_field(row, 2)));
+				break;
+			case 'W':
+				mv_writers = lappend(mv_writers,
+									 ch_qualified_name(ch_row_field(row, 1),
+													   ch_row_field(row, 2)));
+				break;
+			case 'X':
+				mutations = lappend(mutations,
+									psprintf("%s (%s)", ch_row_field(row, 1),
+											 ch_row_field(row, 2)));
+				break;
+			case 'P':
+				projections = lappend(projections,
+									  ch_quote_ident(ch_row_field(row, 1)));
+				break;
+			default:
+				ereport(ERROR,
+						(errcode(ERRCODE_PROTOCOL_VIOLATION),
+						 errmsg("unexpected answer from ClickHouse to the admission query of %s",
+								qname)));
+		}
+	}
+
+	/* The database: exists, Atomic. */
+	check_database(db, db_engine, qname);
+
+	/* The table: exists, plain MergeTree. */
+	if (table_row == NIL)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("ClickHouse target %s does not exist", qname)));
+	engine = ch_row_field(table_row, 1);
+	create_query = ch_row_field(table_row, 6);
+	if (strcmp(engine, "MergeTree") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("ClickHouse target %s has engine %s; dpwin refreshes only plain MergeTree tables",
+						qname, engine),
+				 errdetail("Replicated and shared engines, other MergeTree variants (which merge rows away), Distributed tables and views cannot be verified and exchanged as one generation.")));
+
+	/* Topology blockers. */
+	check_ttl(client, qname, create_query);
+
+	if (!facts.has_projections_table && ctq_has_projection_clause(create_query))
+		projections = lappend(projections, pstrdup("(declared in the table definition)"));
+	if (projections != NIL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("ClickHouse target %s has projections", qname),
+				 errdetail("Projections: %s.  Parts with projections cannot be attached or verified like plain parts.",
+						   names_list(projections)),
+				 errhint("Drop them with ALTER TABLE %s DROP PROJECTION ..., or refresh another table.",
+						 qname)));
+
+	if (mv_readers != NIL || mv_writers != NIL)
+	{
+		StringInfoData detail;
+
+		initStringInfo(&detail);
+		if (mv_readers != NIL)
+			appendStringInfo(&detail, "Materialized views reading from it: %s.  They see only direct inserts, so the rows dpwin publishes would never reach them.",
+							 names_list(mv_readers));
+		if (mv_writers != NIL)
+			appendStringInfo(&detail, "%sMaterialized views writing into it: %s.  Their rows would be lost by the exchange.",
+							 detail.len > 0 ? "  " : "",
+							 names_list(mv_writers));
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("ClickHouse target %s has dependent materialized views", qname),
+				 errdetail_internal("%s", detail.data)));
+	}
+
+	foreach(lc, columns)
+	{
+		TargetColumn *c = (TargetColumn *) lfirst(lc);
+
+		if (c->default_kind[0] != '\0')
+			defaults = lappend(defaults,
+							   psprintf("%s %s", ch_quote_ident(c->name),
+										c->default_kind));
+	}
+	if (defaults != NIL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("ClickHouse target %s has DEFAULT, MATERIALIZED, ALIAS or EPHEMERAL columns",
+						qname),
+				 errdetail("Columns: %s.  dpwin writes every column from PostgreSQL and verifies the stored values, so no column may be computed by ClickHouse.",
+						   names_list(defaults))));
+
+	if (mutations != NIL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("ClickHouse target %s has unfinished mutations", qname),
+				 errdetail("Mutations: %s.  A mutation still running would change rows after dpwin verified them.",
+						   names_list(mutations)),
+				 errhint("Wait until they finish, or cancel them with KILL MUTATION.")));
+
+	/* The columns: same names in the same order, types with parity. */
+	list_sort(columns, compare_columns_by_position);
+	ncols = list_length(columns);
+	if (ncols != route->ncolumns)
+	{
+		List	   *tnames = NIL;
+		List	   *rnames = NIL;
+
+		foreach(lc, columns)
+			tnames = lappend(tnames, ch_quote_ident(((TargetColumn *) lfirst(lc))->name));
+		for (int i = 0; i < route->ncolumns; i++)
+			rnames = lappend(rnames, ch_quote_ident(route->columns[i]));
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("ClickHouse target %s has %d columns, route \"%s\" has %d",
+						qname, ncols, route->route_name, route->ncolumns),
+				 errdetail("Target columns: %s.  Route columns: %s.",
+						   names_list(tnames), names_list(rnames))));
+	}
+	for (int i = 0; i < ncols; i++)
+	{
+		TargetColumn *c = (TargetColumn *) list_nth(columns, i);
+
+		if (strcmp(c->name, route->columns[i]) != 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_DATATYPE_MISMATCH),
+					 errmsg("column %d of ClickHouse target %s is %s, but column %d of route \"%s\" is \"%s\"",
+							i + 1, qname, ch_quote_ident(c->name),
+							i + 1, route->route_name, route->columns[i]),
+					 errdetail("The route's columns must name the target's columns in the target's order.")));
+	}
+
+	wcol = (TargetColumn *) list_nth(columns, route->window_index);
+	info = palloc0(sizeof(DpwinTargetInfo));
+	if (!parse_window_type(wcol->type, &info->window_precision,
+						   &info->window_nullable, &tz) ||
+		tz == NULL || strcmp(tz, "UTC") != 0 || info->window_precision > 6)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("window column %s of ClickHouse target %s has type %s",
+						ch_quote_ident(wcol->name), qname, wcol->type),
+				 errdetail("The window column must be DateTime64(p, 'UTC') or Nullable(DateTime64(p, 'UTC')) with p <= 6, so that every PostgreSQL timestamptz is stored exactly and compares in UTC.")));
+	for (int i = 0; i < ncols; i++)
+	{
+		TargetColumn *c = (TargetColumn *) list_nth(columns, i);
+		char	   *why = rb_type_parity(route->column_types[i],
+										 route->column_typmods[i],
+										 route->column_notnull[i], c->type);
+
+		if (why != NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_DATATYPE_MISMATCH),
+					 errmsg("column %s of ClickHouse target %s has type %s, which does not match PostgreSQL type %s",
+							ch_quote_ident(c->name), qname, c->type,
+							format_type_with_typemod(route->column_types[i],
+													 route->column_typmods[i])),
+					 errdetail_internal("%s", why)));
+	}
+
+	/* 3: row policies last, as they may cost one more round trip. */
+	check_row_policies(client, db, tb, qname);
+
+	info->database = pstrdup(db);
+	info->table = pstrdup(tb);
+	info->uuid = pstrdup(ch_row_field(table_row, 5));
+	info->engine_full = pstrdup(ch_row_field(table_row, 2));
+	info->partition_key = pstrdup(ch_row_field(table_row, 3));
+	info->sorting_key = pstrdup(ch_row_field(table_row, 4));
+	info->ncolumns = ncols;
+	info->column_names = palloc(sizeof(char *) * ncols);
+	info->column_types = palloc(sizeof(char *) * ncols);
+	initStringInfo(&qcols);
+	for (int i = 0; i < ncols; i++)
+	{
+		TargetColumn *c = (TargetColumn *) list_nth(columns, i);
+
+		info->column_names[i] = c->name;
+		info->column_types[i] = c->type;
+		if (i > 0)
+			appendStringInfoString(&qcols, ", ");
+		appendStringInfoString(&qcols, ch_quote_ident(c->name));
+	}
+	info->quoted_columns = qcols.data;
+	info->schema_fingerprint = schema_fingerprint(ncols, info->column_names,
+												  info->column_types,
+												  info->engine_full,
+												  create_query);
+	return info;
+}
+
+
+/* ----------------------------------------------------------------------
+ * EXCHANGE probe
+ * ----------------------------------------------------------------------
+ */
+
+void
+dpwin_target_probe_exchange(ChClient *client, const char *database)
+{
+	ServerFacts facts;
+	char	   *key;
+	ListCell   *lc;
+	List	   *rows;
+	uint8		rnd[8];
+	char		suffix[17];
+	char	   *name_a;
+	char	   *name_b;
+	char	   *qa;
+	char	   *qb;
+	MemoryContext oldcxt = CurrentMemoryContext;
+	volatile bool dropped = false;
+
+	key = psprintf("%s\n%s", client->conf->url, database);
+	foreach(lc, probed_exchange)
+	{
+		if (strcmp((const char *) lfirst(lc), key) == 0)
+			return;
+	}
+
+	check_server(client, &facts);
+
+	/* the same refusals as admission, before anything is created */
+	rows = ch_parse_tsv(ch_exec(client,
+								psprintf("SELECT engine FROM system.databases WHERE name = %s",
+										 ch_quote_literal(database))));
+	check_database(database,
+				   rows != NIL ? ch_row_field((List *) linitial(rows), 0) : NULL,
+				   NULL);
+
+	if (!pg_strong_random(rnd, sizeof(rnd)))
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("could not generate a random name for the EXCHANGE probe")));
+	hex_encode((const char *) rnd, sizeof(rnd), suffix);
+	suffix[16] = '\0';
+	name_a = psprintf("_dpwin_probe_%s_a", suffix);
+	name_b = psprintf("_dpwin_probe_%s_b", suffix);
+	qa = ch_qualified_name(database, name_a);
+	qb = ch_qualified_name(database, name_b);
+
+	PG_TRY();
+	{
+		ChHttpReply reply;
+		ChHttpStatus status;
+		char	   *uuid_a;
+		char	   *uuid_b;
+		char	   *after_a;
+		char	   *after_b;
+
+		ch_exec(client, psprintf("CREATE TABLE %s (x UInt8) ENGINE = MergeTree ORDER BY tuple()", qa));
+		ch_exec(client, psprintf("CREATE TABLE %s (x UInt8) ENGINE = MergeTree ORDER BY tuple()", qb));
+		probe_uuids(client, database, name_a, name_b, &uuid_a, &uuid_b);
+		if (uuid_a == NULL || uuid_b == NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("ClickHouse server \"%s\" does not show the probe tables in system.tables",
+							client->conf->server_name)));
+
+		status = ch_try(client,
+						psprintf("EXCHANGE TABLES %s AND %s", qa, qb),
+						ch_next_query_id(client, "probe-exchange"),
+						NULL, NULL, &reply);
+		if (status == CHHTTP_SERVER_ERROR &&
+			reply.exception_code != CH_ACCESS_DENIED)
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("ClickHouse database %s on server \"%s\" does not support EXCHANGE TABLES",
+							ch_quote_ident(database), client->conf->server_name),
+					 errdetail("The server answered: %s", reply.body.data),
+					 errhint("EXCHANGE TABLES needs an Atomic database on a file system with renameat2(RENAME_EXCHANGE).")));
+		else if (status != CHHTTP_OK)
+			ch_report(status, &reply, "probing EXCHANGE TABLES");
+
+		probe_uuids(client, database, name_a, name_b, &after_a, &after_b);
+		if (after_a == NULL || after_b == NULL ||
+			strcmp(after_a, uuid_b) != 0 || strcmp(after_b, uuid_a) != 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("EXCHANGE TABLES on ClickHouse server \"%s\" did not swap the tables",
+							client->conf->server_name),
+					 errdetail("Before: %s %s, %s %s.  After: %s %s, %s %s.",
+							   name_a, uuid_a, name_b, uuid_b,
+							   name_a, after_a ? after_a : "(missing)",
+							   name_b, after_b ? after_b : "(missing)")));
+
+		dpwin_target_drop_table(client, database, name_a);
+		dpwin_target_drop_table(client, database, name_b);
+		dropped = true;
+	}
+	PG_CATCH();
+	{
+		if (!dropped)
+			probe_cleanup(client, qa, qb, oldcxt);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+
+	probe_remember(key);
+}
+
+/* The uuids of db.a and db.b in one request (NULL for a missing table). */
+static void
+probe_uuids(ChClient *client, const char *database, const char *a,
+			const char *b, char **uuid_a, char **uuid_b)
+{
+	List	   *rows;
+	ListCell   *lc;
+
+	*uuid_a = NULL;
+	*uuid_b = NULL;
+	rows = ch_parse_tsv(ch_exec(client,
+								psprintf("SELECT name, toString(uuid) FROM system.tables WHERE database = %s AND name IN (%s, %s)",
+										 ch_quote_literal(database),
+										 ch_quote_literal(a),
+										 ch_quote_literal(b))));
+	foreach(lc, rows)
+	{
+		List	   *row = (List *) lfirst(lc);
+
+		if (strcmp(ch_row_field(row, 0), a) == 0)
+			*uuid_a = pstrdup(ch_row_field(row, 1));
+		else if (strcmp(ch_row_field(row, 0), b) == 0)
+			*uuid_b = pstrdup(ch_row_field(row, 1));
+	}
+}
+
+/*
+ * Drop the probe tables after an error.  Best effort: ch_try never raises,
+ * so the original error is what the caller sees.  Leftovers are named
+ * _dpwin_probe_* and hold no data.
+ */
+static void
+probe_cleanup(ChClient *client, const char *qa, const char *qb,
+			  MemoryContext cxt)
+{
+	MemoryContext ecxt = MemoryContextSwitchTo(cxt);
+	ChHttpReply reply;
+
+	(void) ch_try(client, psprintf("DROP TABLE IF EXISTS %s", qa),
+				  ch_next_query_id(client, "probe-drop"), NULL, NULL, &reply);
+	(void) ch_try(client, psprintf("DROP TABLE IF EXISTS %s", qb),
+				  ch_next_query_id(client, "probe-drop"), NULL, NULL, &reply);
+	MemoryContextSwitchTo(ecxt);
+}
+
+/* Remember a successful probe for the life of the backend. */
+static void
+probe_remember(const char *key)
+{
+	MemoryContext cxt = MemoryContextSwitchTo(TopMemoryContext);
+
+	probed_exchange = lappend(probed_exchange, pstrdup(key));
+	MemoryContextSwitchTo(cxt);
+}
