@@ -1,71 +1,102 @@
 /*-------------------------------------------------------------------------
  *
  * coordinator.h
- *	  The coordinator background worker: one per refresh, recovery or
- *	  abandonment, launched by the calling backend, which waits for it and
- *	  reads its outcome from a small dynamic shared memory segment.
- *
- *	  Running the work in a background worker gives it transactions of its
- *	  own: journal writes commit independently of the caller's transaction
- *	  and survive the caller's cancellation, and the exported snapshot's
- *	  transaction is not the caller's.
+ *	  The refresh state machine and its steps (docs/design.md, "The state
+ *	  machine").  Private to the coordinator's files: coordinator.c (the
+ *	  machine, the composition root), stage.c (admission and extraction),
+ *	  publish.c (the generation and its publication) and finish.c
+ *	  (evidence, route state, the result).
  *
  *-------------------------------------------------------------------------
  */
 #ifndef DPWIN_COORDINATOR_H
 #define DPWIN_COORDINATOR_H
 
-#include "datatype/timestamp.h"
-#include "utils/uuid.h"
+#include "lib/stringinfo.h"
 
-#define DPWIN_CALL_MAGIC	0x44505743
+#include "call.h"
+#include "chclient.h"
+#include "digest.h"
+#include "extract.h"
+#include "generation.h"
+#include "registry.h"
+#include "route.h"
+#include "target.h"
 
-typedef enum DpwinCallMode
+/* Everything the coordinator knows about one invocation. */
+typedef struct Coordinator
 {
-	DPWIN_CALL_REFRESH,
-	DPWIN_CALL_RECOVER,
-	DPWIN_CALL_ABANDON
-} DpwinCallMode;
+	DpwinCallShared *call;
+	MemoryContext cxt;			/* lives as long as the process */
+	pg_uuid_t	id;
+	bool		recovering;		/* entered at a journaled state */
 
-typedef struct DpwinCallShared
-{
-	uint32		magic;
-	DpwinCallMode mode;
-	Oid			database_id;
-	Oid			user_id;		/* the caller's current role: runs as it */
-	Oid			login_user_id;	/* the caller's login role: connects as it */
-	int32		route_id;
+	DpwinRoute *route;
+	DpwinServerConf *conf;
+	ChClient   *client;
+	DpwinTargetInfo *target;	/* what admission learned */
+	char	   *schema_fingerprint; /* journaled by admission, if any */
+	int32		target_id;
+	int64		epoch;
+	bool		lease_held;
+	DpwinState	state;			/* as last journaled by us */
+	bool		registered;		/* the invocation row exists */
+	bool		not_published;	/* the exchange is known not to have run */
+
 	TimestampTz interval_end;
-	pg_uuid_t	invocation_id;
-	int			lease_timeout_ms;
+	TimestampTz lo;
+	TimestampTz hi;
+	List	   *chunks;			/* DpwinChunkBounds */
+	DpwinDigestKey key;
+	int			progress_slot;
 
-	/* Outcome, written by the coordinator before it exits. */
-	bool		finished;
-	int			sqlerrcode;		/* 0: success */
-	char		message[2048];
-	char		detail[2048];
-	char		hint[1024];
+	/* extraction */
+	DpwinChunkSlot *slots;		/* the chunks' receipts */
+	int			nchunks;
+	char	   *snapshot_name;
 
-	/* Result row of a successful (or settled) call. */
-	char		state[NAMEDATALEN];
-	TimestampTz window_lo;
-	TimestampTz window_hi;
-	int			chunks;
+	/* generation and publication */
+	char	   *generation;
+	char	   *backup;
+	DpwinGeneration *gen;		/* how it was built (generation.c) */
+	DpwinDigest source_digest;
 	int64		source_rows;
 	int64		staged_rows;
+	int64		kept_rows;
 	int64		final_rows;
-	char		generation_table[256];
-	char		backup_table[256];
-	char		details[16384]; /* jsonb text */
-} DpwinCallShared;
+	int64		encoded_bytes;
 
-/*
- * Launch a coordinator for `call` and wait for it (caller side).  Cancels
- * the coordinator if the caller is cancelled or terminated while waiting.
- * On return `call` holds the outcome; ereports the coordinator's error.
- */
-extern void dpwin_run_coordinator(DpwinCallShared *call);
+	/* phase timings, in seconds; < 0 when unavailable */
+	double		extract_seconds;
+	double		build_seconds;
+	double		verify_seconds;
+	double		publish_seconds;
+} Coordinator;
 
-extern PGDLLEXPORT void dpwin_coordinator_main(Datum main_arg);
+/* coordinator.c */
+extern void coordinator_transition(Coordinator *c, DpwinState to,
+								   const char *message, const char *sqlstate);
+extern void coordinator_drop_own_tables(Coordinator *c);
+extern void coordinator_expire_snapshot(Coordinator *c) pg_attribute_noreturn();
+extern double coordinator_seconds_since(TimestampTz start);
+extern void coordinator_json_text(StringInfo buf, const char *key,
+								  const char *value, bool comma);
+
+/* stage.c: the steps of planned, extracting and staged */
+extern DpwinState step_admit(Coordinator *c);
+extern DpwinState step_extract(Coordinator *c);
+extern DpwinState step_check_receipts(Coordinator *c);
+extern char *coordinator_plan_json(Coordinator *c);
+
+/* publish.c: the steps of verified and publishing (or unknown) */
+extern void coordinator_prepare_generation(Coordinator *c);
+extern DpwinState step_build(Coordinator *c);
+extern DpwinState step_publish(Coordinator *c);
+extern void coordinator_record_outcome(Coordinator *c, DpwinOutcome outcome);
+
+/* finish.c: the steps of published and evidenced, and the caller's result */
+extern DpwinState step_evidence(Coordinator *c);
+extern DpwinState step_advance(Coordinator *c);
+extern void coordinator_fill_result(Coordinator *c);
 
 #endif							/* DPWIN_COORDINATOR_H */

@@ -22,6 +22,8 @@
  */
 #include "postgres.h"
 
+#include "common/cryptohash.h"
+#include "common/sha2.h"
 #include "fmgr.h"
 #include "lib/stringinfo.h"
 #include "port/pg_bswap.h"
@@ -268,4 +270,26 @@ dpwin_digest_from_tsv(const char *line, DpwinDigest *d)
 	d->sum1 = v[1];
 	d->sum2 = v[2];
 	return true;
+}
+
+char *
+dpwin_sha256_hex(const char *data, size_t len)
+{
+	pg_cryptohash_ctx *ctx = pg_cryptohash_create(PG_SHA256);
+	uint8		hash[PG_SHA256_DIGEST_LENGTH];
+	char	   *hex;
+
+	if (ctx == NULL ||
+		pg_cryptohash_init(ctx) < 0 ||
+		pg_cryptohash_update(ctx, (const uint8 *) data, len) < 0 ||
+		pg_cryptohash_final(ctx, hash, sizeof(hash)) < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("could not compute SHA-256: %s",
+						ctx ? pg_cryptohash_error(ctx) : "out of memory")));
+	pg_cryptohash_free(ctx);
+	hex = palloc(PG_SHA256_DIGEST_LENGTH * 2 + 1);
+	hex_encode((const char *) hash, sizeof(hash), hex);
+	hex[PG_SHA256_DIGEST_LENGTH * 2] = '\0';
+	return hex;
 }

@@ -63,4 +63,7 @@ extern char *dpwin_digest_ch_select_list(const DpwinDigestKey *key,
 										 const char *quoted_columns);
 extern bool dpwin_digest_from_tsv(const char *line, DpwinDigest *d);
 
+/* SHA-256 of data as 64 lower-case hex digits (fingerprints, plans). */
+extern char *dpwin_sha256_hex(const char *data, size_t len);
+
 #endif							/* DPWIN_DIGEST_H */

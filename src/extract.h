@@ -76,12 +76,6 @@ typedef struct DpwinExtractShared
 
 extern Size dpwin_extract_size(int nchunks, const char *types);
 
-/*
- * Connect a dpwin background worker to database_id as login_user_id, then
- * run as user_id the way SET ROLE does (coordinator.c).
- */
-extern void dpwin_bgworker_connect(Oid database_id, Oid login_user_id,
-								   Oid user_id);
 
 /* The target column types stored after the chunk slots. */
 static inline char *

@@ -33,7 +33,7 @@
 
 #include "catalog.h"
 #include "chclient.h"
-#include "coordinator.h"
+#include "call.h"
 #include "lease.h"
 #include "names.h"
 #include "registry.h"
@@ -48,86 +48,6 @@ PG_FUNCTION_INFO_V1(dpwin_reconcile);
 PG_FUNCTION_INFO_V1(dpwin_drop_backups);
 PG_FUNCTION_INFO_V1(dpwin_lock_target);
 PG_FUNCTION_INFO_V1(dpwin_unlock_target);
-
-/*
- * The details of a completed call: the result the coordinator journaled
- * with the completion, which the shared segment may hold only in part
- * (evidence with many chunks); the segment's copy when the registry row is
- * not visible to this transaction's snapshot.
- */
-static Datum
-call_details(const DpwinCallShared *call)
-{
-	Oid			types[1] = {UUIDOID};
-	Datum		args[1];
-	char	   *details = NULL;
-	MemoryContext cxt = CurrentMemoryContext;
-	pg_uuid_t  *id = palloc(sizeof(pg_uuid_t));
-
-	*id = call->invocation_id;
-	args[0] = UUIDPGetDatum(id);
-	/* not read-only: a new snapshot, which sees the coordinator's commit */
-	SPI_connect();
-	if (dpwin_catalog_exec("SELECT result::text FROM dpwin.invocation WHERE invocation_id = $1",
-						   1, types, args, NULL, false) == 1)
-	{
-		char	   *v = dpwin_catalog_text(0, 1);
-
-		if (v != NULL)
-			details = MemoryContextStrdup(cxt, v);
-	}
-	SPI_finish();
-	return DirectFunctionCall1(jsonb_in,
-							   CStringGetDatum(details ? details : call->details));
-}
-
-/* The result row of dpwin_refresh(), dpwin.recover() and dpwin.abandon(). */
-static Datum
-call_result(FunctionCallInfo fcinfo, const DpwinCallShared *call)
-{
-	TupleDesc	tupdesc;
-	Datum		values[11];
-	bool		nulls[11] = {0};
-	pg_uuid_t  *id = palloc(sizeof(pg_uuid_t));
-
-	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "return type must be a row type");
-	tupdesc = BlessTupleDesc(tupdesc);
-
-	*id = call->invocation_id;
-	values[0] = UUIDPGetDatum(id);
-	values[1] = CStringGetTextDatum(call->state);
-	values[2] = TimestampTzGetDatum(call->window_lo);
-	values[3] = TimestampTzGetDatum(call->window_hi);
-	values[4] = Int32GetDatum(call->chunks);
-	values[5] = Int64GetDatum(call->source_rows);
-	values[6] = Int64GetDatum(call->staged_rows);
-	values[7] = Int64GetDatum(call->final_rows);
-	if (call->generation_table[0])
-		values[8] = CStringGetTextDatum(call->generation_table);
-	else
-		nulls[8] = true;
-	if (call->backup_table[0])
-		values[9] = CStringGetTextDatum(call->backup_table);
-	else
-		nulls[9] = true;
-	if (call->details[0])
-		values[10] = call_details(call);
-	else
-		nulls[10] = true;
-	return HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls));
-}
-
-static void
-call_init(DpwinCallShared *call, DpwinCallMode mode)
-{
-	memset(call, 0, sizeof(*call));
-	call->mode = mode;
-	call->database_id = MyDatabaseId;
-	call->user_id = GetUserId();
-	call->login_user_id = GetAuthenticatedUserId();
-	call->lease_timeout_ms = dpwin_lease_timeout_ms;
-}
 
 /* Load an invocation and its route, and check the caller owns the route. */
 static DpwinRoute *
@@ -219,7 +139,7 @@ dpwin_refresh(PG_FUNCTION_ARGS)
 				 errhint("Review the source, then confirm the route with SELECT dpwin.alter_route('%s');",
 						 route->route_name)));
 
-	call_init(call, DPWIN_CALL_REFRESH);
+	dpwin_call_init(call, DPWIN_CALL_REFRESH);
 	call->route_id = route->route_id;
 	call->interval_end = interval_end;
 
@@ -256,7 +176,7 @@ dpwin_refresh(PG_FUNCTION_ARGS)
 	}
 
 	dpwin_run_coordinator(call);
-	PG_RETURN_DATUM(call_result(fcinfo, call));
+	PG_RETURN_DATUM(dpwin_call_result(fcinfo, call));
 }
 
 static Datum
@@ -274,11 +194,11 @@ run_on_invocation(FunctionCallInfo fcinfo, DpwinCallMode mode, const char *actio
 	route = invocation_route_for_owner(id, action, NULL);
 	(void) dpwin_server_conf(route->server_name, GetUserId());
 
-	call_init(call, mode);
+	dpwin_call_init(call, mode);
 	call->invocation_id = *id;
 	call->route_id = route->route_id;
 	dpwin_run_coordinator(call);
-	PG_RETURN_DATUM(call_result(fcinfo, call));
+	PG_RETURN_DATUM(dpwin_call_result(fcinfo, call));
 }
 
 Datum
@@ -310,6 +230,7 @@ dpwin_reconcile(PG_FUNCTION_ARGS)
 	char	   *gen_uuid = NULL;
 	char	   *backup_uuid = NULL;
 	const char *verdict;
+	DpwinOutcome outcome;
 	MemoryContext cxt = CurrentMemoryContext;
 
 	SPI_connect();
@@ -323,7 +244,7 @@ dpwin_reconcile(PG_FUNCTION_ARGS)
 		copy->generation_table = pstrdup(pub->generation_table);
 		copy->generation_uuid = pstrdup(pub->generation_uuid);
 		copy->backup_table = pstrdup(pub->backup_table);
-		copy->outcome = pub->outcome ? pstrdup(pub->outcome) : NULL;
+		copy->outcome = pub->outcome;
 		pub = copy;
 	}
 	SPI_finish();
@@ -338,25 +259,23 @@ dpwin_reconcile(PG_FUNCTION_ARGS)
 										   pub->generation_table);
 		backup_uuid = dpwin_target_table_uuid(client, route->target_database,
 											  pub->backup_table);
-		if (target_uuid && strcmp(target_uuid, pub->generation_uuid) == 0)
-			verdict = "published";
-		else if (target_uuid && strcmp(target_uuid, pub->target_uuid_before) == 0 &&
-				 gen_uuid && strcmp(gen_uuid, pub->generation_uuid) == 0)
-			verdict = "not_published";
+		outcome = dpwin_publication_judge(pub, target_uuid, gen_uuid);
 
 		/*
 		 * A settled intent need not match the tables any more: a failed
 		 * invocation dropped its generation, and a later refresh replaced
 		 * the generation this one published.
 		 */
-		else if (pub->outcome && strcmp(pub->outcome, "not_published") == 0 &&
-				 target_uuid && strcmp(target_uuid, pub->target_uuid_before) == 0 &&
-				 gen_uuid == NULL)
-			verdict = "not_published";
-		else if (pub->outcome && strcmp(pub->outcome, "published") == 0)
+		if (outcome == DPWIN_OUTCOME_UNKNOWN &&
+			pub->outcome == DPWIN_OUTCOME_NOT_PUBLISHED &&
+			target_uuid && strcmp(target_uuid, pub->target_uuid_before) == 0 &&
+			gen_uuid == NULL)
+			outcome = DPWIN_OUTCOME_NOT_PUBLISHED;
+		if (outcome == DPWIN_OUTCOME_UNKNOWN &&
+			pub->outcome == DPWIN_OUTCOME_PUBLISHED)
 			verdict = "superseded";
 		else
-			verdict = "unknown";
+			verdict = dpwin_outcome_name(outcome);
 	}
 	else
 		verdict = "no_intent";
@@ -373,7 +292,8 @@ dpwin_reconcile(PG_FUNCTION_ARGS)
 	{
 		appendStringInfo(&buf, ", \"intent\": {\"target_uuid_before\": \"%s\", \"generation_uuid\": \"%s\", \"outcome\": %s}",
 						 pub->target_uuid_before, pub->generation_uuid,
-						 pub->outcome ? psprintf("\"%s\"", pub->outcome) : "null");
+						 pub->outcome != DPWIN_OUTCOME_NONE ?
+						 psprintf("\"%s\"", dpwin_outcome_name(pub->outcome)) : "null");
 		appendStringInfoString(&buf, ", \"generation_table\": ");
 		escape_json(&buf, pub->generation_table);
 		appendStringInfo(&buf, ", \"generation_table_uuid_now\": %s",

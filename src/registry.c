@@ -84,6 +84,21 @@ dpwin_state_from_name(const char *name)
 	return DPWIN_STATE_FAILED;	/* keep compiler quiet */
 }
 
+static const char *const outcome_names[] = {
+	[DPWIN_OUTCOME_NONE] = "none",
+	[DPWIN_OUTCOME_PUBLISHED] = "published",
+	[DPWIN_OUTCOME_NOT_PUBLISHED] = "not_published",
+	[DPWIN_OUTCOME_UNKNOWN] = "unknown",
+	[DPWIN_OUTCOME_PENDING] = "pending",
+};
+
+const char *
+dpwin_outcome_name(DpwinOutcome outcome)
+{
+	Assert(outcome >= DPWIN_OUTCOME_NONE && outcome <= DPWIN_OUTCOME_PENDING);
+	return outcome_names[outcome];
+}
+
 bool
 dpwin_state_is_final(DpwinState state)
 {
@@ -463,6 +478,27 @@ dpwin_publication_intent(const pg_uuid_t *id, int32 target_id, int64 epoch,
 					   8, types, args, NULL, false);
 }
 
+DpwinOutcome
+dpwin_publication_judge(const DpwinPublication *pub, const char *target_uuid,
+						const char *generation_uuid)
+{
+	if (target_uuid && strcmp(target_uuid, pub->generation_uuid) == 0)
+		return DPWIN_OUTCOME_PUBLISHED;
+	if (target_uuid && strcmp(target_uuid, pub->target_uuid_before) == 0 &&
+		generation_uuid && strcmp(generation_uuid, pub->generation_uuid) == 0)
+		return DPWIN_OUTCOME_NOT_PUBLISHED;
+	return DPWIN_OUTCOME_UNKNOWN;
+}
+
+/* Columns of dpwin_publication_load()'s query. */
+#define Anum_publication_target_uuid_before	1
+#define Anum_publication_generation_table	2
+#define Anum_publication_generation_uuid	3
+#define Anum_publication_backup_table		4
+#define Anum_publication_outcome			5
+#define Anum_publication_lease_epoch		6
+#define Anum_publication_exchange_query_id	7
+
 DpwinPublication *
 dpwin_publication_load(const pg_uuid_t *id)
 {
@@ -470,38 +506,47 @@ dpwin_publication_load(const pg_uuid_t *id)
 	Datum		args[1];
 	DpwinPublication *pub;
 	bool		isnull;
+	char	   *outcome;
 	MemoryContext caller = CurrentMemoryContext;
 	MemoryContext spicxt;
 
 	args[0] = UUIDPGetDatum(uuid_copy(id));
 	if (dpwin_catalog_exec("SELECT target_uuid_before::text, generation_table,"
-						   " generation_uuid::text, backup_table, outcome, lease_epoch"
+						   " generation_uuid::text, backup_table, outcome, lease_epoch,"
+						   " exchange_query_id"
 						   " FROM dpwin.publication WHERE invocation_id = $1",
 						   1, types, args, NULL, false) != 1)
 		return NULL;
 	/* in the caller's context: SPI_finish frees SPI's (see above) */
 	spicxt = MemoryContextSwitchTo(caller);
 	pub = palloc0(sizeof(DpwinPublication));
-	pub->target_uuid_before = dpwin_catalog_text(0, 1);
-	pub->generation_table = dpwin_catalog_text(0, 2);
-	pub->generation_uuid = dpwin_catalog_text(0, 3);
-	pub->backup_table = dpwin_catalog_text(0, 4);
-	pub->outcome = dpwin_catalog_text(0, 5);
-	pub->lease_epoch = DatumGetInt64(dpwin_catalog_value(0, 6, &isnull));
+	pub->target_uuid_before = dpwin_catalog_text(0, Anum_publication_target_uuid_before);
+	pub->generation_table = dpwin_catalog_text(0, Anum_publication_generation_table);
+	pub->generation_uuid = dpwin_catalog_text(0, Anum_publication_generation_uuid);
+	pub->backup_table = dpwin_catalog_text(0, Anum_publication_backup_table);
+	outcome = dpwin_catalog_text(0, Anum_publication_outcome);
+	pub->outcome = DPWIN_OUTCOME_NONE;
+	for (int o = DPWIN_OUTCOME_PUBLISHED; outcome && o <= DPWIN_OUTCOME_UNKNOWN; o++)
+		if (strcmp(outcome, dpwin_outcome_name((DpwinOutcome) o)) == 0)
+			pub->outcome = (DpwinOutcome) o;
+	pub->lease_epoch = DatumGetInt64(dpwin_catalog_value(0, Anum_publication_lease_epoch,
+														 &isnull));
+	pub->exchange_query_id = dpwin_catalog_text(0, Anum_publication_exchange_query_id);
 	MemoryContextSwitchTo(spicxt);
 	return pub;
 }
 
 void
 dpwin_publication_outcome(const pg_uuid_t *id, int32 target_id, int64 epoch,
-						  const char *outcome)
+						  DpwinOutcome outcome)
 {
 	Oid			types[2] = {UUIDOID, TEXTOID};
 	Datum		args[2];
 
+	Assert(outcome != DPWIN_OUTCOME_NONE && outcome != DPWIN_OUTCOME_PENDING);
 	dpwin_lease_check_epoch(target_id, epoch);
 	args[0] = UUIDPGetDatum(uuid_copy(id));
-	args[1] = CStringGetTextDatum(outcome);
+	args[1] = CStringGetTextDatum(dpwin_outcome_name(outcome));
 	dpwin_catalog_exec("UPDATE dpwin.publication SET outcome = $2,"
 					   " observed_at = clock_timestamp()"
 					   " WHERE invocation_id = $1",

@@ -60,17 +60,34 @@ typedef struct DpwinInvocation
 	Oid			caller_role;
 } DpwinInvocation;
 
+/*
+ * What the tables' UUIDs say about an exchange (docs/design.md,
+ * "Publication").  PENDING is never journaled: the reply was lost, the
+ * target still has its old UUID, and the server cannot show that the
+ * statement has ended.
+ */
+typedef enum DpwinOutcome
+{
+	DPWIN_OUTCOME_NONE,			/* intent without outcome */
+	DPWIN_OUTCOME_PUBLISHED,
+	DPWIN_OUTCOME_NOT_PUBLISHED,
+	DPWIN_OUTCOME_UNKNOWN,
+	DPWIN_OUTCOME_PENDING
+} DpwinOutcome;
+
 typedef struct DpwinPublication
 {
 	char	   *target_uuid_before;
 	char	   *generation_table;
 	char	   *generation_uuid;
 	char	   *backup_table;
-	char	   *outcome;		/* NULL while unsettled */
+	DpwinOutcome outcome;		/* NONE while unsettled */
+	char	   *exchange_query_id;	/* of the last EXCHANGE sent, if any */
 	int64		lease_epoch;
 } DpwinPublication;
 
 extern const char *dpwin_state_name(DpwinState state);
+extern const char *dpwin_outcome_name(DpwinOutcome outcome);
 extern DpwinState dpwin_state_from_name(const char *name);
 extern bool dpwin_state_is_final(DpwinState state);
 
@@ -133,8 +150,18 @@ extern void dpwin_publication_intent(const pg_uuid_t *id, int32 target_id,
 									 const DpwinPublication *pub,
 									 const char *exchange_query_id);
 extern DpwinPublication *dpwin_publication_load(const pg_uuid_t *id);
+
+/*
+ * The one verdict on an exchange, from the UUIDs of the target and of the
+ * generation table now (NULL: missing): published when the target has the
+ * generation's UUID; not published when both still have their own;
+ * unknown otherwise.
+ */
+extern DpwinOutcome dpwin_publication_judge(const DpwinPublication *pub,
+											const char *target_uuid,
+											const char *generation_uuid);
 extern void dpwin_publication_outcome(const pg_uuid_t *id, int32 target_id,
-									  int64 epoch, const char *outcome);
+									  int64 epoch, DpwinOutcome outcome);
 
 /*
  * Durable evidence: idempotent (a second write of the same invocation is a

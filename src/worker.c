@@ -37,6 +37,7 @@
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
+#include "bgworker.h"
 #include "chclient.h"
 #include "extract.h"
 #include "names.h"
@@ -235,7 +236,7 @@ worker_attempt(WorkerState *ws, DpwinChunkSlot *slot, int attempt)
 	{
 		ws->failure_transient = true;
 		ereport(ERROR,
-				(errcode(ERRCODE_DATA_CORRUPTED),
+				(errcode(ERRCODE_DATA_EXCEPTION),
 				 errmsg("staging table %s of chunk %d does not match the source",
 						staging, slot->chunk_no),
 				 errdetail("Source digest %s, staging digest %s.",

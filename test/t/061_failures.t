@@ -145,22 +145,21 @@ psql_ok("CREATE TABLE $schema.src (id bigint NOT NULL, w timestamptz, v text);
 
 # --- target rows written between generation build and publication ------------
 
-# The build copies the kept rows into the generation (the first INSERT INTO
-# the generation), checks them against the target, then copies the
-# staging tables (the second INSERT INTO the generation).  Holding that
-# second copy open lets a writer slip in after the check and before the
-# pre-exchange check.
+# The build clones the target into the generation, checks the clone's
+# parts and counts the target's kept rows (on the window column), then
+# deletes the window from the clone.  Holding that DELETE open lets a
+# writer slip in after the clone was checked and before the pre-exchange
+# check.
 sub hold_second_copy
 {
 	my ($gen) = @_;
-	fault(pattern => "INSERT INTO `$db`.`$gen`", mode => 'delay', ms => 1, count => 1);
-	fault(pattern => "INSERT INTO `$db`.`$gen`", mode => 'delay', ms => 3000, count => 1);
+	fault(pattern => "DELETE FROM `$db`.`$gen`", mode => 'delay', ms => 3000, count => 1);
 }
 
 sub wait_build_check
 {
 	my ($seq, $t) = @_;
-	return wait_log($seq, qr/sipHash64Keyed.*FROM `\Q$db\E`\.`\Q$t\E` WHERE/s);
+	return wait_log($seq, qr/countIf\(.*FROM `\Q$db\E`\.`\Q$t\E`/s);
 }
 
 {
@@ -175,7 +174,7 @@ sub wait_build_check
 	my $pre = ch_rows($t);
 	my ($rc, $out, $err) = bg_finish($h);
 	isnt($rc, 0, 'target written: the refresh fails');
-	like($err, qr/ERROR:\s+55000: target `\Q$db\E`\.`\Q$t\E` changed between generation build and publication/,
+	like($err, qr/ERROR:\s+55000: target `\Q$db\E`\.`\Q$t\E` changed outside the window between generation build and publication/,
 		'target written: refused with SQLSTATE 55000') or diag($err);
 	is(scalar(exchanges($seq, $t)), 0, 'target written: no EXCHANGE was sent');
 	is_deeply(ch_rows($t), $pre, 'target written: the changed target is intact, with the new row');
@@ -208,7 +207,7 @@ for my $case ([ 'ddl', 'ADD COLUMN extra Nullable(Int32)' ],
 	my $state = $tag eq 'ddl' ? '42804' : '55000';
 	my $re = $tag eq 'ddl'
 	  ? qr/ERROR:\s+42804: ClickHouse target `\Q$db\E`\.`\Q$t\E` has 4 columns, route "\Q$route\E" has 3/
-	  : qr/ERROR:\s+55000: the schema of target `\Q$db\E`\.`\Q$t\E` changed between generation build and publication/;
+	  : qr/ERROR:\s+55000: the schema of target `\Q$db\E`\.`\Q$t\E` changed while the generation was being built/;
 	like($err, $re, "schema changed ($tag): refused with SQLSTATE $state") or diag($err);
 	is(scalar(exchanges($seq, $t)), 0, "schema changed ($tag): no EXCHANGE was sent");
 	is_deeply(ch_rows($t), $pre, "schema changed ($tag): target rows intact");
@@ -283,11 +282,13 @@ for my $case ([ 'ddl', 'ADD COLUMN extra Nullable(Int32)' ],
 	my $inv = new_uuid();
 	my $gen = gen_name($route, $inv);
 	my $prefix = invocation_prefix(route_id($route), $inv);
-	# The build fails at its first copy, and the clean-up cannot list the
-	# tables: the invocation fails with its tables left behind.
-	fault(pattern => "INSERT INTO `$db`.`$gen`", mode => 'error', code => 241, count => 1);
+	# The build fails attaching the staged parts (the second ATTACH to the
+	# generation; the first clones the target), and the clean-up cannot
+	# list the tables: the invocation fails with its tables left behind.
+	fault(pattern => "ALTER TABLE `$db`.`$gen` ATTACH", mode => 'delay', ms => 1, count => 1);
+	fault(pattern => "ALTER TABLE `$db`.`$gen` ATTACH", mode => 'error', code => 241, count => 1);
 	fault(pattern => "startsWith(name, '$prefix')", mode => 'error', code => 241, count => 1);
-	like(psql_err(refresh_sql($route, $inv)), qr/^HV000: ClickHouse error 241 while copying rows/,
+	like(psql_err(refresh_sql($route, $inv)), qr/^HV000: ClickHouse error 241 while attaching partitions/,
 		'abandon: the refresh failed in the build');
 	is(inv_field($inv, 'state'), 'failed', 'abandon: failed');
 	my $left = own_tables($route, $inv);

@@ -158,11 +158,11 @@ sub killed_in_exchange
 
 	my $seq = ch_log_seq();
 	my $err = psql_err("SELECT * FROM dpwin.recover('$inv')");
-	like($err, qr/^XX001: publication outcome of invocation \Q$inv\E is unknown/, 'unknown: recover reports it');
+	like($err, qr/^08007: publication outcome of invocation \Q$inv\E is unknown/, 'unknown: recover reports it');
 	is(state_of($inv), 'unknown', 'unknown: state unknown');
 	is(psql_ok("SELECT outcome FROM dpwin.publication WHERE invocation_id = '$inv'"), 'unknown',
 		'unknown: outcome unknown');
-	like(psql_err("SELECT * FROM dpwin.recover('$inv')"), qr/^XX001: publication outcome of invocation \Q$inv\E is unknown/,
+	like(psql_err("SELECT * FROM dpwin.recover('$inv')"), qr/^08007: publication outcome of invocation \Q$inv\E is unknown/,
 		'unknown: recover again reports it again');
 	is_deeply({ map { $_ => uuid_of($_) } ($t, 'decoy', $gen) }, \%before, 'unknown: every table is kept as it is');
 	ok(scalar(@{ own_tables($route, $inv) }) >= 3, 'unknown: staging tables kept');
@@ -271,7 +271,7 @@ for my $case ([ 'rows', "INSERT INTO `$db`.`%s` VALUES (88, '2026-07-01 00:00:00
 	stuck_in_publishing($route, $t, $inv, 'unknown, undone');
 	ch_ok("CREATE TABLE `$db`.`decoy2` AS `$db`.`$t`");
 	ch_ok("EXCHANGE TABLES `$db`.`$t` AND `$db`.`decoy2`");
-	like(psql_err("SELECT * FROM dpwin.recover('$inv')"), qr/^XX001:/, 'unknown, undone: unknown');
+	like(psql_err("SELECT * FROM dpwin.recover('$inv')"), qr/^08007:/, 'unknown, undone: unknown');
 	is(state_of($inv), 'unknown', 'unknown, undone: state unknown');
 	ch_ok("EXCHANGE TABLES `$db`.`$t` AND `$db`.`decoy2`");
 	is(psql_ok("SELECT reconcile->>'verdict' FROM dpwin.reconcile('$inv')"), 'not_published',

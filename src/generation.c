@@ -1,0 +1,741 @@
+/*-------------------------------------------------------------------------
+ *
+ * generation.c
+ *	  Building the replacement generation of a target by cloning, whatever
+ *	  the target's partitioning (docs/design.md, "Building the
+ *	  generation"):
+ *
+ *	  1. clone: ATTACH PARTITION ID ... FROM target hard-links every part
+ *		 of every partition that may hold a row outside the replaced
+ *		 ranges (an unpartitioned table is the one partition 'all');
+ *	  2. remove: one lightweight DELETE of the rows inside the ranges;
+ *	  3. attach: the verified staging tables' parts, hard-linked too.
+ *
+ *	  No kept row travels through a SELECT, and none is read to verify:
+ *
+ *	  - ATTACH PARTITION FROM renumbers a part's blocks but keeps its files,
+ *		so partition, rows and hash_of_all_files (a checksum of every file)
+ *		of the cloned parts equal the target's: the clone is the target,
+ *		file for file, when the two multisets of parts are equal;
+ *	  - every row of the generation comes from the clone or from a staged
+ *		part, and staged rows all lie inside the ranges, so equal counts of
+ *		rows outside the ranges in target and generation (counted on the
+ *		window column alone) prove that the DELETE removed no kept row;
+ *	  - the staged parts are found in the generation file for file, and the
+ *		rows inside the ranges number exactly the staged rows: nothing of
+ *		the clone survived inside the ranges.
+ *
+ *	  A background merge changes parts without changing rows.  Where parts
+ *	  no longer match, the rows concerned are compared by digest instead,
+ *	  so a merge costs time, never correctness.
+ *
+ *	  Which partitions lie wholly inside the ranges is read from the
+ *	  minmax index that every MergeTree part keeps for the columns of the
+ *	  partition key, through ClickHouse's implicit _minmax_count_projection
+ *	  (force_optimize_projection = 1 makes the server refuse rather than
+ *	  scan).  For a Nullable column the index orders NULL last: a part with
+ *	  some NULLs has max = NULL.  A part lies inside when its min and max
+ *	  are values inside one range; such partitions are not cloned at all.
+ *	  Without a usable index every partition is cloned and the DELETE does
+ *	  the rest.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "dpwin.h"
+
+#include "common/int.h"
+#include "lib/stringinfo.h"
+#include "nodes/value.h"
+#include "utils/builtins.h"
+#include "utils/json.h"
+#include "utils/timestamp.h"
+
+#include "generation.h"
+#include "window.h"
+
+/* Partitions attached per ALTER TABLE statement. */
+#define ATTACH_BATCH		100
+
+/* ClickHouse exception codes we react to. */
+#define CH_UNKNOWN_SETTING	115
+#define CH_PROJECTION_NOT_USED	584
+
+/*
+ * Queries that select partitions by _partition_id run with
+ * optimize_move_to_prewhere = 0: with the automatic move to PREWHERE the
+ * server weighs every part of the table (about a millisecond each) before
+ * the partition condition drops the parts it excludes.
+ */
+#define PARTITION_QUERY_SETTINGS "optimize_move_to_prewhere = 0"
+
+/* Microseconds from the Unix epoch to PostgreSQL's. */
+#define UNIX_TO_PG_USECS \
+	((int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY)
+
+typedef enum PartClass
+{
+	PART_OUTSIDE,				/* no row inside the ranges */
+	PART_INSIDE,				/* every row inside one range */
+	PART_MIXED					/* anything else, or unknown */
+} PartClass;
+
+/* One partition of the target, judged by its parts' minmax indexes. */
+typedef struct PartitionMeta
+{
+	char	   *id;
+	int64		parts;
+	int64		rows;
+	PartClass	class;
+} PartitionMeta;
+
+/* "('a', 'b', ...)" */
+static char *
+literal_list(List *items)
+{
+	StringInfoData buf;
+	ListCell   *lc;
+
+	initStringInfo(&buf);
+	appendStringInfoChar(&buf, '(');
+	foreach(lc, items)
+	{
+		if (foreach_current_index(lc) > 0)
+			appendStringInfoString(&buf, ", ");
+		appendStringInfoString(&buf, ch_quote_literal((const char *) lfirst(lc)));
+	}
+	appendStringInfoChar(&buf, ')');
+	return buf.data;
+}
+
+char *
+dpwin_generation_ranges_sql(const char *window_column, List *ranges)
+{
+	StringInfoData buf;
+	char	   *w = ch_quote_ident(window_column);
+	ListCell   *lc;
+
+	initStringInfo(&buf);
+	appendStringInfoString(&buf, "toUInt8(ifNull(");
+	if (ranges == NIL)
+		appendStringInfoString(&buf, "0");
+	foreach(lc, ranges)
+	{
+		DpwinChunkBounds *r = lfirst(lc);
+
+		appendStringInfo(&buf, "%s(%s >= %s AND %s < %s)",
+						 foreach_current_index(lc) > 0 ? " OR " : "",
+						 w, dpwin_target_bound_sql(r->lo, "lower"),
+						 w, dpwin_target_bound_sql(r->hi, "upper"));
+	}
+	appendStringInfoString(&buf, ", 0))");
+	return buf.data;
+}
+
+List *
+dpwin_generation_merge_ranges(List *chunks)
+{
+	List	   *ranges = NIL;
+	DpwinChunkBounds *last = NULL;
+	ListCell   *lc;
+
+	foreach(lc, chunks)
+	{
+		DpwinChunkBounds *c = lfirst(lc);
+
+		if (last != NULL && last->hi == c->lo)
+		{
+			last->hi = c->hi;
+			continue;
+		}
+		last = palloc(sizeof(DpwinChunkBounds));
+		*last = *c;
+		last->chunk_no = list_length(ranges);
+		ranges = lappend(ranges, last);
+	}
+	return ranges;
+}
+
+/* A minmax bound read as Unix microseconds ("" for NULL). */
+static bool
+read_bound(const char *field, TimestampTz *ts)
+{
+	if (field[0] == '\0')
+		return false;
+	*ts = pg_strtoint64(field) - UNIX_TO_PG_USECS;
+	return true;
+}
+
+static PartClass
+classify_part(List *ranges, bool has_min, TimestampTz min,
+			  bool has_max, TimestampTz max)
+{
+	ListCell   *lc;
+	bool		touches = false;
+
+	/* only NULL window values: kept */
+	if (!has_min && !has_max)
+		return PART_OUTSIDE;
+	foreach(lc, ranges)
+	{
+		DpwinChunkBounds *r = lfirst(lc);
+
+		if (has_max && min >= r->lo && max < r->hi)
+			return PART_INSIDE;
+		/* max NULL: some NULLs, values from min up to anything */
+		if (r->hi > min && (!has_max || max >= r->lo))
+			touches = true;
+	}
+	return touches ? PART_MIXED : PART_OUTSIDE;
+}
+
+/*
+ * The partitions of db.table judged from their parts' minmax indexes, or
+ * NIL with *why_not set when the server cannot answer from metadata.
+ */
+static List *
+classify_partitions(ChClient *client, const DpwinTargetInfo *target,
+					const char *window_column, List *ranges, char **why_not)
+{
+	char	   *w = ch_quote_ident(window_column);
+	char	   *query;
+	List	   *rows;
+	List	   *result = NIL;
+	PartitionMeta *cur = NULL;
+	ListCell   *lc;
+	ChHttpReply reply;
+	ChHttpStatus status;
+	bool		implicit_setting = true;
+
+	/* Aliases are prefixed so that they cannot shadow a target column. */
+	for (;;)
+	{
+		query = psprintf("SELECT __dpwin_p, __dpwin_n, toUnixTimestamp64Micro(__dpwin_min),"
+						 " toUnixTimestamp64Micro(__dpwin_max) FROM ("
+						 "SELECT _partition_id AS __dpwin_p, _part AS __dpwin_part, count() AS __dpwin_n, "
+						 "min(%s) AS __dpwin_min, max(%s) AS __dpwin_max "
+						 "FROM %s GROUP BY __dpwin_p, __dpwin_part) "
+						 "ORDER BY __dpwin_p "
+						 "SETTINGS force_optimize_projection = 1%s "
+						 "FORMAT TabSeparated",
+						 w, w, ch_qualified_name(target->database, target->table),
+						 implicit_setting ? ", optimize_use_implicit_projections = 1" : "");
+		status = ch_try(client, query, ch_next_query_id(client, "parts"),
+						NULL, NULL, &reply);
+		if (status == CHHTTP_SERVER_ERROR &&
+			reply.exception_code == CH_UNKNOWN_SETTING && implicit_setting)
+		{
+			/* A server older than that setting uses the projection anyway. */
+			implicit_setting = false;
+			continue;
+		}
+		break;
+	}
+	if (status == CHHTTP_SERVER_ERROR &&
+		reply.exception_code == CH_PROJECTION_NOT_USED)
+	{
+		*why_not = psprintf("the server cannot read the minmax index of %s (_minmax_count_projection not used)",
+							ch_qualified_name(target->database, target->table));
+		return NIL;
+	}
+	if (status != CHHTTP_OK)
+		ch_report(status, &reply,
+				  psprintf("reading the partitions of %s",
+						   ch_qualified_name(target->database, target->table)));
+
+	rows = ch_parse_tsv(reply.body.data);
+	foreach(lc, rows)
+	{
+		List	   *row = (List *) lfirst(lc);
+		TimestampTz min = 0;
+		TimestampTz max = 0;
+		bool		has_min;
+		bool		has_max;
+		PartClass	class;
+
+		if (list_length(row) != 4)
+			ereport(ERROR,
+					(errcode(ERRCODE_PROTOCOL_VIOLATION),
+					 errmsg("unexpected answer from ClickHouse about the partitions of %s",
+							ch_qualified_name(target->database, target->table))));
+		has_min = read_bound(ch_row_field(row, 2), &min);
+		has_max = read_bound(ch_row_field(row, 3), &max);
+		class = classify_part(ranges, has_min, min, has_max, max);
+		if (cur == NULL || strcmp(cur->id, ch_row_field(row, 0)) != 0)
+		{
+			cur = palloc0(sizeof(PartitionMeta));
+			cur->id = pstrdup(ch_row_field(row, 0));
+			cur->class = class;
+			result = lappend(result, cur);
+		}
+		else if (cur->class != class)
+			cur->class = PART_MIXED;
+		cur->parts++;
+		cur->rows += pg_strtoint64(ch_row_field(row, 1));
+	}
+	return result;
+}
+
+/* Every partition of the target, unjudged: each may hold anything. */
+static List *
+all_partitions(ChClient *client, const DpwinTargetInfo *target)
+{
+	List	   *rows;
+	List	   *result = NIL;
+	ListCell   *lc;
+
+	rows = ch_parse_tsv(ch_exec(client,
+								psprintf("SELECT partition_id, count(), sum(rows) FROM system.parts"
+										 " WHERE database = %s AND `table` = %s AND active"
+										 " GROUP BY partition_id ORDER BY partition_id",
+										 ch_quote_literal(target->database),
+										 ch_quote_literal(target->table))));
+	foreach(lc, rows)
+	{
+		List	   *row = (List *) lfirst(lc);
+		PartitionMeta *p = palloc0(sizeof(PartitionMeta));
+
+		p->id = pstrdup(ch_row_field(row, 0));
+		p->parts = pg_strtoint64(ch_row_field(row, 1));
+		p->rows = pg_strtoint64(ch_row_field(row, 2));
+		p->class = PART_MIXED;
+		result = lappend(result, p);
+	}
+	return result;
+}
+
+/*
+ * ALTER TABLE gen ATTACH PARTITION ID ids[i] FROM sources[i], a batch of
+ * partitions per statement (one statement per partition would cost a
+ * round trip each: 300 of them take seconds, one batch milliseconds).
+ */
+static void
+attach_partitions(ChClient *client, const char *database, List *ids,
+				  List *sources, const char *generation)
+{
+	char	   *qgen = ch_qualified_name(database, generation);
+	ListCell   *lc;
+	ListCell   *ls;
+	StringInfoData sql;
+	int			n = 0;
+
+	initStringInfo(&sql);
+	forboth(lc, ids, ls, sources)
+	{
+		appendStringInfo(&sql, "%s ATTACH PARTITION ID %s FROM %s",
+						 n == 0 ? psprintf("ALTER TABLE %s", qgen) : ",",
+						 ch_quote_literal((const char *) lfirst(lc)),
+						 ch_qualified_name(database, (const char *) lfirst(ls)));
+		n++;
+		if (n == ATTACH_BATCH || lnext(ids, lc) == NULL)
+		{
+			char	   *query_id = ch_next_query_id(client, "attach");
+			ChHttpReply reply;
+			ChHttpStatus status;
+
+			status = ch_try(client, sql.data, query_id, NULL, NULL, &reply);
+			if (status != CHHTTP_OK)
+			{
+				/* It may still be running; the generation is dropped next. */
+				if (ch_status_outcome_unknown(status))
+					ch_settle_query(client, query_id);
+				ch_report(status, &reply,
+						  psprintf("attaching partitions to %s", qgen));
+			}
+			resetStringInfo(&sql);
+			n = 0;
+		}
+	}
+}
+
+/*
+ * The active parts of the tables as sorted "partition\trows\thash"
+ * strings, optionally only of the partitions in `only` (NIL: all).
+ */
+static List *
+read_parts(ChClient *client, const char *database, List *tables, List *only)
+{
+	List	   *rows;
+	List	   *result = NIL;
+	ListCell   *lc;
+
+	rows = ch_parse_tsv(ch_exec(client,
+								psprintf("SELECT partition_id, rows, hash_of_all_files FROM system.parts"
+										 " WHERE database = %s AND `table` IN %s AND active%s%s"
+										 " ORDER BY partition_id, rows, hash_of_all_files",
+										 ch_quote_literal(database), literal_list(tables),
+										 only != NIL ? " AND partition_id IN " : "",
+										 only != NIL ? literal_list(only) : "")));
+	foreach(lc, rows)
+	{
+		List	   *row = (List *) lfirst(lc);
+
+		result = lappend(result, psprintf("%s\t%s\t%s", ch_row_field(row, 0),
+										  ch_row_field(row, 1), ch_row_field(row, 2)));
+	}
+	return result;
+}
+
+/* The partition of a read_parts() entry. */
+static char *
+part_partition(const char *part)
+{
+	const char *tab = strchr(part, '\t');
+
+	return pnstrdup(part, tab ? (Size) (tab - part) : strlen(part));
+}
+
+/*
+ * Multiset difference of two sorted read_parts() lists: the partitions of
+ * the parts of `a` missing from `b` and, unless subset_only, of `b`
+ * missing from `a`.
+ */
+static List *
+parts_differ(List *a, List *b, bool subset_only)
+{
+	List	   *differ = NIL;
+	int			i = 0;
+	int			j = 0;
+
+	while (i < list_length(a) || j < list_length(b))
+	{
+		const char *pa = i < list_length(a) ? list_nth(a, i) : NULL;
+		const char *pb = j < list_length(b) ? list_nth(b, j) : NULL;
+		int			cmp = pa == NULL ? 1 : pb == NULL ? -1 : strcmp(pa, pb);
+
+		if (cmp == 0)
+		{
+			i++;
+			j++;
+			continue;
+		}
+		if (cmp < 0)
+		{
+			differ = list_append_unique(differ, makeString(part_partition(pa)));
+			i++;
+		}
+		else
+		{
+			if (!subset_only)
+				differ = list_append_unique(differ, makeString(part_partition(pb)));
+			j++;
+		}
+	}
+	return differ;
+}
+
+/* makeString list -> plain char * list */
+static List *
+string_values(List *strings)
+{
+	List	   *result = NIL;
+	ListCell   *lc;
+
+	foreach(lc, strings)
+		result = lappend(result, strVal(lfirst(lc)));
+	return result;
+}
+
+/*
+ * Digest of db.table in the partitions `only` (NIL: all), restricted by
+ * where_sql when given.
+ */
+static void
+digest_partitions(ChClient *client, const DpwinTargetInfo *target,
+				  const char *table, List *only, const char *where_sql,
+				  const DpwinDigestKey *key, DpwinDigest *out)
+{
+	StringInfoData sql;
+
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "SELECT %s FROM %s WHERE 1",
+					 dpwin_digest_ch_select_list(key, target->quoted_columns),
+					 ch_qualified_name(target->database, table));
+	if (only != NIL)
+		appendStringInfo(&sql, " AND _partition_id IN %s", literal_list(only));
+	if (where_sql != NULL)
+		appendStringInfo(&sql, " AND %s", where_sql);
+	appendStringInfoString(&sql, " SETTINGS " PARTITION_QUERY_SETTINGS);
+	dpwin_target_digest_answer(ch_exec(client, sql.data), target, table, out);
+}
+
+/* Rows of db.table inside and outside the ranges, on the window column. */
+static void
+count_ranges(ChClient *client, const char *database, const char *table,
+			 const char *ranges_sql, int64 *inside, int64 *outside)
+{
+	List	   *rows;
+	List	   *row;
+
+	rows = ch_parse_tsv(ch_exec(client,
+								psprintf("SELECT countIf(%s), count() - countIf(%s) FROM %s",
+										 ranges_sql, ranges_sql,
+										 ch_qualified_name(database, table))));
+	row = rows != NIL ? (List *) linitial(rows) : NIL;
+	if (list_length(row) != 2)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROTOCOL_VIOLATION),
+				 errmsg("unexpected answer from ClickHouse counting the rows of %s",
+						ch_qualified_name(database, table))));
+	*inside = pg_strtoint64(ch_row_field(row, 0));
+	*outside = pg_strtoint64(ch_row_field(row, 1));
+}
+
+DpwinGeneration *
+dpwin_generation_clone(ChClient *client, const DpwinTargetInfo *target,
+					   const char *window_column, List *ranges,
+					   const char *name, const DpwinDigestKey *key)
+{
+	DpwinGeneration *gen = palloc0(sizeof(DpwinGeneration));
+	List	   *partitions;
+	List	   *cloned = NIL;
+	List	   *sources = NIL;
+	List	   *differ;
+	ListCell   *lc;
+	int64		inside;
+
+	gen->table = pstrdup(name);
+	gen->window_column = window_column;
+	gen->ranges = ranges;
+	dpwin_target_create_like(client, target, name);
+
+	partitions = classify_partitions(client, target, window_column, ranges,
+									 &gen->minmax_why_not);
+	gen->minmax_used = gen->minmax_why_not == NULL;
+	if (!gen->minmax_used)
+		partitions = all_partitions(client, target);
+	gen->partitions = list_length(partitions);
+	foreach(lc, partitions)
+	{
+		PartitionMeta *p = lfirst(lc);
+
+		if (p->class == PART_INSIDE)
+		{
+			gen->dropped_partitions++;
+			continue;
+		}
+		cloned = lappend(cloned, p->id);
+		sources = lappend(sources, target->table);
+		gen->cloned_parts += p->parts;
+		gen->cloned_rows += p->rows;
+		if (p->class == PART_MIXED)
+			gen->deleted = true;	/* rows to remove: see below */
+	}
+	gen->cloned_partitions = list_length(cloned);
+	if (cloned != NIL)
+		attach_partitions(client, target->database, cloned, sources, name);
+
+	/*
+	 * The clone is the target, file for file, if their parts are equal now;
+	 * where a merge on either side has already changed them, the rows are.
+	 */
+	gen->target_parts = read_parts(client, target->database,
+								   list_make1(target->table), NIL);
+	differ = string_values(parts_differ(cloned == NIL ? NIL :
+										read_parts(client, target->database,
+												   list_make1(target->table), cloned),
+										read_parts(client, target->database,
+												   list_make1((char *) name), NIL),
+										false));
+	if (differ != NIL)
+	{
+		DpwinDigest t;
+		DpwinDigest g;
+
+		digest_partitions(client, target, target->table, differ, NULL, key, &t);
+		digest_partitions(client, target, name, differ, NULL, key, &g);
+		gen->digest_checks++;
+		if (!dpwin_digest_equal(&t, &g))
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("target %s changed while it was cloned",
+							ch_qualified_name(target->database, target->table)),
+					 errdetail("Partitions %s hold %s in the target and %s in its clone.",
+							   literal_list(differ), dpwin_digest_to_text(&t),
+							   dpwin_digest_to_text(&g)),
+					 errhint("Hold dpwin.lock_target() in other writers of the target.")));
+	}
+	gen->parts_known = true;
+	count_ranges(client, target->database, target->table,
+				 dpwin_generation_ranges_sql(window_column, ranges),
+				 &inside, &gen->target_kept_rows);
+	return gen;
+}
+
+void
+dpwin_generation_remove_ranges(ChClient *client, const DpwinTargetInfo *target,
+							   DpwinGeneration *gen)
+{
+	char	   *query_id;
+	ChHttpReply reply;
+	ChHttpStatus status;
+	bool		setting = true;
+
+	/* Every cloned partition lies outside the ranges: nothing to remove. */
+	if (!gen->deleted)
+		return;
+
+	/*
+	 * lightweight_deletes_sync = 2: the statement returns once the rows are
+	 * gone (the server's default, pinned against a profile that changes
+	 * it); a server older than that setting waits by mutations_sync.
+	 */
+	for (;;)
+	{
+		query_id = ch_next_query_id(client, "delete");
+		status = ch_try(client,
+						psprintf("DELETE FROM %s WHERE %s SETTINGS %s = 2",
+								 ch_qualified_name(target->database, gen->table),
+								 dpwin_generation_ranges_sql(gen->window_column, gen->ranges),
+								 setting ? "lightweight_deletes_sync" : "mutations_sync"),
+						query_id, NULL, NULL, &reply);
+		if (status == CHHTTP_SERVER_ERROR &&
+			reply.exception_code == CH_UNKNOWN_SETTING && setting)
+		{
+			setting = false;
+			continue;
+		}
+		break;
+	}
+	if (status != CHHTTP_OK)
+	{
+		if (ch_status_outcome_unknown(status))
+			ch_settle_query(client, query_id);
+		ch_report(status, &reply,
+				  psprintf("removing the window's rows from %s",
+						   ch_qualified_name(target->database, gen->table)));
+	}
+}
+
+int64
+dpwin_generation_attach_staged(ChClient *client, const DpwinTargetInfo *target,
+							   DpwinGeneration *gen, List *staging_tables,
+							   int64 staged_rows,
+							   const DpwinDigest *staged_digest,
+							   const DpwinDigestKey *key)
+{
+	char	   *ranges_sql = dpwin_generation_ranges_sql(gen->window_column, gen->ranges);
+	List	   *staged_parts = NIL;
+	int64		inside;
+	int64		outside;
+
+	if (staging_tables != NIL)
+	{
+		List	   *rows;
+		List	   *ids = NIL;
+		List	   *sources = NIL;
+		ListCell   *lc;
+
+		rows = ch_parse_tsv(ch_exec(client,
+									psprintf("SELECT DISTINCT `table`, partition_id FROM system.parts"
+											 " WHERE database = %s AND `table` IN %s AND active"
+											 " ORDER BY `table`, partition_id",
+											 ch_quote_literal(target->database),
+											 literal_list(staging_tables))));
+		foreach(lc, rows)
+		{
+			List	   *row = (List *) lfirst(lc);
+
+			sources = lappend(sources, pstrdup(ch_row_field(row, 0)));
+			ids = lappend(ids, pstrdup(ch_row_field(row, 1)));
+		}
+		staged_parts = read_parts(client, target->database, staging_tables, NIL);
+		gen->attached_parts = list_length(staged_parts);
+		if (ids != NIL)
+			attach_partitions(client, target->database, ids, sources, gen->table);
+	}
+
+	/*
+	 * The staged parts, file for file; after a merge in the generation,
+	 * the rows inside the ranges by digest.
+	 */
+	if (parts_differ(staged_parts,
+					 read_parts(client, target->database, list_make1(gen->table), NIL),
+					 true) != NIL)
+	{
+		DpwinDigest g;
+
+		digest_partitions(client, target, gen->table, NIL, ranges_sql, key, &g);
+		gen->digest_checks++;
+		if (!dpwin_digest_equal(&g, staged_digest))
+			ereport(ERROR,
+					(errcode(ERRCODE_DATA_EXCEPTION),
+					 errmsg("generation %s does not hold the staged rows", gen->table),
+					 errdetail("Its rows inside the window are %s, the staged rows %s.",
+							   dpwin_digest_to_text(&g),
+							   dpwin_digest_to_text(staged_digest))));
+	}
+
+	count_ranges(client, target->database, gen->table, ranges_sql, &inside, &outside);
+	if (inside != staged_rows || outside != gen->target_kept_rows)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_EXCEPTION),
+				 errmsg("generation %s does not verify", gen->table),
+				 errdetail("It holds " INT64_FORMAT " rows inside the window and " INT64_FORMAT
+						   " outside; expected " INT64_FORMAT " staged and " INT64_FORMAT
+						   " kept from the target.",
+						   inside, outside, staged_rows, gen->target_kept_rows),
+				 errhint("The target may have been written to while the generation was built; hold dpwin.lock_target() in other writers of the target.")));
+	return inside + outside;
+}
+
+void
+dpwin_generation_check_target(ChClient *client, const DpwinTargetInfo *target,
+							  DpwinGeneration *gen, const DpwinDigestKey *key,
+							  const char *when)
+{
+	char	   *keep_sql;
+	List	   *differ = NIL;
+	DpwinDigest t;
+	DpwinDigest g;
+
+	if (gen->parts_known)
+	{
+		differ = string_values(parts_differ(gen->target_parts,
+											read_parts(client, target->database,
+													   list_make1(target->table), NIL),
+											false));
+		if (differ == NIL)
+			return;
+	}
+
+	/* Same rows in other parts (a merge), or a change of the target? */
+	keep_sql = psprintf("NOT %s", dpwin_generation_ranges_sql(gen->window_column,
+															  gen->ranges));
+	digest_partitions(client, target, target->table, differ, keep_sql, key, &t);
+	digest_partitions(client, target, gen->table, differ, keep_sql, key, &g);
+	gen->digest_checks++;
+	if (!dpwin_digest_equal(&t, &g))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("target %s changed outside the window %s",
+						ch_qualified_name(target->database, target->table), when),
+				 errdetail("Rows outside the window are %s in the target and %s in the generation.",
+						   dpwin_digest_to_text(&t), dpwin_digest_to_text(&g)),
+				 errhint("The changed target is kept as it is. Hold dpwin.lock_target() in other writers, then start a new invocation.")));
+}
+
+char *
+dpwin_generation_json(const DpwinGeneration *gen)
+{
+	StringInfoData buf;
+
+	if (gen == NULL)
+		return pstrdup("null");
+	initStringInfo(&buf);
+	appendStringInfo(&buf, "{\"partitions\": %d, \"cloned_partitions\": %d"
+					 ", \"dropped_partitions\": %d, \"cloned_parts\": " INT64_FORMAT
+					 ", \"cloned_rows\": " INT64_FORMAT ", \"ranges\": %d"
+					 ", \"deleted\": %s, \"attached_parts\": " INT64_FORMAT
+					 ", \"digest_checks\": %d, \"minmax\": %s",
+					 gen->partitions, gen->cloned_partitions, gen->dropped_partitions,
+					 gen->cloned_parts, gen->cloned_rows, list_length(gen->ranges),
+					 gen->deleted ? "true" : "false", gen->attached_parts,
+					 gen->digest_checks, gen->minmax_used ? "true" : "false");
+	if (gen->minmax_why_not)
+	{
+		appendStringInfoString(&buf, ", \"why_not\": ");
+		escape_json(&buf, gen->minmax_why_not);
+	}
+	appendStringInfoChar(&buf, '}');
+	return buf.data;
+}

@@ -1,0 +1,113 @@
+/*-------------------------------------------------------------------------
+ *
+ * generation.h
+ *	  The replacement generation of a target, built by cloning: every part
+ *	  of the target is hard-linked into the generation (ATTACH PARTITION
+ *	  ... FROM), the window's rows are removed from the clone, the verified
+ *	  staged parts are attached, and each step is verified by structure
+ *	  (system.parts) and by counting the window column, never by reading
+ *	  the kept rows (docs/design.md, "Building the generation").
+ *
+ *	  A lower layer: ClickHouse statements only, no journal.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef DPWIN_GENERATION_H
+#define DPWIN_GENERATION_H
+
+#include "datatype/timestamp.h"
+#include "nodes/pg_list.h"
+
+#include "chclient.h"
+#include "digest.h"
+#include "target.h"
+
+typedef struct DpwinGeneration
+{
+	char	   *table;			/* the generation table */
+	const char *window_column;
+	List	   *ranges;			/* DpwinChunkBounds: what is replaced */
+
+	/* the target's active parts when cloned, "partition\trows\thash" */
+	List	   *target_parts;
+	bool		parts_known;	/* target_parts describes the clone */
+
+	int			partitions;		/* partitions of the target when cloned */
+	int			cloned_partitions;
+	int			dropped_partitions; /* wholly inside the ranges: not cloned */
+	int64		cloned_parts;
+	int64		cloned_rows;	/* rows of the cloned parts (system.parts) */
+	bool		minmax_used;	/* partitions classified from minmax indexes */
+	char	   *minmax_why_not; /* why not, when not */
+	bool		deleted;		/* a DELETE removed ranges from the clone */
+	int64		target_kept_rows;	/* target rows outside the ranges */
+	int64		attached_parts; /* staged parts attached */
+	int			digest_checks;	/* checks that fell back to a digest */
+} DpwinGeneration;
+
+/*
+ * Create the generation `name` as a copy of the target's structure and
+ * clone into it every partition of the target that may hold a row outside
+ * `ranges` (the window, or the part of it that is re-staged): partitions
+ * whose every part lies inside the ranges are left out.  Verifies that the
+ * cloned parts are the target's, file for file, and records them, and
+ * counts the target's rows outside the ranges on the window column.
+ */
+extern DpwinGeneration *dpwin_generation_clone(ChClient *client,
+											   const DpwinTargetInfo *target,
+											   const char *window_column,
+											   List *ranges,
+											   const char *name,
+											   const DpwinDigestKey *key);
+
+/*
+ * Remove the rows inside the ranges from the clone (a lightweight DELETE,
+ * waited for), then check by counting that exactly they went.
+ */
+extern void dpwin_generation_remove_ranges(ChClient *client,
+										   const DpwinTargetInfo *target,
+										   DpwinGeneration *gen);
+
+/*
+ * Attach the parts of the verified staging tables to the generation and
+ * verify the result: every staged part is there file for file (or, after
+ * a merge, the rows inside the ranges have the staged digest), the rows
+ * inside the ranges are exactly staged_rows, and the rows outside are the
+ * target's.  Returns the generation's row count.
+ */
+extern int64 dpwin_generation_attach_staged(ChClient *client,
+											const DpwinTargetInfo *target,
+											DpwinGeneration *gen,
+											List *staging_tables,
+											int64 staged_rows,
+											const DpwinDigest *staged_digest,
+											const DpwinDigestKey *key);
+
+/*
+ * Right before the exchange, under the lease: is the target still the
+ * table that was cloned?  Its parts are compared with those recorded at
+ * cloning; where they differ (a merge, or a change), or when they were not
+ * recorded (recovery of an invocation built by an earlier process), the
+ * rows outside the ranges are compared by digest, target against
+ * generation.  ereports ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE naming
+ * `when` if they differ.
+ */
+extern void dpwin_generation_check_target(ChClient *client,
+										  const DpwinTargetInfo *target,
+										  DpwinGeneration *gen,
+										  const DpwinDigestKey *key,
+										  const char *when);
+
+/* The ranges predicate in ClickHouse SQL: 1 for a row inside, else 0. */
+extern char *dpwin_generation_ranges_sql(const char *window_column, List *ranges);
+
+/*
+ * Merge the chunks (DpwinChunkBounds, in order) into the fewest
+ * contiguous ranges.
+ */
+extern List *dpwin_generation_merge_ranges(List *chunks);
+
+/* How the generation was built, as a jsonb object text, for evidence. */
+extern char *dpwin_generation_json(const DpwinGeneration *gen);
+
+#endif							/* DPWIN_GENERATION_H */

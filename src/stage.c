@@ -1,0 +1,296 @@
+/*-------------------------------------------------------------------------
+ *
+ * stage.c
+ *	  The coordinator's steps before the generation (docs/design.md, "The
+ *	  state machine"):
+ *
+ *	  planned     admit the target under the lease      -> extracting
+ *	  extracting  one snapshot, the chunk workers        -> staged
+ *	  staged      every receipt verified                 -> verified
+ *
+ *	  Recovery that finds an invocation planned or extracting cannot go on:
+ *	  its snapshot died with its coordinator.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "dpwin.h"
+
+#include "access/xact.h"
+#include "miscadmin.h"
+#include "storage/dsm.h"
+#include "utils/json.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "admission.h"
+#include "bgworker.h"
+#include "coordinator.h"
+#include "progress.h"
+#include "source.h"
+#include "window.h"
+
+/*
+ * Target admission, inside a transaction of its own: type parity consults
+ * the system caches.  The result lives in the coordinator's context.
+ */
+static DpwinTargetInfo *
+admit_target(Coordinator *c)
+{
+	DpwinTargetInfo *info;
+
+	StartTransactionCommand();
+	MemoryContextSwitchTo(c->cxt);
+	info = dpwin_target_admit(c->client, c->route);
+	CommitTransactionCommand();
+	MemoryContextSwitchTo(c->cxt);
+	return info;
+}
+
+DpwinState
+step_admit(Coordinator *c)
+{
+	if (c->recovering)
+		coordinator_expire_snapshot(c);
+
+	c->target = admit_target(c);
+	dpwin_target_probe_exchange(c->client, c->route->target_database);
+	dpwin_xact_begin("dpwin: admitted the target");
+	dpwin_registry_set_schema(&c->id, c->epoch, c->target->schema_fingerprint);
+	dpwin_registry_transition(&c->id, DPWIN_STATE_EXTRACTING, c->epoch, NULL, NULL);
+	dpwin_xact_commit(c->cxt);
+	c->state = DPWIN_STATE_EXTRACTING;
+	return DPWIN_STATE_EXTRACTING;
+}
+
+/* The shared segment of the chunk workers: the queue and their results. */
+static dsm_segment *
+extract_segment(Coordinator *c)
+{
+	StringInfoData types;
+	dsm_segment *seg;
+	DpwinExtractShared *sh;
+	Size		size;
+	ListCell   *lc;
+
+	initStringInfo(&types);
+	for (int i = 0; i < c->target->ncolumns; i++)
+		appendStringInfo(&types, "%s\n", c->target->column_types[i]);
+
+	c->nchunks = list_length(c->chunks);
+	size = dpwin_extract_size(c->nchunks, types.data);
+	seg = dsm_create(size, 0);
+	sh = dsm_segment_address(seg);
+	memset(sh, 0, size);
+	sh->magic = DPWIN_EXTRACT_MAGIC;
+	sh->database_id = MyDatabaseId;
+	sh->user_id = GetUserId();
+	sh->login_user_id = GetAuthenticatedUserId();
+	sh->route_id = c->route->route_id;
+	sh->target_id = c->target_id;
+	sh->lease_epoch = c->epoch;
+	sh->invocation_id = c->id;
+	sh->progress_slot = c->progress_slot;
+	sh->retry_backoff_ms = dpwin_retry_backoff_ms;
+	sh->key = c->key;
+	pg_atomic_init_u32(&sh->next_chunk, 0);
+	pg_atomic_init_u32(&sh->stop, 0);
+	SpinLockInit(&sh->mutex);
+	sh->nchunks = c->nchunks;
+	sh->types_offset = offsetof(DpwinExtractShared, chunks) +
+		sizeof(DpwinChunkSlot) * c->nchunks;
+	memcpy(dpwin_extract_types(sh), types.data, types.len + 1);
+	foreach(lc, c->chunks)
+	{
+		DpwinChunkBounds *b = lfirst(lc);
+		DpwinChunkSlot *s = &sh->chunks[foreach_current_index(lc)];
+
+		s->chunk_no = b->chunk_no;
+		s->lo = b->lo;
+		s->hi = b->hi;
+	}
+	return seg;
+}
+
+Size
+dpwin_extract_size(int nchunks, const char *types)
+{
+	return offsetof(DpwinExtractShared, chunks) +
+		sizeof(DpwinChunkSlot) * nchunks + strlen(types) + 1;
+}
+
+/* Launch the chunk workers; ereports when not one slot is free. */
+static int
+launch_workers(Coordinator *c, dsm_segment *seg, BackgroundWorkerHandle **handles,
+			   int nworkers)
+{
+	for (int i = 0; i < nworkers; i++)
+	{
+		handles[i] = dpwin_bgworker_launch("dpwin_worker_main",
+										   psprintf("dpwin chunk worker %d of %s",
+													i, dpwin_uuid_text(&c->id)),
+										   "dpwin chunk worker",
+										   UInt32GetDatum(dsm_segment_handle(seg)));
+		if (handles[i] == NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+					 errmsg("could not start dpwin chunk worker %d of %d", i + 1, nworkers),
+					 errdetail("No background worker slot was free."),
+					 errhint("Raise max_worker_processes, or lower the route's parallelism or dpwin.max_workers.")));
+	}
+	return nworkers;
+}
+
+/* Take the workers' results; ereports the first permanent failure. */
+static void
+collect_receipts(Coordinator *c, DpwinExtractShared *sh, dsm_segment *seg)
+{
+	c->slots = palloc(sizeof(DpwinChunkSlot) * c->nchunks);
+	memcpy(c->slots, sh->chunks, sizeof(DpwinChunkSlot) * c->nchunks);
+
+	if (sh->error_code != 0)
+	{
+		char	   *message = pstrdup(sh->error_message);
+		char	   *detail = pstrdup(sh->error_detail);
+		int			code = sh->error_code;
+
+		dsm_detach(seg);
+		ereport(ERROR,
+				(errcode(code),
+				 errmsg("%s", message),
+				 detail[0] ? errdetail("%s", detail) : 0));
+	}
+	dsm_detach(seg);
+
+	for (int i = 0; i < c->nchunks; i++)
+	{
+		if (c->slots[i].result != DPWIN_CHUNK_VERIFIED)
+			ereport(ERROR,
+					(errcode(ERRCODE_INTERNAL_ERROR),
+					 errmsg("chunk %d of invocation %s was not staged",
+							c->slots[i].chunk_no, dpwin_uuid_text(&c->id)),
+					 errdetail("A chunk worker stopped before finishing it.")));
+		dpwin_digest_merge(&c->source_digest, &c->slots[i].digest);
+		c->encoded_bytes += c->slots[i].bytes;
+	}
+	c->source_rows = (int64) c->source_digest.count;
+	c->staged_rows = c->source_rows;
+}
+
+DpwinState
+step_extract(Coordinator *c)
+{
+	dsm_segment *seg;
+	DpwinExtractShared *sh;
+	BackgroundWorkerHandle **handles;
+	int			nworkers;
+	TimestampTz started = GetCurrentTimestamp();
+
+	if (c->recovering)
+		coordinator_expire_snapshot(c);
+
+	seg = extract_segment(c);
+	sh = dsm_segment_address(seg);
+	nworkers = Min(Min(c->route->parallelism, dpwin_max_workers), c->nchunks);
+	handles = palloc0(sizeof(BackgroundWorkerHandle *) * nworkers);
+
+	/* ONE snapshot for the whole window, held open until every chunk is in. */
+	c->snapshot_name = MemoryContextStrdup(c->cxt, dpwin_snapshot_export());
+	strlcpy(sh->snapshot_name, c->snapshot_name, sizeof(sh->snapshot_name));
+
+	PG_TRY();
+	{
+		launch_workers(c, seg, handles, nworkers);
+
+		/* The target is cloned while the workers read the source. */
+		coordinator_prepare_generation(c);
+		dpwin_bgworker_wait_all(handles, nworkers);
+	}
+	PG_CATCH();
+	{
+		pg_atomic_write_u32(&sh->stop, 1);
+		HOLD_INTERRUPTS();
+		dpwin_bgworker_stop_all(handles, nworkers);
+		RESUME_INTERRUPTS();
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+
+	/* Every worker has stopped: the snapshot has served its purpose. */
+	dpwin_snapshot_close();
+	MemoryContextSwitchTo(c->cxt);
+	c->extract_seconds = coordinator_seconds_since(started);
+	collect_receipts(c, sh, seg);
+
+	dpwin_xact_begin("dpwin: every chunk is staged");
+	dpwin_registry_set_snapshot(&c->id, c->epoch, c->snapshot_name);
+	dpwin_registry_transition(&c->id, DPWIN_STATE_STAGED, c->epoch, NULL, NULL);
+	dpwin_xact_commit(c->cxt);
+	c->state = DPWIN_STATE_STAGED;
+	return DPWIN_STATE_STAGED;
+}
+
+/*
+ * Every chunk was staged and verified under one snapshot that was closed
+ * normally: the receipts are consistent, and publishing them needs no
+ * snapshot.
+ */
+DpwinState
+step_check_receipts(Coordinator *c)
+{
+	for (int i = 0; i < c->nchunks; i++)
+		if (c->slots[i].result != DPWIN_CHUNK_VERIFIED)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("chunk %d of invocation %s has no verified receipt",
+							c->slots[i].chunk_no, dpwin_uuid_text(&c->id))));
+	return DPWIN_STATE_VERIFIED;
+}
+
+/* The immutable plan, as jsonb text. */
+char *
+coordinator_plan_json(Coordinator *c)
+{
+	StringInfoData buf;
+	ListCell   *lc;
+	DpwinRoute *r = c->route;
+
+	initStringInfo(&buf);
+	appendStringInfoString(&buf, "{");
+	coordinator_json_text(&buf, "route", r->route_name, false);
+	appendStringInfo(&buf, ", \"route_id\": %d", r->route_id);
+	coordinator_json_text(&buf, "interval_end", dpwin_timestamp_utc(c->interval_end), true);
+	coordinator_json_text(&buf, "window_lo", dpwin_timestamp_utc(c->lo), true);
+	coordinator_json_text(&buf, "window_hi", dpwin_timestamp_utc(c->hi), true);
+	appendStringInfo(&buf, ", \"lookback_us\": " INT64_FORMAT ", \"chunk_us\": " INT64_FORMAT,
+					 r->lookback_us, r->chunk_us);
+	coordinator_json_text(&buf, "source", psprintf("%s.%s", r->source_schema, r->source_table), true);
+	coordinator_json_text(&buf, "window_column", r->window_column, true);
+	appendStringInfoString(&buf, ", \"columns\": [");
+	for (int i = 0; i < r->ncolumns; i++)
+	{
+		if (i)
+			appendStringInfoString(&buf, ", ");
+		escape_json(&buf, r->columns[i]);
+	}
+	appendStringInfoString(&buf, "]");
+	coordinator_json_text(&buf, "server", r->server_name, true);
+	coordinator_json_text(&buf, "target_database", r->target_database, true);
+	coordinator_json_text(&buf, "target_table", r->target_table, true);
+	appendStringInfo(&buf, ", \"parallelism\": %d, \"batch_rows\": %d, \"max_encoded_bytes\": " INT64_FORMAT,
+					 r->parallelism, r->batch_rows, r->max_encoded_bytes);
+	coordinator_json_text(&buf, "config_fingerprint", r->config_fingerprint, true);
+	coordinator_json_text(&buf, "digest_key", dpwin_digest_key_to_text(&c->key), true);
+	appendStringInfoString(&buf, ", \"chunks\": [");
+	foreach(lc, c->chunks)
+	{
+		DpwinChunkBounds *b = lfirst(lc);
+
+		appendStringInfo(&buf, "%s{\"chunk_no\": %d, ", foreach_current_index(lc) ? ", " : "",
+						 b->chunk_no);
+		coordinator_json_text(&buf, "lo", dpwin_timestamp_utc(b->lo), false);
+		coordinator_json_text(&buf, "hi", dpwin_timestamp_utc(b->hi), true);
+		appendStringInfoString(&buf, "}");
+	}
+	appendStringInfoString(&buf, "]}");
+	return buf.data;
+}
