@@ -23,14 +23,11 @@
  */
 #include "postgres.h"
 
-#include <math.h>
-
 #include "access/tupmacs.h"
 #include "catalog/pg_type.h"
 #include "fmgr.h"
-#include "miscadmin.h"
 #include "lib/stringinfo.h"
-#include "nodes/nodeFuncs.h"
+#include "miscadmin.h"
 #include "port/pg_bswap.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -39,7 +36,6 @@
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
-#include "utils/numeric.h"
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 
