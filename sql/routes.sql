@@ -80,9 +80,10 @@ CREATE SEQUENCE rt_seq;
 CREATE INDEX rt_idx ON rt_plain (observed_at);
 CREATE TABLE rt_secret (id bigint, observed_at timestamptz, hidden text);
 CREATE TABLE rt_rls (id bigint, observed_at timestamptz);
+CREATE TABLE rt_nulls (id bigint NOT NULL, observed_at timestamptz, tags integer[], note text NOT NULL);
 ALTER TABLE rt_rls ENABLE ROW LEVEL SECURITY;
 CREATE POLICY rt_rls_some ON rt_rls USING (id > 0);
-GRANT SELECT ON rt_events, rt_plain, rt_part, rt_view, rt_mv, rt_ft, rt_seq, rt_rls TO dpwin_rt_owner, dpwin_rt_other;
+GRANT SELECT ON rt_events, rt_plain, rt_part, rt_view, rt_mv, rt_ft, rt_seq, rt_rls, rt_nulls TO dpwin_rt_owner, dpwin_rt_other;
 GRANT SELECT (id, observed_at) ON rt_secret TO dpwin_rt_owner;
 CREATE FUNCTION rt_evidence(uuid, jsonb) RETURNS void LANGUAGE sql AS '';
 CREATE FUNCTION rt_evidence_bool(uuid, jsonb) RETURNS boolean LANGUAGE sql AS 'SELECT true';
@@ -136,6 +137,11 @@ SELECT pg_temp.cr('rt_dom', 'window_column => ''dom_at'', columns => ''{id,dom_a
 SELECT pg_temp.cr('rt_evb', 'evidence_function => ''rt_evidence_bool(uuid,jsonb)''');
 SELECT pg_temp.cr('Ab_9$.-' || repeat('x', 56));
 SELECT pg_temp.cr('rt_long', format('target_database => %L, target_table => %L', repeat('d', 206), repeat('t', 206)));
+-- A NOTICE names the columns that may hold NULLs (a NULL fails a refresh
+-- into a column that is not Nullable, docs/types.md), the window column
+-- aside; none when the other columns are NOT NULL
+SELECT pg_temp.cr('rt_nn', 'source => ''rt_nulls'', columns => ''{id,observed_at,note}''');
+SELECT pg_temp.cr('rt_nn_arr', 'source => ''rt_nulls'', columns => NULL');
 
 -- Bad inputs --------------------------------------------------------------
 -- route name (42602) and duplicates (42710)
@@ -375,7 +381,7 @@ SET ROLE dpwin_rt_owner;
 SELECT count(*) AS dropped FROM (SELECT dpwin.drop_route(route_name) FROM dpwin.routes WHERE owner = 'dpwin_rt_owner') s;
 RESET ROLE;
 SELECT count(*) AS routes_left FROM dpwin.routes WHERE route_name ~ '^(rt_|Ab_)';
-DROP TABLE rt_events, rt_plain, rt_part, rt_secret, rt_rls CASCADE;
+DROP TABLE rt_events, rt_plain, rt_part, rt_secret, rt_rls, rt_nulls CASCADE;
 DROP FOREIGN TABLE rt_ft;
 DROP SEQUENCE rt_seq;
 DROP DOMAIN rt_instant;

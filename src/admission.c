@@ -18,21 +18,15 @@
  */
 #include "dpwin.h"
 
-#include "admission.h"
-#include "chtype.h"
-
 #include "common/cryptohash.h"
-#include "common/int.h"
 #include "common/sha2.h"
-#include "fmgr.h"
 #include "lib/stringinfo.h"
-#include "miscadmin.h"
-#include "rowbinary.h"
 #include "utils/builtins.h"
-#include "utils/json.h"
-#include "utils/jsonb.h"
 #include "utils/memutils.h"
-#include "utils/timestamp.h"
+
+#include "admission.h"
+#include "ctq.h"
+#include "rowbinary.h"
 
 /*
  * Oldest server dpwin admits.  23.3 (LTS) has Atomic databases by default,
@@ -79,12 +73,7 @@ typedef struct TargetColumn
 static List *probed_exchange = NIL;
 
 static void check_server(ChClient *client, ServerFacts *facts);
-static char *format_ident_like_server(const char *ident);
-static bool is_bare_word(const char *s);
 static char *mv_target_condition(const char *database, const char *table);
-static bool ctq_has_bare_word(const char *query, const char *word);
-static bool ctq_has_projection_clause(const char *query);
-static char *ctq_body(const char *query);
 static void check_ttl(ChClient *client, const char *qname,
 					  const char *create_query);
 static void check_row_policies(ChClient *client, const char *database,
@@ -127,71 +116,6 @@ names_list(List *names)
 	return buf.data;
 }
 
-/* [A-Za-z_][A-Za-z0-9_]*: what ClickHouse may print without backticks. */
-static bool
-is_bare_word(const char *s)
-{
-	const char *p;
-
-	if (!((s[0] >= 'A' && s[0] <= 'Z') || (s[0] >= 'a' && s[0] <= 'z') ||
-		  s[0] == '_'))
-		return false;
-	for (p = s + 1; *p; p++)
-	{
-		if (!((*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') ||
-			  (*p >= '0' && *p <= '9') || *p == '_'))
-			return false;
-	}
-	return true;
-}
-
-/*
- * An identifier in backticks the way ClickHouse's formatter writes it into
- * create_table_query (backslash escapes for control characters, backslash
- * and backtick), so that we can find it in that text.
- */
-static char *
-format_ident_like_server(const char *ident)
-{
-	StringInfoData buf;
-	const char *p;
-
-	initStringInfo(&buf);
-	appendStringInfoChar(&buf, '`');
-	for (p = ident; *p; p++)
-	{
-		switch (*p)
-		{
-			case '\b':
-				appendStringInfoString(&buf, "\\b");
-				break;
-			case '\f':
-				appendStringInfoString(&buf, "\\f");
-				break;
-			case '\n':
-				appendStringInfoString(&buf, "\\n");
-				break;
-			case '\r':
-				appendStringInfoString(&buf, "\\r");
-				break;
-			case '\t':
-				appendStringInfoString(&buf, "\\t");
-				break;
-			case '\\':
-				appendStringInfoString(&buf, "\\\\");
-				break;
-			case '`':
-				appendStringInfoString(&buf, "\\`");
-				break;
-			default:
-				appendStringInfoChar(&buf, *p);
-				break;
-		}
-	}
-	appendStringInfoChar(&buf, '`');
-	return buf.data;
-}
-
 /*
  * SQL condition on system.tables.create_table_query that is true for a
  * materialized view writing into database.table ("... TO db.t (...").
@@ -208,11 +132,11 @@ mv_target_condition(const char *database, const char *table)
 				ntb = 0;
 	StringInfoData buf;
 
-	dbs[ndb++] = format_ident_like_server(database);
-	if (is_bare_word(database))
+	dbs[ndb++] = ctq_format_ident(database);
+	if (ctq_is_bare_word(database))
 		dbs[ndb++] = database;
-	tbs[ntb++] = format_ident_like_server(table);
-	if (is_bare_word(table))
+	tbs[ntb++] = ctq_format_ident(table);
+	if (ctq_is_bare_word(table))
 		tbs[ntb++] = table;
 
 	initStringInfo(&buf);
@@ -231,178 +155,6 @@ mv_target_condition(const char *database, const char *table)
 	}
 	appendStringInfoChar(&buf, ')');
 	return buf.data;
-}
-
-
-/* ----------------------------------------------------------------------
- * A lexer over create_table_query
- *
- * ClickHouse formats create_table_query itself: keywords in upper case,
- * column names always in backticks in the column list, other identifiers
- * bare when they are plain words.  The lexer skips string literals and
- * quoted identifiers and reports bare words with their parenthesis depth,
- * whether they start an element of a parenthesized list, and which
- * top-level parenthesized group they are in (group 1 is the column list).
- * ----------------------------------------------------------------------
- */
-typedef struct CtqLexer
-{
-	const char *p;
-	int			depth;
-	int			group;			/* number of depth-0 '(' seen so far */
-	bool		elem_start;
-} CtqLexer;
-
-static void
-ctq_skip_quoted(CtqLexer *lx)
-{
-	char		q = *lx->p++;
-
-	while (*lx->p)
-	{
-		if (*lx->p == '\\' && lx->p[1] != '\0')
-			lx->p += 2;
-		else if (*lx->p == q && lx->p[1] == q)
-			lx->p += 2;			/* doubled quote */
-		else if (*lx->p == q)
-		{
-			lx->p++;
-			return;
-		}
-		else
-			lx->p++;
-	}
-}
-
-static bool
-ctq_is_word_start(char c)
-{
-	return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_';
-}
-
-static bool
-ctq_is_word_char(char c)
-{
-	return ctq_is_word_start(c) || (c >= '0' && c <= '9');
-}
-
-/* The next bare word, or false at the end of the text. */
-static bool
-ctq_next_word(CtqLexer *lx, const char **word, int *len, bool *elem_start)
-{
-	while (*lx->p)
-	{
-		char		c = *lx->p;
-
-		if (c == ' ' || c == '\t' || c == '\n' || c == '\r')
-			lx->p++;
-		else if (c == '\'' || c == '`' || c == '"')
-		{
-			ctq_skip_quoted(lx);
-			lx->elem_start = false;
-		}
-		else if (c == '(')
-		{
-			if (lx->depth == 0)
-				lx->group++;
-			lx->depth++;
-			lx->p++;
-			lx->elem_start = true;
-		}
-		else if (c == ')')
-		{
-			if (lx->depth > 0)
-				lx->depth--;
-			lx->p++;
-			lx->elem_start = false;
-		}
-		else if (c == ',')
-		{
-			lx->p++;
-			lx->elem_start = true;
-		}
-		else if (ctq_is_word_start(c))
-		{
-			const char *start = lx->p;
-
-			while (ctq_is_word_char(*lx->p))
-				lx->p++;
-			*word = start;
-			*len = (int) (lx->p - start);
-			*elem_start = lx->elem_start;
-			lx->elem_start = false;
-			return true;
-		}
-		else if (c >= '0' && c <= '9')
-		{
-			/* a number, including 1e10, 0x1F, 1.5 */
-			while (ctq_is_word_char(*lx->p) || *lx->p == '.')
-				lx->p++;
-			lx->elem_start = false;
-		}
-		else
-		{
-			lx->p++;
-			lx->elem_start = false;
-		}
-	}
-	return false;
-}
-
-/* Does the text contain word, exactly (case-sensitive), as a bare word? */
-static bool
-ctq_has_bare_word(const char *query, const char *word)
-{
-	CtqLexer	lx = {query, 0, 0, false};
-	const char *w;
-	int			len;
-	bool		es;
-	int			wlen = strlen(word);
-
-	while (ctq_next_word(&lx, &w, &len, &es))
-	{
-		if (len == wlen && memcmp(w, word, len) == 0)
-			return true;
-	}
-	return false;
-}
-
-/*
- * Does the column list declare a projection?  In the column list every
- * column name is in backticks, so a bare PROJECTION that starts an element
- * at depth 1 of the first group is the keyword.  Used only on servers
- * without system.projections.
- */
-static bool
-ctq_has_projection_clause(const char *query)
-{
-	CtqLexer	lx = {query, 0, 0, false};
-	const char *w;
-	int			len;
-	bool		es;
-
-	while (ctq_next_word(&lx, &w, &len, &es))
-	{
-		if (lx.group == 1 && lx.depth == 1 && es &&
-			len == 10 && memcmp(w, "PROJECTION", 10) == 0)
-			return true;
-	}
-	return false;
-}
-
-/*
- * create_table_query without "CREATE TABLE db.name": everything from the
- * column list on, which is the same for a table and its CREATE TABLE AS
- * copies.  The column list is the first " (`" (a backtick inside a quoted
- * name is escaped, so the name cannot contain that sequence).  NULL when
- * the text does not have that shape.
- */
-static char *
-ctq_body(const char *query)
-{
-	const char *p = strstr(query, " (`");
-
-	return p ? pstrdup(p) : NULL;
 }
 
 
@@ -777,46 +529,49 @@ compare_columns_by_position(const ListCell *a, const ListCell *b)
 
 /* ----------------------------------------------------------------------
  * Admission
+ *
+ * dpwin_target_admit() runs the steps below in the order of the rules in
+ * docs/admission.md; the first refusal ends it.
  * ----------------------------------------------------------------------
  */
 
-DpwinTargetInfo *
-dpwin_target_admit(ChClient *client, const DpwinRoute *route)
+/* What the admission statement learned about the target, one list per fact. */
+typedef struct TargetFacts
 {
-	const char *db = route->target_database;
-	const char *tb = route->target_table;
-	char	   *qname = ch_qualified_name(db, tb);
+	char	   *db_engine;		/* NULL: no such database */
+	List	   *table_row;		/* system.tables row; NIL: no such table */
+	List	   *columns;		/* TargetColumn, sorted by position */
+	List	   *mv_readers;		/* qualified names */
+	List	   *mv_writers;
+	List	   *mutations;		/* "id (command)" */
+	List	   *projections;	/* quoted names */
+} TargetFacts;
+
+/* Columns of the 'T' row of the admission statement. */
+#define TROW_ENGINE			1
+#define TROW_ENGINE_FULL	2
+#define TROW_PARTITION_KEY	3
+#define TROW_SORTING_KEY	4
+#define TROW_UUID			5
+#define TROW_CREATE_QUERY	6
+
+/*
+ * Everything system tables can tell about the target in one statement,
+ * one tagged row per fact: D database, T table, C column, R materialized
+ * view reading from the table, W materialized view writing into it, X
+ * unfinished mutation, P projection.
+ */
+static void
+read_target_facts(ChClient *client, const char *db, const char *tb,
+				  const ServerFacts *server, const char *qname,
+				  TargetFacts *f)
+{
 	char	   *ldb = ch_quote_literal(db);
 	char	   *ltb = ch_quote_literal(tb);
-	ServerFacts facts;
 	StringInfoData sql;
-	List	   *rows;
 	ListCell   *lc;
-	char	   *db_engine = NULL;
-	List	   *table_row = NIL;
-	List	   *columns = NIL;
-	List	   *mv_readers = NIL;
-	List	   *mv_writers = NIL;
-	List	   *mutations = NIL;
-	List	   *projections = NIL;
-	List	   *defaults = NIL;
-	const char *engine;
-	const char *create_query;
-	DpwinTargetInfo *info;
-	int			ncols;
-	TargetColumn *wcol;
-	char	   *tz;
-	StringInfoData qcols;
 
-	/* 1: is the server new enough for anything below? */
-	check_server(client, &facts);
-
-	/*
-	 * 2: everything else that system tables can tell in one statement, one
-	 * tagged row per fact: D database, T table, C column, R materialized
-	 * view reading from the table, W materialized view writing into it, X
-	 * unfinished mutation, P projection.
-	 */
+	memset(f, 0, sizeof(*f));
 	initStringInfo(&sql);
 	appendStringInfo(&sql,
 					 "SELECT 'D', engine, '', '', '', '', '' FROM system.databases WHERE name = %s\n"
@@ -833,55 +588,52 @@ dpwin_target_admit(ChClient *client, const DpwinRoute *route)
 					 "FROM system.mutations WHERE database = %s AND `table` = %s AND is_done = 0",
 					 ldb, ldb, ltb, ldb, ltb, ldb, ltb,
 					 mv_target_condition(db, tb), ldb, ltb);
-	if (facts.has_projections_table)
+	if (server->has_projections_table)
 		appendStringInfo(&sql,
 						 "\nUNION ALL SELECT 'P', name, '', '', '', '', '' "
 						 "FROM system.projections WHERE database = %s AND `table` = %s",
 						 ldb, ltb);
 
-	rows = ch_parse_tsv(ch_exec(client, sql.data));
-	foreach(lc, rows)
+	foreach(lc, ch_parse_tsv(ch_exec(client, sql.data)))
 	{
 		List	   *row = (List *) lfirst(lc);
 		const char *tag = ch_row_field(row, 0);
+		TargetColumn *c;
 
 		switch (tag[0])
 		{
 			case 'D':
-				db_engine = pstrdup(ch_row_field(row, 1));
+				f->db_engine = pstrdup(ch_row_field(row, 1));
 				break;
 			case 'T':
-				table_row = row;
+				f->table_row = row;
 				break;
 			case 'C':
-				{
-					TargetColumn *c = palloc0(sizeof(TargetColumn));
-
-					c->name = pstrdup(ch_row_field(row, 1));
-					c->type = pstrdup(ch_row_field(row, 2));
-					c->default_kind = pstrdup(ch_row_field(row, 3));
-					c->position = pg_strtoint32(ch_row_field(row, 4));
-					columns = lappend(columns, c);
-				}
+				c = palloc0(sizeof(TargetColumn));
+				c->name = pstrdup(ch_row_field(row, 1));
+				c->type = pstrdup(ch_row_field(row, 2));
+				c->default_kind = pstrdup(ch_row_field(row, 3));
+				c->position = pg_strtoint32(ch_row_field(row, 4));
+				f->columns = lappend(f->columns, c);
 				break;
 			case 'R':
-				mv_readers = lappend(mv_readers,
-									 ch_qualified_name(ch_row_field(row, 1),
-													   ch_row_field(row, 2)));
+				f->mv_readers = lappend(f->mv_readers,
+										ch_qualified_name(ch_row_field(row, 1),
+														  ch_row_field(row, 2)));
 				break;
 			case 'W':
-				mv_writers = lappend(mv_writers,
-									 ch_qualified_name(ch_row_field(row, 1),
-													   ch_row_field(row, 2)));
+				f->mv_writers = lappend(f->mv_writers,
+										ch_qualified_name(ch_row_field(row, 1),
+														  ch_row_field(row, 2)));
 				break;
 			case 'X':
-				mutations = lappend(mutations,
-									psprintf("%s (%s)", ch_row_field(row, 1),
-											 ch_row_field(row, 2)));
+				f->mutations = lappend(f->mutations,
+									   psprintf("%s (%s)", ch_row_field(row, 1),
+												ch_row_field(row, 2)));
 				break;
 			case 'P':
-				projections = lappend(projections,
-									  ch_quote_ident(ch_row_field(row, 1)));
+				f->projections = lappend(f->projections,
+										 ch_quote_ident(ch_row_field(row, 1)));
 				break;
 			default:
 				ereport(ERROR,
@@ -890,28 +642,45 @@ dpwin_target_admit(ChClient *client, const DpwinRoute *route)
 								qname)));
 		}
 	}
+	list_sort(f->columns, compare_columns_by_position);
+}
 
-	/* The database: exists, Atomic. */
-	check_database(db, db_engine, qname);
+/* Rules 4-5: the table exists and is a plain MergeTree. */
+static void
+check_table(const TargetFacts *f, const char *qname)
+{
+	const char *engine;
 
-	/* The table: exists, plain MergeTree. */
-	if (table_row == NIL)
+	if (f->table_row == NIL)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_TABLE),
 				 errmsg("ClickHouse target %s does not exist", qname)));
-	engine = ch_row_field(table_row, 1);
-	create_query = ch_row_field(table_row, 6);
+	engine = ch_row_field(f->table_row, TROW_ENGINE);
 	if (strcmp(engine, "MergeTree") != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("ClickHouse target %s has engine %s; dpwin refreshes only plain MergeTree tables",
 						qname, engine),
 				 errdetail("Replicated and shared engines, other MergeTree variants (which merge rows away), Distributed tables and views cannot be verified and exchanged as one generation.")));
+}
 
-	/* Topology blockers. */
+/*
+ * Rules 6-10: what would change the published generation behind dpwin's
+ * verification: TTLs, projections, materialized views, computed columns,
+ * unfinished mutations.
+ */
+static void
+check_blockers(ChClient *client, const TargetFacts *f,
+			   const ServerFacts *server, const char *qname)
+{
+	const char *create_query = ch_row_field(f->table_row, TROW_CREATE_QUERY);
+	List	   *projections = f->projections;
+	List	   *defaults = NIL;
+	ListCell   *lc;
+
 	check_ttl(client, qname, create_query);
 
-	if (!facts.has_projections_table && ctq_has_projection_clause(create_query))
+	if (!server->has_projections_table && ctq_has_projection_clause(create_query))
 		projections = lappend(projections, pstrdup("(declared in the table definition)"));
 	if (projections != NIL)
 		ereport(ERROR,
@@ -922,25 +691,25 @@ dpwin_target_admit(ChClient *client, const DpwinRoute *route)
 				 errhint("Drop them with ALTER TABLE %s DROP PROJECTION ..., or refresh another table.",
 						 qname)));
 
-	if (mv_readers != NIL || mv_writers != NIL)
+	if (f->mv_readers != NIL || f->mv_writers != NIL)
 	{
 		StringInfoData detail;
 
 		initStringInfo(&detail);
-		if (mv_readers != NIL)
+		if (f->mv_readers != NIL)
 			appendStringInfo(&detail, "Materialized views reading from it: %s.  They see only direct inserts, so the rows dpwin publishes would never reach them.",
-							 names_list(mv_readers));
-		if (mv_writers != NIL)
+							 names_list(f->mv_readers));
+		if (f->mv_writers != NIL)
 			appendStringInfo(&detail, "%sMaterialized views writing into it: %s.  Their rows would be lost by the exchange.",
 							 detail.len > 0 ? "  " : "",
-							 names_list(mv_writers));
+							 names_list(f->mv_writers));
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("ClickHouse target %s has dependent materialized views", qname),
 				 errdetail_internal("%s", detail.data)));
 	}
 
-	foreach(lc, columns)
+	foreach(lc, f->columns)
 	{
 		TargetColumn *c = (TargetColumn *) lfirst(lc);
 
@@ -957,17 +726,22 @@ dpwin_target_admit(ChClient *client, const DpwinRoute *route)
 				 errdetail("Columns: %s.  dpwin writes every column from PostgreSQL and verifies the stored values, so no column may be computed by ClickHouse.",
 						   names_list(defaults))));
 
-	if (mutations != NIL)
+	if (f->mutations != NIL)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("ClickHouse target %s has unfinished mutations", qname),
 				 errdetail("Mutations: %s.  A mutation still running would change rows after dpwin verified them.",
-						   names_list(mutations)),
+						   names_list(f->mutations)),
 				 errhint("Wait until they finish, or cancel them with KILL MUTATION.")));
+}
 
-	/* The columns: same names in the same order, types with parity. */
-	list_sort(columns, compare_columns_by_position);
-	ncols = list_length(columns);
+/* Rule 11: the route's columns are the target's, in the target's order. */
+static void
+check_column_names(const DpwinRoute *route, List *columns, const char *qname)
+{
+	int			ncols = list_length(columns);
+	ListCell   *lc;
+
 	if (ncols != route->ncolumns)
 	{
 		List	   *tnames = NIL;
@@ -996,9 +770,21 @@ dpwin_target_admit(ChClient *client, const DpwinRoute *route)
 							i + 1, route->route_name, route->columns[i]),
 					 errdetail("The route's columns must name the target's columns in the target's order.")));
 	}
+}
 
-	wcol = (TargetColumn *) list_nth(columns, route->window_index);
-	info = palloc0(sizeof(DpwinTargetInfo));
+/*
+ * Rules 12-13: the window column is DateTime64(p <= 6, 'UTC'), optionally
+ * Nullable, and every column's type has parity with its PostgreSQL type.
+ * Nullability is not part of parity (docs/types.md, "NULLs").  Sets the
+ * window column's precision and nullability in info.
+ */
+static void
+check_column_types(const DpwinRoute *route, List *columns, const char *qname,
+				   DpwinTargetInfo *info)
+{
+	TargetColumn *wcol = (TargetColumn *) list_nth(columns, route->window_index);
+	char	   *tz;
+
 	if (!parse_window_type(wcol->type, &info->window_precision,
 						   &info->window_nullable, &tz) ||
 		tz == NULL || strcmp(tz, "UTC") != 0 || info->window_precision > 6)
@@ -1007,12 +793,11 @@ dpwin_target_admit(ChClient *client, const DpwinRoute *route)
 				 errmsg("window column %s of ClickHouse target %s has type %s",
 						ch_quote_ident(wcol->name), qname, wcol->type),
 				 errdetail("The window column must be DateTime64(p, 'UTC') or Nullable(DateTime64(p, 'UTC')) with p <= 6, so that every PostgreSQL timestamptz is stored exactly and compares in UTC.")));
-	for (int i = 0; i < ncols; i++)
+	for (int i = 0; i < list_length(columns); i++)
 	{
 		TargetColumn *c = (TargetColumn *) list_nth(columns, i);
 		char	   *why = rb_type_parity(route->column_types[i],
-										 route->column_typmods[i],
-										 route->column_notnull[i], c->type);
+										 route->column_typmods[i], c->type);
 
 		if (why != NULL)
 			ereport(ERROR,
@@ -1023,23 +808,29 @@ dpwin_target_admit(ChClient *client, const DpwinRoute *route)
 													 route->column_typmods[i])),
 					 errdetail_internal("%s", why)));
 	}
+}
 
-	/* 3: row policies last, as they may cost one more round trip. */
-	check_row_policies(client, db, tb, qname);
+/* What admission returns about an admitted target (docs/admission.md). */
+static void
+fill_target_info(DpwinTargetInfo *info, const char *db, const char *tb,
+				 const TargetFacts *f)
+{
+	int			ncols = list_length(f->columns);
+	StringInfoData qcols;
 
 	info->database = pstrdup(db);
 	info->table = pstrdup(tb);
-	info->uuid = pstrdup(ch_row_field(table_row, 5));
-	info->engine_full = pstrdup(ch_row_field(table_row, 2));
-	info->partition_key = pstrdup(ch_row_field(table_row, 3));
-	info->sorting_key = pstrdup(ch_row_field(table_row, 4));
+	info->uuid = pstrdup(ch_row_field(f->table_row, TROW_UUID));
+	info->engine_full = pstrdup(ch_row_field(f->table_row, TROW_ENGINE_FULL));
+	info->partition_key = pstrdup(ch_row_field(f->table_row, TROW_PARTITION_KEY));
+	info->sorting_key = pstrdup(ch_row_field(f->table_row, TROW_SORTING_KEY));
 	info->ncolumns = ncols;
 	info->column_names = palloc(sizeof(char *) * ncols);
 	info->column_types = palloc(sizeof(char *) * ncols);
 	initStringInfo(&qcols);
 	for (int i = 0; i < ncols; i++)
 	{
-		TargetColumn *c = (TargetColumn *) list_nth(columns, i);
+		TargetColumn *c = (TargetColumn *) list_nth(f->columns, i);
 
 		info->column_names[i] = c->name;
 		info->column_types[i] = c->type;
@@ -1048,10 +839,37 @@ dpwin_target_admit(ChClient *client, const DpwinRoute *route)
 		appendStringInfoString(&qcols, ch_quote_ident(c->name));
 	}
 	info->quoted_columns = qcols.data;
-	info->schema_fingerprint = schema_fingerprint(ncols, info->column_names,
-												  info->column_types,
-												  info->engine_full,
-												  create_query);
+	info->schema_fingerprint =
+		schema_fingerprint(ncols, info->column_names, info->column_types,
+						   info->engine_full,
+						   ch_row_field(f->table_row, TROW_CREATE_QUERY));
+}
+
+DpwinTargetInfo *
+dpwin_target_admit(ChClient *client, const DpwinRoute *route)
+{
+	const char *db = route->target_database;
+	const char *tb = route->target_table;
+	char	   *qname = ch_qualified_name(db, tb);
+	ServerFacts server;
+	TargetFacts facts;
+	DpwinTargetInfo *info = palloc0(sizeof(DpwinTargetInfo));
+
+	/* 1: is the server new enough for anything below? */
+	check_server(client, &server);
+
+	/* One statement for the facts of rules 2-13. */
+	read_target_facts(client, db, tb, &server, qname, &facts);
+	check_database(db, facts.db_engine, qname);
+	check_table(&facts, qname);
+	check_blockers(client, &facts, &server, qname);
+	check_column_names(route, facts.columns, qname);
+	check_column_types(route, facts.columns, qname, info);
+
+	/* 14: row policies last, as they may cost one more round trip. */
+	check_row_policies(client, db, tb, qname);
+
+	fill_target_info(info, db, tb, &facts);
 	return info;
 }
 

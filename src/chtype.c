@@ -6,37 +6,28 @@
  *	  that say whether a PostgreSQL column can be written as such a type
  *	  exactly (docs/types.md).  The encoders (rowbinary.c) build on it.
  *
+ *	  Parity is about values, not NULLs: a PostgreSQL column that may hold
+ *	  NULLs is admitted for a ClickHouse type that is not Nullable, and the
+ *	  encoder refuses each NULL it meets there (docs/types.md, "NULLs").
+ *
  *	  No I/O.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
-#include <math.h>
-#include "access/tupmacs.h"
+
 #include "catalog/pg_type.h"
-#include "fmgr.h"
-#include "miscadmin.h"
 #include "lib/stringinfo.h"
-#include "nodes/nodeFuncs.h"
-#include "port/pg_bswap.h"
-#include "utils/array.h"
 #include "utils/builtins.h"
-#include "utils/date.h"
-#include "utils/datetime.h"
-#include "utils/jsonb.h"
 #include "utils/lsyscache.h"
-#include "utils/memutils.h"
-#include "utils/numeric.h"
-#include "utils/timestamp.h"
-#include "utils/uuid.h"
+
 #include "chtype.h"
 #include "rowbinary.h"
+
 /* ----------------------------------------------------------------
  * ClickHouse types
  * ----------------------------------------------------------------
  */
-
-
 
 /*
  * A parsed ClickHouse type expression: Name or Name(arg, ...) where an
@@ -604,13 +595,17 @@ rb_default_ch_type(Oid typid, int32 typmod, bool pg_notnull)
 
 	if (OidIsValid(elem))
 	{
-		/* ClickHouse has no Nullable(Array(...)): needs a NOT NULL column */
-		if (!pg_notnull || !pg_scalar_supported(elem))
+		if (!pg_scalar_supported(elem))
 			return NULL;
 		t = default_scalar_ch_type(elem, typmod);
 		if (t == NULL)
 			return NULL;
-		/* elements of a PostgreSQL array can always be NULL */
+
+		/*
+		 * Elements of a PostgreSQL array can always be NULL.  ClickHouse has
+		 * no Nullable(Array(...)), so a NULL array (possible only when the
+		 * column is not NOT NULL) fails the refresh instead.
+		 */
 		return psprintf("Array(Nullable(%s))", t);
 	}
 	t = default_scalar_ch_type(base, typmod);
@@ -706,11 +701,12 @@ scalar_parity(Oid typid, int32 typmod, const ChType *t)
 
 /*
  * Parity of a resolved PostgreSQL type (base, elem) against a parsed
- * ClickHouse type.
+ * ClickHouse type.  Whether the PostgreSQL column may hold NULLs does not
+ * matter: a NULL where ClickHouse has no Nullable is refused per value by
+ * the encoder (22004), like a NULL array element.
  */
 char *
-parity_resolved(Oid base, Oid elem, int32 typmod, bool pg_notnull,
-				const ChType *t)
+parity_resolved(Oid base, Oid elem, int32 typmod, const ChType *t)
 {
 	if (OidIsValid(elem))
 	{
@@ -720,9 +716,6 @@ parity_resolved(Oid base, Oid elem, int32 typmod, bool pg_notnull,
 		if (t->kind != CH_ARRAY)
 			return psprintf("%s needs a ClickHouse Array type, not %s",
 							format_type_be(base), t->text);
-		if (!pg_notnull)
-			return psprintf("a PostgreSQL array column that may hold NULLs cannot be written as %s: ClickHouse has no Nullable(Array(...)); declare the column NOT NULL",
-							t->text);
 		if (t->elem->kind == CH_ARRAY)
 			return psprintf("one-dimensional PostgreSQL arrays cannot be written as %s",
 							t->text);
@@ -734,14 +727,11 @@ parity_resolved(Oid base, Oid elem, int32 typmod, bool pg_notnull,
 	if (t->kind == CH_ARRAY)
 		return psprintf("%s is not an array type and cannot be written as %s",
 						format_type_be(base), t->text);
-	if (!pg_notnull && !t->nullable)
-		return psprintf("the PostgreSQL column may hold NULLs but ClickHouse type %s is not Nullable; use Nullable(%s) or declare the column NOT NULL",
-						t->text, t->text);
 	return scalar_parity(base, typmod, t);
 }
 
 char *
-rb_type_parity(Oid typid, int32 typmod, bool pg_notnull, const char *ch_type)
+rb_type_parity(Oid typid, int32 typmod, const char *ch_type)
 {
 	char	   *error;
 	ChType	   *t = ch_type_parse(ch_type, &error);
@@ -751,6 +741,5 @@ rb_type_parity(Oid typid, int32 typmod, bool pg_notnull, const char *ch_type)
 	if (t == NULL)
 		return error;
 	base = pg_resolve_type(typid, &typmod, &elem);
-	return parity_resolved(base, elem, typmod, pg_notnull, t);
+	return parity_resolved(base, elem, typmod, t);
 }
-

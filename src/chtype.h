@@ -48,8 +48,12 @@ extern ChType *ch_type_parse(const char *text, char **error);
  */
 extern Oid	pg_resolve_type(Oid typid, int32 *typmod, Oid *elem);
 
-/* Parity of a resolved PostgreSQL type against a parsed ClickHouse type. */
-extern char *parity_resolved(Oid base, Oid elem, int32 typmod, bool pg_notnull,
+/*
+ * Parity of a resolved PostgreSQL type against a parsed ClickHouse type
+ * (NULL when it holds, else a sentence saying why not).  Nullability is
+ * not part of it: the encoder checks each NULL.
+ */
+extern char *parity_resolved(Oid base, Oid elem, int32 typmod,
 							 const ChType *t);
 
 #endif							/* DPWIN_CHTYPE_H */

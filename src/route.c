@@ -877,6 +877,38 @@ spec_to_args(const RouteSpec *spec, const DpwinRoute *r, Oid *types,
 }
 
 /*
+ * NOTICE naming the route's columns that may hold NULLs (no NOT NULL), the
+ * window column aside: rows with a NULL window value are never in a window.
+ * Admission lets such a column target a ClickHouse type that is not
+ * Nullable, and then a NULL fails the refresh instead of being published
+ * (docs/types.md, "NULLs").  create_route does not see the target, so it
+ * names every such column.
+ */
+static void
+notice_nullable_columns(const DpwinRoute *r)
+{
+	StringInfoData names;
+	int			n = 0;
+
+	initStringInfo(&names);
+	for (int i = 0; i < r->ncolumns; i++)
+	{
+		if (i == r->window_index || r->column_notnull[i])
+			continue;
+		appendStringInfo(&names, "%s\"%s\"", n > 0 ? ", " : "", r->columns[i]);
+		n++;
+	}
+	if (n == 0)
+		return;
+	ereport(NOTICE,
+			(errmsg_plural("column %s of route \"%s\" may hold NULLs",
+						   "columns %s of route \"%s\" may hold NULLs",
+						   n, names.data, r->route_name),
+			 errdetail("Where the ClickHouse column is not Nullable (an Array never is), a NULL fails the refresh with SQLSTATE 22004 and nothing is published."),
+			 errhint("Declare a column NOT NULL if it never holds NULLs, or make its ClickHouse column Nullable.")));
+}
+
+/*
  * dpwin.create_route(route_name text, source regclass, window_column name,
  *		server name, target_database text, target_table text,
  *		lookback interval, chunk_interval interval, parallelism int,
@@ -964,6 +996,7 @@ dpwin_create_route(PG_FUNCTION_ARGS)
 	route_id = DatumGetInt32(dpwin_catalog_value(0, 1, &isnull));
 	SPI_finish();
 
+	notice_nullable_columns(r);
 	PG_RETURN_INT32(route_id);
 }
 

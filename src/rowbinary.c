@@ -11,7 +11,11 @@
  *	  naming the column, the value and the row's window value; nothing is
  *	  ever rounded, clamped or truncated.
  *
- *	  RowBinary is little-endian; see DESIGN.md §4 and docs/types.md.
+ *	  A NULL is written only into a Nullable ClickHouse type; anywhere else
+ *	  it fails the row with 22004, whether or not the PostgreSQL column is
+ *	  NOT NULL, as admission leaves nullability to this check.
+ *
+ *	  RowBinary is little-endian; docs/types.md has the map.
  *
  *	  No I/O.
  *
@@ -19,14 +23,11 @@
  */
 #include "postgres.h"
 
-#include <math.h>
-
 #include "access/tupmacs.h"
 #include "catalog/pg_type.h"
 #include "fmgr.h"
-#include "miscadmin.h"
 #include "lib/stringinfo.h"
-#include "nodes/nodeFuncs.h"
+#include "miscadmin.h"
 #include "port/pg_bswap.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -35,7 +36,6 @@
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
-#include "utils/numeric.h"
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 
@@ -285,6 +285,11 @@ rb_value_error(RbEncoder *enc, const RbCol *col, Datum value, int sqlstate,
 	pg_unreachable();
 }
 
+/*
+ * A NULL where the ClickHouse type has none: a NULL element of an Array(T),
+ * a NULL array (ClickHouse has no Nullable(Array(...))), or a NULL scalar
+ * for a type that is not Nullable.  No retry can help, so 22004.
+ */
 static void pg_attribute_noreturn()
 rb_null_error(RbEncoder *enc, const RbCol *col, bool element)
 {
@@ -293,13 +298,22 @@ rb_null_error(RbEncoder *enc, const RbCol *col, bool element)
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("array column \"%s\" holds a NULL element but ClickHouse type %s has no Nullable elements",
 						col->name, col->ch->text),
-				 errhint("Use Array(Nullable(...)) on the ClickHouse side."),
-				 rb_row_detail(enc)));
+				 rb_row_detail(enc),
+				 errhint("Use Array(Nullable(...)) on the ClickHouse side.")));
+	if (col->elem != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("column \"%s\" is NULL but ClickHouse type %s is not Nullable",
+						col->name, col->ch->text),
+				 rb_row_detail(enc),
+				 errhint("ClickHouse has no Nullable arrays: store an empty array instead of NULL, and declare the PostgreSQL column NOT NULL.")));
 	ereport(ERROR,
 			(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 			 errmsg("column \"%s\" is NULL but ClickHouse type %s is not Nullable",
 					col->name, col->ch->text),
-			 rb_row_detail(enc)));
+			 rb_row_detail(enc),
+			 errhint("Declare the ClickHouse column Nullable(%s) to copy NULLs, or remove them from the source and declare the PostgreSQL column NOT NULL.",
+					 col->ch->text)));
 	pg_unreachable();
 }
 
@@ -524,7 +538,9 @@ rb_numeric_decode(struct varlena *v, RbNumeric *n)
 
 	memset(n, 0, sizeof(*n));
 	if (len < sizeof(uint16))
-		elog(ERROR, "corrupt numeric value of %zu bytes", len);
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("corrupt numeric value of %zu bytes", len)));
 	memcpy(&h, p, sizeof(uint16));
 	if ((h & RB_NUM_SIGN_MASK) == RB_NUM_SPECIAL)
 	{
@@ -545,7 +561,9 @@ rb_numeric_decode(struct varlena *v, RbNumeric *n)
 		int16		w;
 
 		if (len < 2 * sizeof(uint16))
-			elog(ERROR, "corrupt numeric value of %zu bytes", len);
+			ereport(ERROR,
+					(errcode(ERRCODE_DATA_CORRUPTED),
+					 errmsg("corrupt numeric value of %zu bytes", len)));
 		n->neg = (h & RB_NUM_SIGN_MASK) == RB_NUM_NEG;
 		memcpy(&w, p + sizeof(uint16), sizeof(int16));
 		n->weight = w;
@@ -894,7 +912,7 @@ rb_encoder_create(int ncols, char *const *names, const Oid *typids,
 
 		c->name = pstrdup(names[i]);
 		if (t != NULL)
-			error = parity_resolved(base, elem, typmod, pg_notnull[i], t);
+			error = parity_resolved(base, elem, typmod, t);
 		if (error != NULL)
 			ereport(ERROR,
 					(errcode(ERRCODE_DATATYPE_MISMATCH),

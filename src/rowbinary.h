@@ -20,11 +20,11 @@ typedef struct RbEncoder RbEncoder;
  * Can a PostgreSQL column (typid, typmod) be encoded as the ClickHouse type
  * ch_type (as system.columns.type prints it, e.g. "Nullable(Decimal(18, 2))",
  * "DateTime64(6, 'UTC')", "Array(Nullable(Int32))")?  Returns NULL when it
- * can, else a palloc'd sentence saying why not.  A PostgreSQL column that
- * may hold NULLs (pg_notnull false) needs a Nullable ClickHouse type.
+ * can, else a palloc'd sentence saying why not.  Whether the column may
+ * hold NULLs does not matter: a NULL for a type that is not Nullable is
+ * refused value by value by rb_encode_row() (docs/types.md).
  */
-extern char *rb_type_parity(Oid typid, int32 typmod, bool pg_notnull,
-							const char *ch_type);
+extern char *rb_type_parity(Oid typid, int32 typmod, const char *ch_type);
 
 /* Is this PostgreSQL type supported at all (docs/types.md)? */
 extern bool rb_type_supported(Oid typid);
@@ -32,16 +32,19 @@ extern bool rb_type_supported(Oid typid);
 /*
  * The ClickHouse type dpwin would choose for a PostgreSQL column (used by
  * the demo, docs and tests to create matching targets), palloc'd; NULL
- * when there is none (unsupported type, or an array column that may hold
- * NULLs: ClickHouse has no Nullable(Array(...))).  Unconstrained numeric
- * gets Decimal(38, 10), checked per value.
+ * when there is none (unsupported type).  A column that may hold NULLs
+ * gets Nullable(T); an array column gets Array(Nullable(T)) either way
+ * (ClickHouse has no Nullable(Array(...))).  Unconstrained numeric gets
+ * Decimal(38, 10), checked per value.
  */
 extern char *rb_default_ch_type(Oid typid, int32 typmod, bool pg_notnull);
 
 /*
  * Build an encoder for ncols columns.  names are the column names (for
  * error messages); window_index is the column whose value names a row in
- * fidelity errors.  ereports ERRCODE_DATATYPE_MISMATCH if any column fails
+ * fidelity errors.  pg_notnull (which columns are NOT NULL in PostgreSQL)
+ * is ignored: every NULL is checked when it is met, whatever the column's
+ * constraint.  ereports ERRCODE_DATATYPE_MISMATCH if any column fails
  * rb_type_parity().  Allocated in CurrentMemoryContext.
  */
 extern RbEncoder *rb_encoder_create(int ncols, char *const *names,
@@ -62,7 +65,9 @@ extern RbEncoder *rb_encoder_create(int ncols, char *const *names,
  *										 digits below DateTime64's 10^-p s
  *	 ERRCODE_INVALID_PARAMETER_VALUE	 numeric NaN, multi-dimensional array
  *	 ERRCODE_NULL_VALUE_NOT_ALLOWED		 NULL (or NULL array element) for a
- *										 type that is not Nullable
+ *										 type that is not Nullable: the
+ *										 message names the column, the
+ *										 detail the row's window value
  * Nothing is ever rounded.  Allocates nothing per value except for toasted
  * or compressed values (freed again) and jsonb.  The row is appended; on
  * error, out may hold a partial row.

@@ -230,7 +230,7 @@ is(pg_hex("'2026-09-02 00:00:00.5+00'::timestamptz", "DateTime64(6, 'UTC')",
 	ch_hex("'2026-09-02 00:00:00.5'", "DateTime64(6, 'UTC')"),
 	'timestamptz encoding ignores the session time zone');
 
-# Known bytes, independent of the engine (DESIGN.md §4).
+# Known bytes, independent of the engine (docs/types.md).
 is(pg_hex("'61f0c404-5cb3-11e7-907b-a6006ad3dba0'::uuid", 'UUID'),
 	'E711B35C04C4F061A0DBD36A00A67B90', 'UUID byte order');
 is(pg_hex("'1900-01-01'::date", 'Date32'), '219CFFFF', 'Date32 1900-01-01');
@@ -277,7 +277,10 @@ my @errors = (
 	[ "'2149-06-07'::date", 'Date', '22008', qr/outside the range of Date / ],
 	[ "'{{1,2},{3,4}}'::int4[]", 'Array(Int32)', '22023', qr/2-dimensional array/ ],
 	[ "'{1,NULL}'::int4[]", 'Array(Int32)', '22004', qr/NULL element/ ],
-	[ "NULL::int4", 'Int32', '22004', qr/is NULL but ClickHouse type Int32 is not Nullable/ ],
+	[ "NULL::int4", 'Int32', '22004', qr/column "value" is NULL but ClickHouse type Int32 is not Nullable/ ],
+	[ "NULL::text", 'LowCardinality(String)', '22004', qr/column "value" is NULL but ClickHouse type String is not Nullable/ ],
+	[ "NULL::int4[]", 'Array(Nullable(Int32))', '22004',
+		qr/column "value" is NULL but ClickHouse type Array\(Nullable\(Int32\)\) is not Nullable/ ],
 
 	# parity: refused before any value is encoded
 	[ "1::int4", 'Int16', '42804', qr/cannot be written as ClickHouse type Int16/ ],
@@ -318,29 +321,46 @@ for my $e (@errors)
 		'fidelity error detail names the window value in UTC');
 }
 
-# Parity rules as the coordinator sees them.
+# A NULL for a type that is not Nullable names the row by its window value.
+{
+	my ($rc, $out, $err) = psql("SELECT dpwin_test.encode_rowbinary(NULL::bigint, 'Int64', "
+		  . "'2026-09-02 00:00:00.25+00'::timestamptz)");
+	like($err, qr/ERROR:\s+column "value" is NULL but ClickHouse type Int64 is not Nullable/,
+		'NULL error message names the column');
+	like($err, qr/DETAIL:\s+Row with window value 2026-09-02 00:00:00\.25\+00\./,
+		'NULL error detail names the window value');
+	like($err, qr/HINT:\s+Declare the ClickHouse column Nullable\(Int64\)/, 'NULL error hint');
+}
+
+# Parity rules as the coordinator sees them: nullability is not part of
+# them (a NULL is refused per value, as above).
 sub parity
 {
-	my ($type, $typmod, $notnull, $ch) = @_;
+	my ($type, $typmod, $ch) = @_;
 	return psql_ok("SELECT coalesce(dpwin_test.rb_type_parity("
-		  . pg_literal($type) . ", $typmod, $notnull, " . pg_literal($ch) . "), 'ok')");
+		  . pg_literal($type) . ", $typmod, " . pg_literal($ch) . "), 'ok')");
 }
-is(parity('integer', -1, 'true', 'Int32'), 'ok', 'int4 NOT NULL -> Int32');
-is(parity('integer', -1, 'true', 'Nullable(Int32)'), 'ok', 'int4 NOT NULL -> Nullable(Int32)');
-like(parity('integer', -1, 'false', 'Int32'), qr/may hold NULLs/, 'nullable int4 needs Nullable');
-is(parity('integer', -1, 'false', 'Nullable(Int64)'), 'ok', 'nullable int4 -> Nullable(Int64)');
-like(parity('integer[]', -1, 'false', 'Array(Int32)'), qr/NOT NULL/, 'nullable array column refused');
-is(parity('integer[]', -1, 'true', 'Array(Nullable(Int32))'), 'ok', 'int4[] NOT NULL -> Array(Nullable(Int32))');
-is(parity('text', -1, 'false', 'LowCardinality(Nullable(String))'), 'ok', 'text -> LowCardinality(Nullable(String))');
-is(parity('timestamptz', -1, 'false', "Nullable(DateTime64(6, 'UTC'))"), 'ok', 'timestamptz -> Nullable(DateTime64(6, UTC))');
-is(parity('numeric', -1, 'true', 'Decimal(18, 2)'), 'ok', 'numeric -> Decimal(18, 2)');
-like(parity('numeric', -1, 'true', 'Decimal(18, 2'), qr/cannot parse/, 'unparsable type');
+is(parity('integer', -1, 'Int32'), 'ok', 'int4 -> Int32');
+is(parity('integer', -1, 'Nullable(Int32)'), 'ok', 'int4 -> Nullable(Int32)');
+is(parity('integer', -1, 'Nullable(Int64)'), 'ok', 'int4 -> Nullable(Int64)');
+is(parity('text', -1, 'LowCardinality(String)'), 'ok', 'text -> LowCardinality(String)');
+is(parity('integer[]', -1, 'Array(Int32)'), 'ok', 'int4[] -> Array(Int32)');
+is(parity('integer[]', -1, 'Array(Nullable(Int32))'), 'ok', 'int4[] -> Array(Nullable(Int32))');
+like(parity('integer', -1, 'Int16'), qr/narrowing is refused/, 'int4 -> Int16 refused');
+is(parity('text', -1, 'LowCardinality(Nullable(String))'), 'ok', 'text -> LowCardinality(Nullable(String))');
+is(parity('timestamptz', -1, "Nullable(DateTime64(6, 'UTC'))"), 'ok', 'timestamptz -> Nullable(DateTime64(6, UTC))');
+is(parity('numeric', -1, 'Decimal(18, 2)'), 'ok', 'numeric -> Decimal(18, 2)');
+like(parity('numeric', -1, 'Decimal(18, 2'), qr/cannot parse/, 'unparsable type');
 is(psql_ok("SELECT dpwin_test.rb_default_ch_type('numeric(12,3)', 786439, true)"),
 	'Decimal(12, 3)', 'default type of numeric(12,3)');
 is(psql_ok("SELECT dpwin_test.rb_default_ch_type('timestamptz', 3, false)"),
 	"Nullable(DateTime64(3, 'UTC'))", 'default type of timestamptz(3)');
 is(psql_ok("SELECT dpwin_test.rb_default_ch_type('int4[]', -1, true)"),
 	'Array(Nullable(Int32))', 'default type of int4[] NOT NULL');
+is(psql_ok("SELECT dpwin_test.rb_default_ch_type('int4[]', -1, false)"),
+	'Array(Nullable(Int32))', 'default type of int4[] that may hold NULLs');
+is(psql_ok("SELECT dpwin_test.rb_default_ch_type('int8', -1, false)"),
+	'Nullable(Int64)', 'default type of a bigint that may hold NULLs');
 
 # Table columns keep their typmod: char(n) padding and numeric(p,s).
 {

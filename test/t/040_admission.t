@@ -1,4 +1,4 @@
-# Target admission (src/target.c, docs/admission.md) against the real engine:
+# Target admission (src/admission.c, docs/admission.md) against the real engine:
 # for each blocker, a real ClickHouse table that has it, and the SQLSTATE
 # and message dpwin_test.admit_target() raises; an admissible target and what
 # admission learns about it; identifiers that need quoting; the EXCHANGE
@@ -80,6 +80,7 @@ psql_ok("DROP SCHEMA IF EXISTS $schema CASCADE;
 	CREATE SCHEMA $schema;
 	CREATE TABLE $schema.src (id bigint NOT NULL, w timestamptz, v text);
 	CREATE TABLE $schema.src_nn (id bigint NOT NULL, w timestamptz NOT NULL, v text);
+	CREATE TABLE $schema.src_arr (id bigint NOT NULL, w timestamptz, a integer[]);
 	CREATE TABLE $schema.src_ttl (\"TTL\" bigint NOT NULL, w timestamptz, ttl integer);");
 
 my $good = "(id Int64, w Nullable(DateTime64(6, 'UTC')), v Nullable(String)) ENGINE = MergeTree PARTITION BY intDiv(id, 1000) ORDER BY id";
@@ -296,9 +297,26 @@ refused('column name differs', $db, 'name',
 refused('type mismatch: Int32 for bigint', $db, 'int32',
 	"(id Int32, w Nullable(DateTime64(6, 'UTC')), v Nullable(String)) ENGINE = MergeTree ORDER BY id",
 	'42804', qr/column `id` of ClickHouse target `\Q$db\E`\.`int32` has type Int32, which does not match PostgreSQL type bigint/);
-refused('type mismatch: String for a nullable text', $db, 'notnull',
-	"(id Int64, w Nullable(DateTime64(6, 'UTC')), v String) ENGINE = MergeTree ORDER BY id",
-	'42804', qr/column `v` .* has type String, which does not match PostgreSQL type text/);
+# A column that may hold NULLs is admitted for a type that is not Nullable
+# (the encoder refuses each NULL, test/t/045_nullable.t), also under
+# LowCardinality and for arrays; its type must still match.
+for my $case ([ 'nn_str', 'String' ], [ 'nn_lc', 'LowCardinality(String)' ])
+{
+	my ($t, $vtype) = @$case;
+	ch_table($db, $t, "(id Int64, w Nullable(DateTime64(6, 'UTC')), v $vtype) ENGINE = MergeTree ORDER BY id");
+	my $r = route($db, $t);
+	my ($rc, $out, $err) = psql(admit_sql($r));
+	is($rc, 0, "a text column that may hold NULLs is admitted for $vtype") or diag($err);
+}
+{
+	ch_table($db, 'nn_arr', "(id Int64, w Nullable(DateTime64(6, 'UTC')), a Array(Int32)) ENGINE = MergeTree ORDER BY id");
+	my $r = route($db, 'nn_arr', source => "$schema.src_arr");
+	my ($rc, $out, $err) = psql(admit_sql($r));
+	is($rc, 0, 'an int4[] column that may hold NULLs is admitted for Array(Int32)') or diag($err);
+}
+refused('type mismatch: Int64 for a text that may hold NULLs', $db, 'nn_int',
+	"(id Int64, w Nullable(DateTime64(6, 'UTC')), v Int64) ENGINE = MergeTree ORDER BY id",
+	'42804', qr/column `v` of ClickHouse target `\Q$db\E`\.`nn_int` has type Int64, which does not match PostgreSQL type text/);
 refused('window column DateTime64(9)', $db, 'w9',
 	"(id Int64, w Nullable(DateTime64(9, 'UTC')), v Nullable(String)) ENGINE = MergeTree ORDER BY id",
 	'42804', qr/window column `w` of ClickHouse target `\Q$db\E`\.`w9` has type Nullable\(DateTime64\(9, 'UTC'\)\)/);

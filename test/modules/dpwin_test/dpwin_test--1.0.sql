@@ -17,9 +17,9 @@
 
 /*
  * The RowBinary bytes of one value written as ClickHouse type ch_type (as
- * system.columns.type prints it).  The value counts as NOT NULL unless
- * ch_type is Nullable.  With window_value, fidelity errors name the row by
- * it, as they do during a refresh.
+ * system.columns.type prints it).  A NULL for a type that is not Nullable
+ * fails (22004) as it does during a refresh.  With window_value, fidelity
+ * errors name the row by it, as they do during a refresh.
  */
 CREATE FUNCTION dpwin_test.encode_rowbinary(value anyelement, ch_type text,
 										window_value timestamptz DEFAULT NULL)
@@ -35,7 +35,7 @@ CREATE FUNCTION dpwin_test.siphash24(k0 bigint, k1 bigint, data bytea)
 
 /* NULL if a column of type typ(typmod) can be written as ch_type, else why not. */
 CREATE FUNCTION dpwin_test.rb_type_parity(typ regtype, typmod integer,
-									  notnull boolean, ch_type text)
+									  ch_type text)
 	RETURNS text
 	LANGUAGE C STRICT STABLE PARALLEL SAFE
 	AS 'MODULE_PATHNAME', 'dpwin__rb_type_parity';

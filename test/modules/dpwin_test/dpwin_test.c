@@ -33,7 +33,6 @@
 #include "digest.h"
 #include "lease.h"
 #include "route.h"
-#include "chtype.h"
 #include "rowbinary.h"
 #include "admission.h"
 #include "target.h"
@@ -54,9 +53,10 @@ PG_FUNCTION_INFO_V1(dpwin__rb_default_ch_type);
  * dpwin_test.encode_rowbinary(value anyelement, ch_type text,
  *                         window_value timestamptz DEFAULT NULL) -> bytea
  *
- * Encodes one value as a one-column row.  The column counts as NOT NULL
- * unless ch_type is Nullable.  The argument's typmod is taken from the
- * call expression, so table columns keep theirs.  With window_value, a
+ * Encodes one value as a one-column row of a column that may hold NULLs:
+ * a NULL for a type that is not Nullable fails as it does in a refresh.
+ * The argument's typmod is taken from the call expression, so table
+ * columns keep theirs.  With window_value, a
  * second (window) column is encoded after it and stripped again, so that
  * fidelity errors show their row detail.
  */
@@ -66,8 +66,6 @@ dpwin__encode_rowbinary(PG_FUNCTION_ARGS)
 	Oid			typid = get_fn_expr_argtype(fcinfo->flinfo, 0);
 	int32		typmod = -1;
 	char	   *ch_type;
-	char	   *error;
-	ChType	   *t;
 	bool		with_window;
 	char	   *names[2] = {"value", "window"};
 	Oid			typids[2];
@@ -96,14 +94,12 @@ dpwin__encode_rowbinary(PG_FUNCTION_ARGS)
 		if (list_length(args) >= 1)
 			typmod = exprTypmod((Node *) linitial(args));
 	}
-	ch_type = text_to_cstring(PG_GETARG_TEXT_PP(1));
 	/* an unparsable type is reported by rb_encoder_create() */
-	t = ch_type_parse(ch_type, &error);
+	ch_type = text_to_cstring(PG_GETARG_TEXT_PP(1));
 
 	with_window = PG_NARGS() >= 3 && !PG_ARGISNULL(2);
 	typids[0] = typid;
 	typmods[0] = typmod;
-	notnull[0] = t != NULL && !t->nullable;
 	ch_types[0] = ch_type;
 	values[0] = PG_ARGISNULL(0) ? (Datum) 0 : PG_GETARG_DATUM(0);
 	isnull[0] = PG_ARGISNULL(0);
@@ -124,14 +120,14 @@ dpwin__encode_rowbinary(PG_FUNCTION_ARGS)
 	PG_RETURN_BYTEA_P(result);
 }
 
-/* dpwin_test.rb_type_parity(typ regtype, typmod int, notnull bool, ch_type text) -> text */
+/* dpwin_test.rb_type_parity(typ regtype, typmod int, ch_type text) -> text */
 Datum
 dpwin__rb_type_parity(PG_FUNCTION_ARGS)
 {
 	char	   *why;
 
-	why = rb_type_parity(PG_GETARG_OID(0), PG_GETARG_INT32(1), PG_GETARG_BOOL(2),
-						 text_to_cstring(PG_GETARG_TEXT_PP(3)));
+	why = rb_type_parity(PG_GETARG_OID(0), PG_GETARG_INT32(1),
+						 text_to_cstring(PG_GETARG_TEXT_PP(2)));
 	if (why == NULL)
 		PG_RETURN_NULL();
 	PG_RETURN_TEXT_P(cstring_to_text(why));
