@@ -115,11 +115,16 @@ SELECT * FROM dpwin.plan('plan_r', '2026-09-09T00:00:00Z');
 -- an untyped literal resolves to the timestamptz version (the preferred type)
 SELECT count(*) FROM dpwin.plan('plan_r', '2026-09-09 00:00:00+00');
 SELECT min(lo), max(hi) FROM dpwin.plan('plan_r', '2026-09-09');
--- any role may plan
+-- planning shows the source: SELECT on it is checked before it is locked
 CREATE ROLE dpwin_plan_nobody;
+SET ROLE dpwin_plan_nobody;
+SELECT pg_temp.try($$SELECT count(*) FROM dpwin.plan('plan_r', '2026-09-09T00:00:00Z')$$);
+RESET ROLE;
+GRANT SELECT ON plan_events TO dpwin_plan_nobody;
 SET ROLE dpwin_plan_nobody;
 SELECT count(*) FROM dpwin.plan('plan_r', '2026-09-09T00:00:00Z');
 RESET ROLE;
+REVOKE SELECT ON plan_events FROM dpwin_plan_nobody;
 DROP ROLE dpwin_plan_nobody;
 -- no wall-clock fallback, and no naive timestamps
 SELECT pg_temp.try($$SELECT * FROM dpwin.plan('plan_r', NULL)$$);

@@ -182,13 +182,6 @@ route_not_found(const char *route_name)
 			 errmsg("route \"%s\" does not exist", route_name)));
 }
 
-static char *
-interval_text(const Interval *iv)
-{
-	return DatumGetCString(DirectFunctionCall1(interval_out,
-											   IntervalPGetDatum((Interval *) iv)));
-}
-
 /*
  * Column names of relid, in attnum order, that a route takes by default.
  */
@@ -577,15 +570,15 @@ resolve_spec(const RouteSpec *spec, bool validate, Oid userid)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("chunk_interval \"%s\" is longer than lookback \"%s\"",
-							interval_text(spec->chunk_interval),
-							interval_text(spec->lookback))));
+							dpwin_interval_text(spec->chunk_interval),
+							dpwin_interval_text(spec->lookback))));
 		nchunks = dpwin_window_nchunks(r->lookback_us, r->chunk_us);
 		if (nchunks > DPWIN_MAX_CHUNKS)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("chunk_interval \"%s\" cuts lookback \"%s\" into " INT64_FORMAT " chunks, more than %d",
-							interval_text(spec->chunk_interval),
-							interval_text(spec->lookback), nchunks,
+							dpwin_interval_text(spec->chunk_interval),
+							dpwin_interval_text(spec->lookback), nchunks,
 							DPWIN_MAX_CHUNKS),
 					 errhint("Use a longer chunk interval.")));
 	}
@@ -693,6 +686,16 @@ dpwin_route_load(const char *route_name, bool missing_ok)
 		route_not_found(route_name);
 	}
 	return resolve_spec(&spec, false, InvalidOid);
+}
+
+Oid
+dpwin_route_source_relid(const char *route_name)
+{
+	RouteSpec	spec;
+
+	if (!spec_read(route_name, 0, false, &spec))
+		route_not_found(route_name);
+	return spec.source_relid;
 }
 
 DpwinRoute *

@@ -78,6 +78,12 @@ typedef struct DpwinServerConf
 extern DpwinRoute *dpwin_route_load(const char *route_name, bool missing_ok);
 extern DpwinRoute *dpwin_route_load_by_id(int32 route_id);
 
+/*
+ * The OID of a route's source table, read from the catalog without
+ * locking or resolving it (for privilege checks that must come first).
+ */
+extern Oid	dpwin_route_source_relid(const char *route_name);
+
 /* Owner or superuser, else ERRCODE_INSUFFICIENT_PRIVILEGE naming the route. */
 extern void dpwin_route_check_owner(const DpwinRoute *route, const char *action);
 

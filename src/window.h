@@ -12,6 +12,7 @@
 #define DPWIN_WINDOW_H
 
 #include "datatype/timestamp.h"
+#include "utils/timestamp.h"
 #include "nodes/pg_list.h"
 
 typedef struct DpwinChunkBounds
@@ -46,6 +47,9 @@ extern int64 dpwin_window_nchunks(int64 lookback_us, int64 chunk_us);
  */
 extern List *dpwin_window_chunks(TimestampTz interval_end, int64 lookback_us,
 								 int64 chunk_us);
+
+/* Text of an interval for messages, as the user typed it (IntervalStyle). */
+extern char *dpwin_interval_text(const Interval *iv);
 
 /* ISO-8601 UTC text of a timestamp, independent of TimeZone/DateStyle. */
 extern char *dpwin_timestamp_utc(TimestampTz ts);
