@@ -122,6 +122,14 @@ step_build(Coordinator *c)
 												   staging, c->staged_rows,
 												   &c->source_digest, &c->key);
 	c->kept_rows = c->gen->target_kept_rows;
+
+	/*
+	 * Is the target still the table that was cloned?  Checked again right
+	 * before the exchange (step_publish), this check lets a changed target
+	 * fail the invocation before any intent exists.
+	 */
+	dpwin_generation_check_target(c->client, c->target, c->gen, &c->key,
+								  "between generation build and publication");
 	c->verify_seconds = coordinator_seconds_since(started);
 
 	pub.target_uuid_before = c->target->uuid;

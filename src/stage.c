@@ -53,6 +53,7 @@ step_admit(Coordinator *c)
 		coordinator_expire_snapshot(c);
 
 	c->target = admit_target(c);
+	c->schema_fingerprint = c->target->schema_fingerprint;
 	dpwin_target_probe_exchange(c->client, c->route->target_database);
 	dpwin_xact_begin("dpwin: admitted the target");
 	dpwin_registry_set_schema(&c->id, c->epoch, c->target->schema_fingerprint);

@@ -1,21 +1,20 @@
-# O(window) publication on partitioned targets (src/partition.c).
+# Publication by cloning on every target shape (src/generation.c).
 #
 # For targets partitioned by day (Nullable key with allow_nullable_key, and
 # with ifNull(..., 0)), by week (NULL window rows sharing a week with
-# values), unpartitioned, and partitioned without the window column: the
-# window [09-09 12:00, 09-12 12:00) starts and ends mid-partition; the
-# target holds stale rows inside the window, kept rows outside it, NULL
-# window rows and duplicates, spread over several parts per partition.
-# After each refresh the whole target must equal, as a multiset, the kept
-# rows plus the source's window.  The endpoint's query log must show that
-# exactly the partitions wholly outside the window (and not receiving
-# staged rows) were ATTACHed and that the one copy from the target skipped
-# them.  Partitions that staged rows fall into, and targets whose minmax
-# indexes cannot be read from metadata (lightweight deletes), are copied.
-# Then, with the endpoint holding back the parts check, a merge of a
-# cloned partition must be tolerated (digest fallback), and a new kept row
-# in a cloned partition must be refused, during the build and right before
-# the exchange.
+# values), unpartitioned, partitioned without the window column, and with
+# lightweight-deleted rows: the window [09-09 12:00, 09-12 12:00) starts
+# and ends mid-partition; the target holds stale rows inside the window,
+# kept rows outside it, NULL window rows and duplicates, spread over
+# several parts per partition.  After each refresh the whole target must
+# equal, as a multiset, the kept rows plus the source's window.  The
+# endpoint's query log must show that every partition not wholly inside
+# the window was cloned from the target by ATTACH PARTITION, that the
+# staged rows were ATTACHed too, and that no row went through an INSERT
+# ... SELECT.  Then, with the endpoint holding back the build, a merge of
+# a cloned partition must be tolerated (digest fallback), and a new kept
+# row in a cloned partition must be refused, while the target is cloned
+# and right before the exchange.
 use strict;
 use warnings;
 use Test::More;
@@ -148,7 +147,7 @@ sub refresh_logged
 {
 	my ($route) = @_;
 	my $seq = ch_log_seq();
-	my ($rc, $out, $err) = psql("SELECT state, invocation_id, details->'evidence'->'partitions',"
+	my ($rc, $out, $err) = psql("SELECT state, invocation_id, details->'evidence'->'generation',"
 		  . " details->'evidence'->>'target_rows' FROM dpwin_refresh('$route', '$hi')");
 	my @log = ch_log_since($seq);
 	my ($state, $inv, $parts, $rows) = split /\|/, $out;
@@ -175,6 +174,7 @@ sub scenario
 	fill_target($tbl, $o{fill_where});
 	$o{prepare}->() if $o{prepare};
 	my $before = parts_of($tbl);
+	$o{outside} //= sub { 0 };
 	my @clone = grep { $o{clone}->($_) } @$before;
 	my %clone = map { $_ => 1 } @clone;
 	my @copy = grep { !$clone{$_} } @$before;
@@ -200,47 +200,30 @@ sub scenario
 		}
 	}
 	is_deeply([ sort @from_target ], [ sort @clone ],
-		"$o{label}: ATTACHed exactly the " . scalar(@clone) . " partitions wholly outside the window from the target");
-	my @stg_copies = grep { $_->{query} =~ /^INSERT INTO .*_gen.* SELECT .* FROM `\Q$db\E`\.`[^`]*_stg_/s } @$log;
-	if ($o{cloning})
-	{
-		ok(@from_staging >= 1 && !@stg_copies, "$o{label}: staged rows were ATTACHed (" . scalar(@from_staging) . " partitions), not copied");
-	}
-	else
-	{
-		ok(!@from_staging && @stg_copies == 3, "$o{label}: staged rows were copied from the 3 staging tables");
-	}
-	my @copies = grep { $_->{query} =~ /^INSERT INTO .*_gen.* SELECT .* FROM `\Q$db\E`\.`\Q$tbl\E`/s } @$log;
-	is(scalar(@copies), 1, "$o{label}: one INSERT ... SELECT from the target");
-	my $copy = $copies[0] ? $copies[0]{query} : '';
-	if (@clone)
-	{
-		my ($notin) = $copy =~ /_partition_id NOT IN \(([^)]*)\)/;
-		my @skipped = sort(($notin // '') =~ /'([^']*)'/g);
-		is_deeply(\@skipped, [ sort @clone ], "$o{label}: ... which skips every cloned partition");
-	}
-	else
-	{
-		unlike($copy, qr/_partition_id/, "$o{label}: ... which copies every kept row");
-	}
-	# Without cloning nothing is planned per partition.
-	my $ncopy = @clone ? scalar(@copy) : 0;
-	like($pj, qr/"cloned_partitions": ${\ scalar(@clone)}, "copied_partitions": $ncopy\b/,
-		"$o{label}: evidence counts " . scalar(@clone) . " cloned, $ncopy copied partitions");
-	like($pj, $o{evidence}, "$o{label}: evidence says how partitions were handled") if $o{evidence};
-	is($final_rows, scalar(@$exp), "$o{label}: evidence target_rows counts cloned rows too");
+		"$o{label}: cloned exactly the " . scalar(@clone) . " partitions not wholly inside the window");
+	ok(@from_staging >= 1, "$o{label}: staged rows were ATTACHed (" . scalar(@from_staging) . " partitions)");
+	my @selects = grep { $_->{query} =~ /^INSERT INTO .* SELECT /s } @$log;
+	is(scalar(@selects), 0, "$o{label}: no row went through an INSERT ... SELECT");
+	my @deletes = grep { $_->{query} =~ /^DELETE FROM `\Q$db\E`\.`[^`]*_gen/ } @$log;
+	is(scalar(@deletes), 1, "$o{label}: one DELETE removed the window from the clone");
+	like($pj, qr/"dropped_partitions": ${\ scalar(@copy)}\b/,
+		"$o{label}: evidence counts " . scalar(@copy) . " partitions wholly inside the window, not cloned");
+	like($pj, $o{evidence}, "$o{label}: evidence says how partitions were judged") if $o{evidence};
+	is($final_rows, scalar(@$exp), "$o{label}: evidence target_rows counts every row");
 
-	# Cloned parts are the target's own files: same checksums as the backup's.
-	if (@clone)
+	# Partitions outside the window are the target's own files: same
+	# checksums as the backup's.
+	my @outside = grep { $o{outside}->($_) } @$before;
+	if (@outside)
 	{
 		my $backup = psql_ok("SELECT backup_table FROM dpwin.publication WHERE invocation_id = '$inv'");
-		my $in = join(', ', map { "'$_'" } @clone);
+		my $in = join(', ', map { "'$_'" } @outside);
 		my $sig = sub {
 			my ($t) = @_;
 			return ch_ok("SELECT groupArray((partition_id, rows, hash_of_all_files)) FROM (SELECT partition_id, rows, hash_of_all_files"
 				  . " FROM system.parts WHERE database = '$db' AND table = '$t' AND active AND partition_id IN ($in) ORDER BY 1, 2, 3)");
 		};
-		is($sig->($tbl), $sig->($backup), "$o{label}: cloned partitions have the old generation's parts, file for file");
+		is($sig->($tbl), $sig->($backup), "$o{label}: partitions outside the window have the old generation's parts, file for file");
 	}
 
 	# A second refresh of the refreshed target gives the same rows.
@@ -252,76 +235,64 @@ sub scenario
 }
 
 my %window_day = map { $_ => 1 } qw(20260909 20260910 20260911 20260912);
+my %inside_day = map { $_ => 1 } qw(20260910 20260911);
 
 my $r_day = scenario(
 	label => 'toYYYYMMDD(w), Nullable key',
-	cloning => 1,
 	table => 'by_day',
 	engine => "PARTITION BY toYYYYMMDD(w) ORDER BY id SETTINGS allow_nullable_key = 1",
-	clone => sub { !$window_day{ $_[0] } },
-	evidence => qr/"cloning": true/);
+	clone => sub { !$inside_day{ $_[0] } },
+	outside => sub { !$window_day{ $_[0] } },
+	evidence => qr/"minmax": true/);
 
 scenario(
 	label => 'ifNull(toYYYYMMDD(w), 0)',
-	cloning => 1,
 	table => 'by_day_ifnull',
 	engine => "PARTITION BY ifNull(toYYYYMMDD(w), 0) ORDER BY id",
-	clone => sub { !$window_day{ $_[0] } });
+	clone => sub { !$inside_day{ $_[0] } },
+	outside => sub { !$window_day{ $_[0] } });
 
-# Weeks start on Monday: 08-31 (values and the NULL rows: the index shows
-# max NULL and min < hi: copied), 09-07 (holds the window: copied), 09-14
-# (after the window: cloned).
+scenario(
+	label => 'toYYYYMM(w), the window inside one month',
+	table => 'by_month',
+	engine => "PARTITION BY toYYYYMM(w) ORDER BY id SETTINGS allow_nullable_key = 1",
+	clone => sub { 1 },
+	evidence => qr/"minmax": true/);
+
+# Weeks start on Monday: 08-31 (values and the NULL rows), 09-07 (holds
+# the window) and 09-14 (after it): all cloned, 09-14 untouched.
 scenario(
 	label => 'toMonday(ifNull(w, 08-31))',
-	cloning => 1,
 	table => 'by_week',
 	engine => "PARTITION BY toMonday(ifNull(w, toDateTime64('2026-08-31 00:00:00', 6, 'UTC'))) ORDER BY id",
-	clone => sub { $_[0] eq '20260914' });
-
-# The same with no target row from the window's start to the end of its
-# week: week 09-07 of the target holds only rows before the window, so its
-# minmax index says "outside", but staged rows fall into it: it must be
-# copied, not cloned.
-my $fresh = "w < '$lo' OR w >= '2026-09-14 00:00:00+00' OR w IS NULL";
-scenario(
-	label => 'toMonday, window rows only in the source',
-	table => 'by_week_fresh',
-	engine => "PARTITION BY toMonday(ifNull(w, toDateTime64('2026-08-31 00:00:00', 6, 'UTC'))) ORDER BY id",
-	fill_where => $fresh,
-	expected => lines(psql_ok("SELECT $pg_row FROM (SELECT * FROM $schema.init WHERE ($fresh) AND $pg_keep"
-		  . " UNION ALL SELECT * FROM $schema.src WHERE $pg_in) x")),
-	prepare => sub {
-		is(ch_ok("SELECT max(w) < toDateTime64('2026-09-09 12:00:00', 6, 'UTC') FROM `$db`.`by_week_fresh`"
-			  . " WHERE _partition_id = '20260907'"), "1\n",
-			'toMonday, window rows only in the source: week 09-07 of the target lies before the window');
-	},
-	cloning => 1,
-	clone => sub { $_[0] eq '20260914' },
-	evidence => qr/"staged_partitions": 1\b/);
+	clone => sub { 1 },
+	outside => sub { $_[0] eq '20260914' });
 
 # Parts with lightweight deletes: the server does not answer min/max from
-# their minmax indexes (it would have to scan), so nothing is cloned.
+# their minmax indexes (it would have to scan), so every partition is
+# cloned, and the deleted rows stay deleted.
 scenario(
 	label => 'lightweight-deleted rows',
 	table => 'by_day_deleted',
 	engine => "PARTITION BY toYYYYMMDD(w) ORDER BY id SETTINGS allow_nullable_key = 1",
-	prepare => sub { ch_ok("DELETE FROM `$db`.`by_day_deleted` WHERE id >= 9000 AND id < 9010") },
-	clone => sub { 0 },
-	evidence => qr/"cloning": false, "why_not": "the server cannot read the minmax index of /);
+	prepare => sub { ch_ok("DELETE FROM `$db`.`by_day_deleted` WHERE id >= 8000 AND id < 8010") },
+	expected => lines(psql_ok("SELECT $pg_row FROM $schema.expected WHERE NOT (id >= 8000 AND id < 8010)")),
+	clone => sub { 1 },
+	evidence => qr/"why_not": "the server cannot read the minmax index of /);
 
 scenario(
 	label => 'unpartitioned',
 	table => 'flat',
 	engine => "ORDER BY id",
-	clone => sub { 0 },
-	evidence => qr/"cloning": false, "why_not": "the target is not partitioned"/);
+	clone => sub { 1 },
+	evidence => qr/"cloned_partitions": 1\b/);
 
 scenario(
 	label => 'partition key without the window column',
 	table => 'by_id',
 	engine => "PARTITION BY intDiv(id, 2000) ORDER BY id",
-	clone => sub { 0 },
-	evidence => qr/"why_not": "the partition key intDiv\(id, 2000\) does not use the window column"/);
+	clone => sub { 1 },
+	evidence => qr/"minmax": false/);
 
 # --- changes of cloned partitions while the generation is built ------------
 
@@ -331,7 +302,7 @@ sub refresh_async
 	my ($route) = @_;
 	my ($out, $err) = ('', '');
 	my $h = start [ 'psql', '-X', '-q', '-A', '-t', '-v', 'ON_ERROR_STOP=1', '-v', 'VERBOSITY=verbose', '-c',
-		"SELECT state, details->'evidence'->'partitions' FROM dpwin_refresh('$route', '$hi')" ],
+		"SELECT state, details->'evidence'->'generation' FROM dpwin_refresh('$route', '$hi')" ],
 	  '>', \$out, '2>', \$err, timeout(120);
 	return ($h, \$out, \$err);
 }
@@ -346,7 +317,7 @@ my $tday = "`$db`.`by_day`";
 my $uuid_sql = "SELECT toString(uuid) FROM system.tables WHERE database = '$db' AND name = 'by_day'";
 
 # A cloned partition made of several parts, merged by OPTIMIZE while the
-# build's parts check is held back: parts differ, rows do not.
+# clone's parts check is held back: parts differ, rows do not.
 {
 	ch_ok("INSERT INTO $tday VALUES (8800, '2026-09-03 01:00:00', 'merge me', 1)");
 	ch_ok("INSERT INTO $tday VALUES (8801, '2026-09-03 02:00:00', 'merge me', 2)");
@@ -359,15 +330,15 @@ my $uuid_sql = "SELECT toString(uuid) FROM system.tables WHERE database = '$db' 
 	ok(wait_logged($seq, qr/ATTACH PARTITION ID '20260903'/), 'merge: partitions were cloned');
 	ch_ok("OPTIMIZE TABLE $tday PARTITION ID '20260903' FINAL");
 	finish($h);
-	like($$out, qr/^completed\|.*"digest_checked_partitions": [1-9]/,
+	like($$out, qr/^completed\|.*"digest_checks": [1-9]/,
 		'merge: refresh completed, the merged partition was compared by digest') or diag($$err);
 	multiset_is(target_rows('by_day'), $exp, 'merge: target = expected rows');
 	$expected = $exp;
 	drop_backups();
 }
 
-# A new kept row in a cloned partition after it was cloned: refused during
-# the build, the target keeps the row and its UUID.
+# A new kept row in a cloned partition after it was cloned: refused while
+# the target is cloned, the target keeps the row and its UUID.
 {
 	my $uuid = ch_ok($uuid_sql);
 	my $seq = ch_log_seq();
@@ -376,7 +347,7 @@ my $uuid_sql = "SELECT toString(uuid) FROM system.tables WHERE database = '$db' 
 	ok(wait_logged($seq, qr/ATTACH PARTITION ID '20260904'/), 'build: partitions were cloned');
 	ch_ok("INSERT INTO $tday VALUES (8900, '2026-09-04 01:00:00', 'late writer', 1)");
 	finish($h);
-	like($$err, qr/ERROR:\s+55000: target `\Q$db\E`\.`by_day` changed outside the window while the generation was being built/,
+	like($$err, qr/ERROR:\s+55000: target `\Q$db\E`\.`by_day` changed while it was cloned/,
 		'build: refused with 55000') or diag("out: $$out err: $$err");
 	is(ch_ok($uuid_sql), $uuid, 'build: the target was not exchanged');
 	$expected = [ @$expected, lines(ch_ok("SELECT $ch_row FROM $tday WHERE id = 8900"))->@* ];
@@ -385,15 +356,16 @@ my $uuid_sql = "SELECT toString(uuid) FROM system.tables WHERE database = '$db' 
 		'build: no staging or generation table is left');
 }
 
-# The same right before the exchange: the first parts check (build) passes,
-# the second (publication) is held back while a writer adds a kept row.
+# The same right before the exchange: the clone is checked and the window
+# deleted from it; the attach of the staged parts is held back while a
+# writer adds a kept row.
 {
 	my $uuid = ch_ok($uuid_sql);
 	my $seq = ch_log_seq();
-	fault(pattern => 'hash_of_all_files', count => 1, mode => 'delay', ms => 1);
-	fault(pattern => 'hash_of_all_files', count => 1, mode => 'delay', ms => 3000);
+	fault(pattern => "ATTACH", count => 1, mode => 'delay', ms => 1);
+	fault(pattern => "ATTACH", count => 1, mode => 'delay', ms => 3000);
 	my ($h, $out, $err) = refresh_async($r_day);
-	ok(wait_logged($seq, qr/hash_of_all_files/, 1), 'publish: the build verified its clones');
+	ok(wait_logged($seq, qr/^DELETE FROM `\Q$db\E`\.`[^`]*_gen/), 'publish: the window was deleted from the clone');
 	ch_ok("INSERT INTO $tday VALUES (8901, '2026-09-05 01:00:00', 'later writer', 1)");
 	finish($h);
 	like($$err, qr/ERROR:\s+55000: target `\Q$db\E`\.`by_day` changed outside the window between generation build and publication/,
