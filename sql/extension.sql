@@ -3,7 +3,7 @@ CREATE EXTENSION IF NOT EXISTS dpwin;
 SELECT dpwin.version();
 SELECT extrelocatable, extnamespace::regnamespace AS schema
   FROM pg_extension WHERE extname = 'dpwin';
--- the catalog of DESIGN.md §2
+-- the catalog of docs/design.md
 SELECT c.relname, c.relkind
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE n.nspname = 'dpwin' AND c.relkind = 'r'

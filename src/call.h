@@ -26,7 +26,8 @@ typedef enum DpwinCallMode
 {
 	DPWIN_CALL_REFRESH,
 	DPWIN_CALL_RECOVER,
-	DPWIN_CALL_ABANDON
+	DPWIN_CALL_ABANDON,
+	DPWIN_CALL_VERIFY			/* invocation_id is the verification's id */
 } DpwinCallMode;
 
 typedef struct DpwinCallShared

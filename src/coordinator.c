@@ -165,7 +165,7 @@ coordinator_run(Coordinator *c)
  *		entering the machine
  * ---------------------------------------------------------------- */
 
-static void
+void
 coordinator_load(Coordinator *c, int32 route_id)
 {
 	dpwin_xact_begin("dpwin: loading the route");
@@ -312,6 +312,8 @@ coordinator_register(Coordinator *c)
 #define Anum_chunk_bytes			5
 #define Anum_chunk_digest			6
 #define Anum_chunk_attempts			7
+#define Anum_chunk_lo				8
+#define Anum_chunk_hi				9
 
 /* Rebuild what a coordinator knew from the journal and the plan. */
 static DpwinInvocation *
@@ -338,7 +340,7 @@ coordinator_recall(Coordinator *c)
 
 	/* The chunk journal, for metrics and for publishing staged chunks. */
 	c->nchunks = (int) dpwin_catalog_exec("SELECT chunk_no, state, staging_table, rows, bytes,"
-										  " digest, attempt + 1"
+										  " digest, attempt + 1, lo, hi"
 										  " FROM dpwin.chunk WHERE invocation_id = $1 ORDER BY chunk_no",
 										  1, types, args, NULL, true);
 	/* SPI switched to its own context, which goes away at commit */
@@ -347,11 +349,14 @@ coordinator_recall(Coordinator *c)
 	for (int i = 0; i < c->nchunks; i++)
 	{
 		DpwinChunkSlot *s = &c->slots[i];
+		DpwinChunkBounds *bounds;
+		bool		isnull;
 		char	   *v;
 
 		s->chunk_no = atoi(dpwin_catalog_text(i, Anum_chunk_chunk_no));
-		s->result = strcmp(dpwin_catalog_text(i, Anum_chunk_state), "verified") == 0 ?
-			DPWIN_CHUNK_VERIFIED : DPWIN_CHUNK_FAILED;
+		v = dpwin_catalog_text(i, Anum_chunk_state);
+		s->result = strcmp(v, "verified") == 0 ? DPWIN_CHUNK_VERIFIED :
+			strcmp(v, "skipped") == 0 ? DPWIN_CHUNK_SKIPPED : DPWIN_CHUNK_FAILED;
 		if ((v = dpwin_catalog_text(i, Anum_chunk_staging_table)) != NULL)
 			strlcpy(s->staging_table, v, sizeof(s->staging_table));
 		if ((v = dpwin_catalog_text(i, Anum_chunk_rows)) != NULL)
@@ -361,13 +366,25 @@ coordinator_recall(Coordinator *c)
 		if ((v = dpwin_catalog_text(i, Anum_chunk_digest)) != NULL)
 			(void) dpwin_digest_from_text(v, &s->digest);
 		s->attempts = atoi(dpwin_catalog_text(i, Anum_chunk_attempts));
+		s->lo = DatumGetTimestampTz(dpwin_catalog_value(i, Anum_chunk_lo, &isnull));
+		s->hi = DatumGetTimestampTz(dpwin_catalog_value(i, Anum_chunk_hi, &isnull));
+		bounds = palloc(sizeof(DpwinChunkBounds));
+		bounds->chunk_no = s->chunk_no;
+		bounds->lo = s->lo;
+		bounds->hi = s->hi;
+		c->chunks = lappend(c->chunks, bounds);
 		if (s->result == DPWIN_CHUNK_VERIFIED)
 		{
-			dpwin_digest_merge(&c->source_digest, &s->digest);
+			dpwin_digest_merge(&c->staged_digest, &s->digest);
 			c->encoded_bytes += s->bytes;
 		}
+		if (s->result == DPWIN_CHUNK_SKIPPED)
+			c->skipped_chunks++;
+		if (s->result != DPWIN_CHUNK_FAILED)
+			dpwin_digest_merge(&c->source_digest, &s->digest);
 	}
-	c->source_rows = c->staged_rows = (int64) c->source_digest.count;
+	c->source_rows = (int64) c->source_digest.count;
+	c->staged_rows = (int64) c->staged_digest.count;
 	dpwin_xact_commit(c->cxt);
 	return inv;
 }
@@ -626,8 +643,12 @@ dpwin_coordinator_main(Datum main_arg)
 			case DPWIN_CALL_ABANDON:
 				coordinator_abandon(&c);
 				break;
+			case DPWIN_CALL_VERIFY:
+				coordinator_verify(&c);
+				break;
 		}
-		coordinator_fill_result(&c);
+		if (call->mode != DPWIN_CALL_VERIFY)
+			coordinator_fill_result(&c);
 	}
 	PG_CATCH();
 	{

@@ -59,7 +59,9 @@ typedef struct Coordinator
 	char	   *generation;
 	char	   *backup;
 	DpwinGeneration *gen;		/* how it was built (generation.c) */
-	DpwinDigest source_digest;
+	DpwinDigest source_digest;	/* every chunk */
+	DpwinDigest staged_digest;	/* the chunks staged (not skipped) */
+	int			skipped_chunks;
 	int64		source_rows;
 	int64		staged_rows;
 	int64		kept_rows;
@@ -74,6 +76,7 @@ typedef struct Coordinator
 } Coordinator;
 
 /* coordinator.c */
+extern void coordinator_load(Coordinator *c, int32 route_id);
 extern void coordinator_transition(Coordinator *c, DpwinState to,
 								   const char *message, const char *sqlstate);
 extern void coordinator_drop_own_tables(Coordinator *c);
@@ -83,16 +86,25 @@ extern void coordinator_json_text(StringInfo buf, const char *key,
 								  const char *value, bool comma);
 
 /* stage.c: the steps of planned, extracting and staged */
+extern DpwinTargetInfo *coordinator_admit_target(Coordinator *c);
 extern DpwinState step_admit(Coordinator *c);
 extern DpwinState step_extract(Coordinator *c);
 extern DpwinState step_check_receipts(Coordinator *c);
+extern void coordinator_extract_chunks(Coordinator *c, DpwinExtractMode mode,
+									   void (*overlap) (Coordinator *c));
+extern void coordinator_tally_receipts(Coordinator *c);
 extern char *coordinator_plan_json(Coordinator *c);
 
 /* publish.c: the steps of verified and publishing (or unknown) */
-extern void coordinator_prepare_generation(Coordinator *c);
+extern List *coordinator_window_ranges(Coordinator *c);
+extern List *coordinator_staged_ranges(Coordinator *c);
+extern void coordinator_prepare_generation(Coordinator *c, List *ranges);
 extern DpwinState step_build(Coordinator *c);
 extern DpwinState step_publish(Coordinator *c);
 extern void coordinator_record_outcome(Coordinator *c, DpwinOutcome outcome);
+
+/* verify.c: dpwin.verify(), outside the state machine */
+extern void coordinator_verify(Coordinator *c);
 
 /* finish.c: the steps of published and evidenced, and the caller's result */
 extern DpwinState step_evidence(Coordinator *c);

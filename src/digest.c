@@ -13,7 +13,7 @@
  *		sum(sipHash64Keyed((toUInt64(k2), toUInt64(k3)), formatRow('RowBinary', cols...)))
  *
  *	  ClickHouse's sipHash64Keyed of a String is reference SipHash-2-4 under
- *	  that key (DESIGN.md §4).  formatRowNoNewline must not be used: it
+ *	  that key (docs/design.md, "Why this is exact").  formatRowNoNewline must not be used: it
  *	  strips a trailing 0x0A byte.
  *
  *	  No I/O.

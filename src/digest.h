@@ -2,7 +2,7 @@
  *
  * digest.h
  *	  Typed multiset digest: count and two keyed SipHash-2-4 sums over the
- *	  RowBinary bytes of each row (DESIGN.md §4).  ClickHouse computes the
+ *	  RowBinary bytes of each row (docs/design.md, "Why this is exact").  ClickHouse computes the
  *	  same value with formatRow('RowBinary', ...) and sipHash64Keyed, so the
  *	  two sides can be compared without moving rows.
  *

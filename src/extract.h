@@ -28,9 +28,18 @@ typedef enum DpwinChunkResult
 {
 	DPWIN_CHUNK_PENDING = 0,
 	DPWIN_CHUNK_RUNNING,
-	DPWIN_CHUNK_VERIFIED,
+	DPWIN_CHUNK_VERIFIED,		/* staged and verified, or digested */
+	DPWIN_CHUNK_SKIPPED,		/* its digest equals the target's: not staged */
 	DPWIN_CHUNK_FAILED
 } DpwinChunkResult;
+
+/* What the chunk workers do with each chunk. */
+typedef enum DpwinExtractMode
+{
+	DPWIN_EXTRACT_STAGE,		/* stage every chunk */
+	DPWIN_EXTRACT_SKIP_UNCHANGED,	/* stage the chunks whose digest differs */
+	DPWIN_EXTRACT_DIGEST		/* digest only: no staging, no journal */
+} DpwinExtractMode;
 
 typedef struct DpwinChunkSlot
 {
@@ -43,6 +52,7 @@ typedef struct DpwinChunkSlot
 	uint64		bytes;
 	DpwinDigest digest;
 	double		seconds;		/* wall time of the verified attempt */
+	DpwinDigest target_digest;	/* SKIP_UNCHANGED: the target's rows of [lo, hi) */
 	char		staging_table[NAMEDATALEN * 2];
 } DpwinChunkSlot;
 
@@ -58,6 +68,7 @@ typedef struct DpwinExtractShared
 	pg_uuid_t	invocation_id;
 	int			progress_slot;
 	int			retry_backoff_ms;
+	DpwinExtractMode mode;
 	DpwinDigestKey key;
 	char		snapshot_name[64];
 

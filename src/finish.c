@@ -72,7 +72,8 @@ coordinator_metrics(Coordinator *c)
 	coordinator_json_text(&buf, "invocation_id", dpwin_uuid_text(&c->id), false);
 	coordinator_json_text(&buf, "window_lo", dpwin_timestamp_utc(c->lo), true);
 	coordinator_json_text(&buf, "window_hi", dpwin_timestamp_utc(c->hi), true);
-	appendStringInfo(&buf, ", \"chunks\": %d", c->nchunks);
+	appendStringInfo(&buf, ", \"chunks\": %d, \"skipped_chunks\": %d", c->nchunks,
+					 c->skipped_chunks);
 	appendStringInfo(&buf, ", \"source_rows\": " INT64_FORMAT ", \"staging_rows\": " INT64_FORMAT
 					 ", \"target_rows\": " INT64_FORMAT ", \"kept_rows\": " INT64_FORMAT
 					 ", \"encoded_bytes\": " INT64_FORMAT,
@@ -88,8 +89,9 @@ coordinator_metrics(Coordinator *c)
 		DpwinChunkSlot *s = &c->slots[i];
 
 		appendStringInfo(&buf, "%s{\"chunk_no\": %d, \"rows\": " UINT64_FORMAT ", \"bytes\": " UINT64_FORMAT
-						 ", \"attempts\": %d, \"seconds\": %.6f}",
-						 i ? ", " : "", s->chunk_no, s->rows, s->bytes, s->attempts, s->seconds);
+						 ", \"attempts\": %d, \"seconds\": %.6f, \"skipped\": %s}",
+						 i ? ", " : "", s->chunk_no, s->rows, s->bytes, s->attempts, s->seconds,
+						 s->result == DPWIN_CHUNK_SKIPPED ? "true" : "false");
 	}
 	appendStringInfoString(&buf, "]");
 	appendStringInfoString(&buf, ", \"phases\": {");
@@ -144,7 +146,8 @@ step_evidence(Coordinator *c)
 {
 	char	   *metrics;
 
-	if (c->backup == NULL)
+	/* a recovering process may not have built what it published */
+	if (c->backup == NULL || c->final_rows <= 0)
 		recall_publication(c);
 	metrics = coordinator_metrics(c);
 	dpwin_xact_begin("dpwin: evidence");
@@ -192,7 +195,7 @@ record_result(Coordinator *c)
 DpwinState
 step_advance(Coordinator *c)
 {
-	if (c->backup == NULL)
+	if (c->backup == NULL || c->final_rows <= 0)
 		recall_publication(c);
 	dpwin_xact_begin("dpwin: route state");
 	dpwin_route_state_advance(c->route->route_id, c->interval_end, &c->id,

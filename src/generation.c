@@ -562,6 +562,19 @@ dpwin_generation_clone(ChClient *client, const DpwinTargetInfo *target,
 }
 
 void
+dpwin_generation_set_ranges(ChClient *client, const DpwinTargetInfo *target,
+							DpwinGeneration *gen, List *ranges)
+{
+	int64		inside;
+
+	gen->ranges = ranges;
+	gen->deleted = ranges != NIL;
+	count_ranges(client, target->database, target->table,
+				 dpwin_generation_ranges_sql(gen->window_column, ranges),
+				 &inside, &gen->target_kept_rows);
+}
+
+void
 dpwin_generation_remove_ranges(ChClient *client, const DpwinTargetInfo *target,
 							   DpwinGeneration *gen)
 {

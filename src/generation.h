@@ -61,6 +61,15 @@ extern DpwinGeneration *dpwin_generation_clone(ChClient *client,
 											   const DpwinDigestKey *key);
 
 /*
+ * Replace the ranges of a clone made with none (every partition cloned):
+ * what a refresh that skips unchanged chunks re-stages, known only once
+ * the chunks are digested.  Counts the target's rows outside them.
+ */
+extern void dpwin_generation_set_ranges(ChClient *client,
+										const DpwinTargetInfo *target,
+										DpwinGeneration *gen, List *ranges);
+
+/*
  * Remove the rows inside the ranges from the clone (a lightweight DELETE,
  * waited for), then check by counting that exactly they went.
  */

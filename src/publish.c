@@ -65,9 +65,9 @@ readmit_target(Coordinator *c, const char *when)
 	return now;
 }
 
-/* The ranges a refresh replaces: the whole window. */
-static List *
-replaced_ranges(Coordinator *c)
+/* The whole window, as the one range a refresh replaces. */
+List *
+coordinator_window_ranges(Coordinator *c)
 {
 	DpwinChunkBounds *r = palloc(sizeof(DpwinChunkBounds));
 
@@ -77,6 +77,49 @@ replaced_ranges(Coordinator *c)
 	return list_make1(r);
 }
 
+/* The staged chunks (all but the skipped ones), as contiguous ranges. */
+List *
+coordinator_staged_ranges(Coordinator *c)
+{
+	List	   *staged = NIL;
+
+	for (int i = 0; i < c->nchunks; i++)
+	{
+		DpwinChunkBounds *b;
+
+		if (c->slots[i].result != DPWIN_CHUNK_VERIFIED)
+			continue;
+		b = palloc(sizeof(DpwinChunkBounds));
+		b->chunk_no = c->slots[i].chunk_no;
+		b->lo = c->slots[i].lo;
+		b->hi = c->slots[i].hi;
+		staged = lappend(staged, b);
+	}
+	return dpwin_generation_merge_ranges(staged);
+}
+
+/*
+ * A recovered invocation that skipped chunks keeps their rows from a new
+ * clone of the target: they must still be what the source had.
+ */
+static void
+check_skipped_rows(Coordinator *c)
+{
+	DpwinDigest *now = palloc(sizeof(DpwinDigest) * c->nchunks);
+
+	dpwin_target_chunk_digests(c->client, c->target, c->generation,
+							   c->route->window_column, c->chunks, &c->key, now);
+	for (int i = 0; i < c->nchunks; i++)
+		if (c->slots[i].result == DPWIN_CHUNK_SKIPPED &&
+			!dpwin_digest_equal(&now[i], &c->slots[i].digest))
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("target %s changed inside skipped chunk %d since invocation %s compared it",
+							ch_qualified_name(c->route->target_database, c->route->target_table),
+							c->slots[i].chunk_no, dpwin_uuid_text(&c->id)),
+					 errhint("Start a new invocation.")));
+}
+
 /*
  * Clone the target into a fresh generation and remove the window from the
  * clone.  A first run does it while the chunk workers read the source;
@@ -84,7 +127,7 @@ replaced_ranges(Coordinator *c)
  * the staged parts are attached.
  */
 void
-coordinator_prepare_generation(Coordinator *c)
+coordinator_prepare_generation(Coordinator *c, List *ranges)
 {
 	TimestampTz started = GetCurrentTimestamp();
 	MemoryContext oldcxt;
@@ -96,7 +139,7 @@ coordinator_prepare_generation(Coordinator *c)
 										dpwin_generation_name(c->route->route_id, &c->id));
 	dpwin_target_drop_table(c->client, c->route->target_database, c->generation);
 	c->gen = dpwin_generation_clone(c->client, c->target, c->route->window_column,
-									replaced_ranges(c), c->generation, &c->key);
+									ranges, c->generation, &c->key);
 	dpwin_generation_remove_ranges(c->client, c->target, c->gen);
 	c->build_seconds = coordinator_seconds_since(started);
 	MemoryContextSwitchTo(oldcxt);
@@ -113,14 +156,19 @@ step_build(Coordinator *c)
 	/* Under the lease: is the target still the one admission saw? */
 	c->target = readmit_target(c, "while the generation was being built");
 	if (c->gen == NULL)
-		coordinator_prepare_generation(c);
+	{
+		coordinator_prepare_generation(c, coordinator_staged_ranges(c));
+		if (c->skipped_chunks > 0)
+			check_skipped_rows(c);
+	}
 
 	started = GetCurrentTimestamp();
 	for (int i = 0; i < c->nchunks; i++)
-		staging = lappend(staging, c->slots[i].staging_table);
+		if (c->slots[i].result == DPWIN_CHUNK_VERIFIED)
+			staging = lappend(staging, c->slots[i].staging_table);
 	c->final_rows = dpwin_generation_attach_staged(c->client, c->target, c->gen,
 												   staging, c->staged_rows,
-												   &c->source_digest, &c->key);
+												   &c->staged_digest, &c->key);
 	c->kept_rows = c->gen->target_kept_rows;
 
 	/*
@@ -305,7 +353,7 @@ check_still_ours(Coordinator *c, const DpwinPublication *pub,
 		c->gen = palloc0(sizeof(DpwinGeneration));
 		c->gen->table = pub->generation_table;
 		c->gen->window_column = c->route->window_column;
-		c->gen->ranges = replaced_ranges(c);
+		c->gen->ranges = coordinator_window_ranges(c);
 	}
 
 	PG_TRY();
@@ -360,15 +408,26 @@ step_publish(Coordinator *c)
 						dpwin_uuid_text(&c->id))));
 
 	/*
-	 * An already published UUID pair is recognised before any admission,
-	 * so that a later legitimate schema change cannot hide it.
+	 * Recovery reads the UUIDs first: an already published pair is
+	 * recognised before any admission, so that a later legitimate schema
+	 * change cannot hide it, and a pair not yet exchanged is checked again
+	 * against the target.  A first run has just built and checked the
+	 * generation (step_build) and sent no EXCHANGE yet.
 	 */
-	outcome = reconcile(c, pub, &target_uuid, &generation_uuid);
+	if (c->recovering)
+		outcome = reconcile(c, pub, &target_uuid, &generation_uuid);
+	else
+	{
+		outcome = DPWIN_OUTCOME_NOT_PUBLISHED;
+		target_uuid = pub->target_uuid_before;
+		generation_uuid = pub->generation_uuid;
+	}
 	if (outcome == DPWIN_OUTCOME_NOT_PUBLISHED)
 	{
 		int			tries = 0;
 
-		check_still_ours(c, pub, target_uuid, generation_uuid);
+		if (c->recovering)
+			check_still_ours(c, pub, target_uuid, generation_uuid);
 		c->generation = MemoryContextStrdup(c->cxt, pub->generation_table);
 
 		/*

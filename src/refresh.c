@@ -48,6 +48,7 @@ PG_FUNCTION_INFO_V1(dpwin_reconcile);
 PG_FUNCTION_INFO_V1(dpwin_drop_backups);
 PG_FUNCTION_INFO_V1(dpwin_lock_target);
 PG_FUNCTION_INFO_V1(dpwin_unlock_target);
+PG_FUNCTION_INFO_V1(dpwin_verify);
 
 /* Load an invocation and its route, and check the caller owns the route. */
 static DpwinRoute *
@@ -93,13 +94,15 @@ check_window_range(const DpwinRoute *route, List *chunks)
 				 errdetail("DateTime64 holds 1900-01-01 00:00:00 .. 2299-12-31 23:59:59.999999 UTC; the whole window must lie inside it.")));
 }
 
-Datum
-dpwin_refresh(PG_FUNCTION_ARGS)
+/*
+ * Admission of a call on a route's window, before any I/O: the arguments,
+ * the route and the caller's right to run it, the server, the window's
+ * range, and the route's binding to its source.
+ */
+static DpwinRoute *
+admit_window_call(FunctionCallInfo fcinfo, TimestampTz *interval_end)
 {
-	DpwinCallShared *call = palloc(sizeof(DpwinCallShared));
 	DpwinRoute *route;
-	TimestampTz interval_end;
-	char	   *route_name;
 
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
@@ -111,18 +114,16 @@ dpwin_refresh(PG_FUNCTION_ARGS)
 				 errmsg("interval_end must not be NULL"),
 				 errdetail("dpwin has no wall-clock fallback: the window is [interval_end - lookback, interval_end)."),
 				 errhint("Pass the end of the interval to refresh, e.g. '2026-09-09 00:00:00+00'.")));
-	route_name = text_to_cstring(PG_GETARG_TEXT_PP(0));
-	interval_end = PG_GETARG_TIMESTAMPTZ(1);
-	if (TIMESTAMP_NOT_FINITE(interval_end))
+	*interval_end = PG_GETARG_TIMESTAMPTZ(1);
+	if (TIMESTAMP_NOT_FINITE(*interval_end))
 		ereport(ERROR,
 				(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
 				 errmsg("interval_end must be finite")));
 
-	/* Admission, before any I/O. */
-	route = dpwin_route_load(route_name, false);
+	route = dpwin_route_load(text_to_cstring(PG_GETARG_TEXT_PP(0)), false);
 	dpwin_route_check_can_refresh(route);
 	(void) dpwin_server_conf(route->server_name, GetUserId());
-	check_window_range(route, dpwin_window_chunks(interval_end, route->lookback_us,
+	check_window_range(route, dpwin_window_chunks(*interval_end, route->lookback_us,
 												  route->chunk_us));
 
 	/*
@@ -138,7 +139,18 @@ dpwin_refresh(PG_FUNCTION_ARGS)
 				 errdetail("The route's config fingerprint no longer matches its source table, columns or target."),
 				 errhint("Review the source, then confirm the route with SELECT dpwin.alter_route('%s');",
 						 route->route_name)));
+	return route;
+}
 
+Datum
+dpwin_refresh(PG_FUNCTION_ARGS)
+{
+	DpwinCallShared *call = palloc(sizeof(DpwinCallShared));
+	DpwinRoute *route;
+	TimestampTz interval_end;
+
+	/* Admission, before any I/O. */
+	route = admit_window_call(fcinfo, &interval_end);
 	dpwin_call_init(call, DPWIN_CALL_REFRESH);
 	call->route_id = route->route_id;
 	call->interval_end = interval_end;
@@ -177,6 +189,54 @@ dpwin_refresh(PG_FUNCTION_ARGS)
 
 	dpwin_run_coordinator(call);
 	PG_RETURN_DATUM(dpwin_call_result(fcinfo, call));
+}
+
+/*
+ * dpwin.verify(route, interval_end): the coordinator reads the window and
+ * the target (verify.c) and journals the per-chunk results, which are
+ * returned from the journal.
+ */
+Datum
+dpwin_verify(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	DpwinCallShared *call = palloc(sizeof(DpwinCallShared));
+	DpwinRoute *route;
+	TimestampTz interval_end;
+	Datum		id;
+	Oid			types[1] = {UUIDOID};
+	Datum		args[1];
+	uint64		n;
+
+	route = admit_window_call(fcinfo, &interval_end);
+	dpwin_call_init(call, DPWIN_CALL_VERIFY);
+	call->route_id = route->route_id;
+	call->interval_end = interval_end;
+	id = DirectFunctionCall1(gen_random_uuid, (Datum) 0);
+	memcpy(&call->invocation_id, DatumGetUUIDP(id), sizeof(pg_uuid_t));
+	dpwin_run_coordinator(call);
+
+	InitMaterializedSRF(fcinfo, 0);
+	args[0] = id;
+	/* not read-only: a new snapshot, which sees the coordinator's commit */
+	SPI_connect();
+	n = dpwin_catalog_exec("SELECT c.chunk_no, c.lo, c.hi, c.source_rows, c.target_rows, c.matches"
+						   " FROM dpwin.verification v,"
+						   " jsonb_to_recordset(v.chunks) AS c(chunk_no integer, lo timestamptz,"
+						   "   hi timestamptz, source_rows bigint, target_rows bigint, matches boolean)"
+						   " WHERE v.verification_id = $1 ORDER BY c.chunk_no",
+						   1, types, args, NULL, false);
+	for (uint64 i = 0; i < n; i++)
+	{
+		Datum		values[6];
+		bool		nulls[6];
+
+		for (int col = 0; col < 6; col++)
+			values[col] = dpwin_catalog_value(i, col + 1, &nulls[col]);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	SPI_finish();
+	return (Datum) 0;
 }
 
 static Datum

@@ -46,7 +46,7 @@ static const char *const state_names[DPWIN_NSTATES] = {
 #define S(x) (1u << DPWIN_STATE_##x)
 
 /*
- * Legal predecessors of each state (DESIGN.md §3).  Failure is legal from
+ * Legal predecessors of each state (docs/design.md, "The state machine").  Failure is legal from
  * any state before publishing; from publishing (or unknown) only once the
  * exchange is known not to have happened.  unknown can be settled into
  * published by recovery once the UUIDs show it.
@@ -384,12 +384,16 @@ dpwin_chunk_begin(const pg_uuid_t *id, int chunk_no, int attempt,
 {
 	Oid			types[5] = {UUIDOID, INT4OID, INT4OID, TEXTOID, INT8OID};
 	Datum		args[5];
+	char		nulls[6] = "     ";
 
 	dpwin_lease_check_epoch(target_id, epoch);
 	args[0] = UUIDPGetDatum(uuid_copy(id));
 	args[1] = Int32GetDatum(chunk_no);
 	args[2] = Int32GetDatum(attempt);
-	args[3] = CStringGetTextDatum(staging_table);
+	if (staging_table)
+		args[3] = CStringGetTextDatum(staging_table);
+	else
+		nulls[3] = 'n';
 	args[4] = Int64GetDatum(epoch);
 	if (dpwin_catalog_exec(psprintf("UPDATE dpwin.chunk SET attempt = $3, state = 'running',"
 									" staging_table = $4, lease_epoch = $5, worker_pid = %d,"
@@ -398,7 +402,7 @@ dpwin_chunk_begin(const pg_uuid_t *id, int chunk_no, int attempt,
 									" WHERE invocation_id = $1 AND chunk_no = $2"
 									"   AND state IN ('pending', 'fenced', 'running', 'failed')",
 									MyProcPid),
-						   5, types, args, NULL, false) != 1)
+						   5, types, args, nulls, false) != 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("chunk %d of dpwin invocation %s cannot start a new attempt",

@@ -77,6 +77,7 @@ typedef struct RouteSpec
 	Oid			evidence_function;	/* InvalidOid: none */
 	Oid			owner;
 	char	   *config_fingerprint;
+	bool		skip_unchanged;
 } RouteSpec;
 
 #define ROUTE_SELECT \
@@ -84,7 +85,7 @@ typedef struct RouteSpec
 	"window_column::pg_catalog.text, server_name::pg_catalog.text, " \
 	"target_database, target_table, lookback, chunk_interval, parallelism, " \
 	"batch_rows, max_encoded_bytes, evidence_function::pg_catalog.oid, " \
-	"owner, config_fingerprint FROM dpwin.route "
+	"owner, config_fingerprint, skip_unchanged FROM dpwin.route "
 
 /*
  * Copy the current SPI result row 0 (from ROUTE_SELECT) into spec,
@@ -129,6 +130,7 @@ spec_from_spi(RouteSpec *spec, MemoryContext mcxt)
 	spec->evidence_function = isnull ? InvalidOid : DatumGetObjectId(d);
 	spec->owner = DatumGetObjectId(dpwin_catalog_value(0, 15, &isnull));
 	spec->config_fingerprint = TextDatumGetCString(dpwin_catalog_value(0, 16, &isnull));
+	spec->skip_unchanged = DatumGetBool(dpwin_catalog_value(0, 17, &isnull));
 
 	MemoryContextSwitchTo(old);
 }
@@ -613,6 +615,7 @@ resolve_spec(const RouteSpec *spec, bool validate, Oid userid)
 		check_evidence_function(spec->evidence_function, userid);
 
 	r->owner = spec->owner;
+	r->skip_unchanged = spec->skip_unchanged;
 	r->config_fingerprint = spec->config_fingerprint ?
 		pstrdup(spec->config_fingerprint) : NULL;
 	return r;
@@ -911,12 +914,24 @@ notice_nullable_columns(const DpwinRoute *r)
 			 errhint("Declare a column NOT NULL if it never holds NULLs, or make its ClickHouse column Nullable.")));
 }
 
+/* Store the skip_unchanged option of a stored route (needs SPI). */
+static void
+store_skip_unchanged(int32 route_id, bool skip)
+{
+	Oid			types[2] = {INT4OID, BOOLOID};
+	Datum		args[2] = {Int32GetDatum(route_id), BoolGetDatum(skip)};
+
+	dpwin_catalog_exec("UPDATE dpwin.route SET skip_unchanged = $2 WHERE route_id = $1",
+					   2, types, args, NULL, false);
+}
+
 /*
  * dpwin.create_route(route_name text, source regclass, window_column name,
  *		server name, target_database text, target_table text,
  *		lookback interval, chunk_interval interval, parallelism int,
  *		columns name[], batch_rows int, max_encoded_bytes bigint,
- *		evidence_function regprocedure) RETURNS integer
+ *		evidence_function regprocedure, skip_unchanged boolean)
+ *		RETURNS integer
  */
 PG_FUNCTION_INFO_V1(dpwin_create_route);
 
@@ -997,6 +1012,8 @@ dpwin_create_route(PG_FUNCTION_ARGS)
 					   "RETURNING route_id",
 					   SPEC_NARGS, types, args, nulls, false);
 	route_id = DatumGetInt32(dpwin_catalog_value(0, 1, &isnull));
+	if (PG_NARGS() > 13 && !PG_ARGISNULL(13))
+		store_skip_unchanged(route_id, PG_GETARG_BOOL(13));
 	SPI_finish();
 
 	notice_nullable_columns(r);
@@ -1092,7 +1109,7 @@ dpwin_alter_route(PG_FUNCTION_ARGS)
 						spec.route_name, inv),
 				 errdetail("The invocation is in state \"%s\"; its persisted plan must stay valid for recovery.",
 						   state),
-				 errhint("Let the invocation finish or recover it first; parallelism, batch_rows, max_encoded_bytes and evidence_function can be changed now.")));
+				 errhint("Let the invocation finish or recover it first; parallelism, batch_rows, max_encoded_bytes, evidence_function and skip_unchanged can be changed now.")));
 
 	r->config_fingerprint = fingerprint;
 	spec_to_args(&spec, r, types, args, nulls);
@@ -1112,6 +1129,8 @@ dpwin_alter_route(PG_FUNCTION_ARGS)
 					   "owner = $16, config_fingerprint = $17, "
 					   "updated_at = pg_catalog.now() WHERE route_id = $18",
 					   SPEC_NARGS + 1, types, args, nulls, false);
+	if (PG_NARGS() > 13 && !PG_ARGISNULL(13))
+		store_skip_unchanged(spec.route_id, PG_GETARG_BOOL(13));
 	SPI_finish();
 
 	PG_RETURN_VOID();

@@ -33,8 +33,8 @@
  * Target admission, inside a transaction of its own: type parity consults
  * the system caches.  The result lives in the coordinator's context.
  */
-static DpwinTargetInfo *
-admit_target(Coordinator *c)
+DpwinTargetInfo *
+coordinator_admit_target(Coordinator *c)
 {
 	DpwinTargetInfo *info;
 
@@ -52,7 +52,7 @@ step_admit(Coordinator *c)
 	if (c->recovering)
 		coordinator_expire_snapshot(c);
 
-	c->target = admit_target(c);
+	c->target = coordinator_admit_target(c);
 	c->schema_fingerprint = c->target->schema_fingerprint;
 	dpwin_target_probe_exchange(c->client, c->route->target_database);
 	dpwin_xact_begin("dpwin: admitted the target");
@@ -162,23 +162,18 @@ collect_receipts(Coordinator *c, DpwinExtractShared *sh, dsm_segment *seg)
 	}
 	dsm_detach(seg);
 
-	for (int i = 0; i < c->nchunks; i++)
-	{
-		if (c->slots[i].result != DPWIN_CHUNK_VERIFIED)
-			ereport(ERROR,
-					(errcode(ERRCODE_INTERNAL_ERROR),
-					 errmsg("chunk %d of invocation %s was not staged",
-							c->slots[i].chunk_no, dpwin_uuid_text(&c->id)),
-					 errdetail("A chunk worker stopped before finishing it.")));
-		dpwin_digest_merge(&c->source_digest, &c->slots[i].digest);
-		c->encoded_bytes += c->slots[i].bytes;
-	}
-	c->source_rows = (int64) c->source_digest.count;
-	c->staged_rows = c->source_rows;
+	coordinator_tally_receipts(c);
 }
 
-DpwinState
-step_extract(Coordinator *c)
+/*
+ * Read every chunk under one exported snapshot with the route's
+ * parallelism, in the given mode.  When `overlap` is set it runs while
+ * the workers read the source.  Fills c->slots; ereports the first
+ * permanent failure.
+ */
+void
+coordinator_extract_chunks(Coordinator *c, DpwinExtractMode mode,
+						   void (*overlap) (Coordinator *c))
 {
 	dsm_segment *seg;
 	DpwinExtractShared *sh;
@@ -186,11 +181,12 @@ step_extract(Coordinator *c)
 	int			nworkers;
 	TimestampTz started = GetCurrentTimestamp();
 
-	if (c->recovering)
-		coordinator_expire_snapshot(c);
-
 	seg = extract_segment(c);
 	sh = dsm_segment_address(seg);
+	sh->mode = mode;
+	if (mode == DPWIN_EXTRACT_SKIP_UNCHANGED)
+		for (int i = 0; i < c->nchunks; i++)
+			sh->chunks[i].target_digest = c->slots[i].target_digest;
 	nworkers = Min(Min(c->route->parallelism, dpwin_max_workers), c->nchunks);
 	handles = palloc0(sizeof(BackgroundWorkerHandle *) * nworkers);
 
@@ -201,9 +197,8 @@ step_extract(Coordinator *c)
 	PG_TRY();
 	{
 		launch_workers(c, seg, handles, nworkers);
-
-		/* The target is cloned while the workers read the source. */
-		coordinator_prepare_generation(c);
+		if (overlap != NULL)
+			overlap(c);
 		dpwin_bgworker_wait_all(handles, nworkers);
 	}
 	PG_CATCH();
@@ -221,6 +216,58 @@ step_extract(Coordinator *c)
 	MemoryContextSwitchTo(c->cxt);
 	c->extract_seconds = coordinator_seconds_since(started);
 	collect_receipts(c, sh, seg);
+}
+
+/*
+ * A refresh that skips unchanged chunks compares each chunk with the
+ * target's rows of [lo, hi) in the clone: the very generation whose rows
+ * a skipped chunk keeps.  The clone is made first, with every partition,
+ * and its window removed only where chunks were re-staged.
+ */
+static void
+prepare_skipping(Coordinator *c)
+{
+	DpwinDigest *target = palloc(sizeof(DpwinDigest) * list_length(c->chunks));
+
+	c->nchunks = list_length(c->chunks);
+	c->slots = palloc0(sizeof(DpwinChunkSlot) * c->nchunks);
+	coordinator_prepare_generation(c, NIL);
+	dpwin_target_chunk_digests(c->client, c->target, c->generation,
+							   c->route->window_column, c->chunks, &c->key, target);
+	for (int i = 0; i < c->nchunks; i++)
+		c->slots[i].target_digest = target[i];
+}
+
+/* The chunks that were re-staged, removed from the clone. */
+static void
+remove_restaged(Coordinator *c)
+{
+	dpwin_generation_set_ranges(c->client, c->target, c->gen,
+								coordinator_staged_ranges(c));
+	dpwin_generation_remove_ranges(c->client, c->target, c->gen);
+}
+
+/* Clone the whole window's worth while the workers read the source. */
+static void
+overlap_clone(Coordinator *c)
+{
+	coordinator_prepare_generation(c, coordinator_window_ranges(c));
+}
+
+DpwinState
+step_extract(Coordinator *c)
+{
+	if (c->recovering)
+		coordinator_expire_snapshot(c);
+
+	if (c->route->skip_unchanged)
+	{
+		prepare_skipping(c);
+		coordinator_extract_chunks(c, DPWIN_EXTRACT_SKIP_UNCHANGED, NULL);
+		remove_restaged(c);
+	}
+	else
+		coordinator_extract_chunks(c, DPWIN_EXTRACT_STAGE, overlap_clone);
 
 	dpwin_xact_begin("dpwin: every chunk is staged");
 	dpwin_registry_set_snapshot(&c->id, c->epoch, c->snapshot_name);
@@ -235,15 +282,40 @@ step_extract(Coordinator *c)
  * normally: the receipts are consistent, and publishing them needs no
  * snapshot.
  */
-DpwinState
-step_check_receipts(Coordinator *c)
+void
+coordinator_tally_receipts(Coordinator *c)
 {
+	c->source_digest = (DpwinDigest) DPWIN_DIGEST_INIT;
+	c->staged_digest = (DpwinDigest) DPWIN_DIGEST_INIT;
+	c->encoded_bytes = 0;
+	c->skipped_chunks = 0;
 	for (int i = 0; i < c->nchunks; i++)
-		if (c->slots[i].result != DPWIN_CHUNK_VERIFIED)
+	{
+		DpwinChunkSlot *s = &c->slots[i];
+
+		if (s->result != DPWIN_CHUNK_VERIFIED && s->result != DPWIN_CHUNK_SKIPPED)
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 					 errmsg("chunk %d of invocation %s has no verified receipt",
-							c->slots[i].chunk_no, dpwin_uuid_text(&c->id))));
+							s->chunk_no, dpwin_uuid_text(&c->id)),
+					 errdetail("A chunk worker stopped before finishing it.")));
+		dpwin_digest_merge(&c->source_digest, &s->digest);
+		if (s->result == DPWIN_CHUNK_SKIPPED)
+			c->skipped_chunks++;
+		else
+		{
+			dpwin_digest_merge(&c->staged_digest, &s->digest);
+			c->encoded_bytes += s->bytes;
+		}
+	}
+	c->source_rows = (int64) c->source_digest.count;
+	c->staged_rows = (int64) c->staged_digest.count;
+}
+
+DpwinState
+step_check_receipts(Coordinator *c)
+{
+	coordinator_tally_receipts(c);
 	return DPWIN_STATE_VERIFIED;
 }
 

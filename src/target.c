@@ -247,73 +247,6 @@ dpwin_target_window_predicate(const DpwinTargetInfo *target,
 	return psprintf("(%s >= %s AND %s < %s)", w, slo, w, shi);
 }
 
-void
-dpwin_target_copy_rows(ChClient *client, const DpwinTargetInfo *target,
-					   const char *dest, const char *src,
-					   const char *where_sql)
-{
-	StringInfoData sql;
-	char	   *query_id = ch_next_query_id(client, "copy");
-	ChHttpReply reply;
-	ChHttpStatus status;
-
-	/*
-	 * insert_deduplicate = 0: a target with non_replicated_deduplication_
-	 * window (copied by CREATE TABLE AS) would otherwise drop a block equal
-	 * to an earlier one, and duplicates are rows too.
-	 */
-	initStringInfo(&sql);
-	appendStringInfo(&sql, "INSERT INTO %s (%s) SELECT %s FROM %s",
-					 ch_qualified_name(target->database, dest),
-					 target->quoted_columns, target->quoted_columns,
-					 ch_qualified_name(target->database, src));
-	if (where_sql != NULL)
-		appendStringInfo(&sql, " WHERE %s", where_sql);
-	appendStringInfoString(&sql, " SETTINGS insert_deduplicate = 0");
-
-	status = ch_try(client, sql.data, query_id, NULL, NULL, &reply);
-	if (status != CHHTTP_OK)
-	{
-		/* The rows may still be arriving; stop the statement first. */
-		if (ch_status_outcome_unknown(status))
-			ch_settle_query(client, query_id);
-		ch_report(status, &reply,
-				  psprintf("copying rows from %s into %s",
-						   ch_qualified_name(target->database, src),
-						   ch_qualified_name(target->database, dest)));
-	}
-}
-
-/*
- * Exact comparison of the rows kept from the target with those in the
- * generation: the number of distinct rows whose multiplicity differs
- * between db.target WHERE keep and db.generation WHERE keep.  0 means the
- * two multisets are equal, byte for byte in RowBinary.
- */
-int64
-dpwin_target_compare_kept(ChClient *client, const DpwinTargetInfo *target,
-						  const char *generation, const char *keep_sql)
-{
-	char	   *answer;
-	int64		n;
-
-	answer = ch_scalar(client,
-					   psprintf("SELECT count() FROM ("
-								"SELECT r, sum(m) AS s FROM ("
-								"SELECT formatRow('RowBinary', %s) AS r, toInt64(1) AS m FROM %s WHERE %s "
-								"UNION ALL "
-								"SELECT formatRow('RowBinary', %s) AS r, toInt64(-1) AS m FROM %s WHERE %s"
-								") GROUP BY r HAVING s != 0)",
-								target->quoted_columns,
-								ch_qualified_name(target->database, target->table),
-								keep_sql,
-								target->quoted_columns,
-								ch_qualified_name(target->database, generation),
-								keep_sql));
-	n = pg_strtoint64(answer);
-	return n;
-}
-
 ChHttpStatus
 dpwin_target_exchange(ChClient *client, const DpwinTargetInfo *target,
 					  const char *generation, const char *query_id,
@@ -324,4 +257,55 @@ dpwin_target_exchange(ChClient *client, const DpwinTargetInfo *target,
 						   ch_qualified_name(target->database, target->table),
 						   ch_qualified_name(target->database, generation)),
 				  query_id, NULL, NULL, reply);
+}
+
+void
+dpwin_target_chunk_digests(ChClient *client, const DpwinTargetInfo *target,
+						   const char *table, const char *window_column,
+						   List *chunks, const DpwinDigestKey *key,
+						   DpwinDigest *out)
+{
+	StringInfoData sql;
+	char	   *w = ch_quote_ident(window_column);
+	DpwinChunkBounds *first = linitial(chunks);
+	DpwinChunkBounds *last = llast(chunks);
+	ListCell   *lc;
+	char	   *answer;
+	char	   *line;
+	char	   *save;
+	int			nchunks = list_length(chunks);
+
+	/*
+	 * One statement, so that every chunk is digested from one generation of
+	 * the table.  A row's chunk is the first whose upper bound lies above
+	 * it; the alias is prefixed so that it cannot shadow a column.
+	 */
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "SELECT arrayFirstIndex(__dpwin_b -> %s < __dpwin_b, [", w);
+	foreach(lc, chunks)
+		appendStringInfo(&sql, "%s%s", foreach_current_index(lc) ? ", " : "",
+						 dpwin_target_bound_sql(((DpwinChunkBounds *) lfirst(lc))->hi, "upper"));
+	appendStringInfo(&sql, "]) AS __dpwin_chunk, %s FROM %s WHERE %s >= %s AND %s < %s"
+					 " GROUP BY __dpwin_chunk ORDER BY __dpwin_chunk FORMAT TabSeparated",
+					 dpwin_digest_ch_select_list(key, target->quoted_columns),
+					 ch_qualified_name(target->database, table),
+					 w, dpwin_target_bound_sql(first->lo, "lower"),
+					 w, dpwin_target_bound_sql(last->hi, "upper"));
+
+	for (int i = 0; i < nchunks; i++)
+		out[i] = (DpwinDigest) DPWIN_DIGEST_INIT;
+	answer = ch_exec(client, sql.data);
+	for (line = strtok_r(answer, "\n", &save); line != NULL; line = strtok_r(NULL, "\n", &save))
+	{
+		char	   *tab = strchr(line, '\t');
+		int			idx = tab ? atoi(line) : 0;
+
+		if (idx < 1 || idx > nchunks)
+			ereport(ERROR,
+					(errcode(ERRCODE_PROTOCOL_VIOLATION),
+					 errmsg("unexpected answer from ClickHouse to the chunk digests of %s",
+							ch_qualified_name(target->database, table)),
+					 errdetail_internal("Line: \"%s\".", line)));
+		dpwin_target_digest_answer(tab + 1, target, table, &out[idx - 1]);
+	}
 }

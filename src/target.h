@@ -17,6 +17,7 @@
 #include "chclient.h"
 #include "digest.h"
 #include "route.h"
+#include "window.h"
 
 /* What admission learned about the target; compared again before EXCHANGE. */
 typedef struct DpwinTargetInfo
@@ -70,6 +71,18 @@ extern void dpwin_target_digest(ChClient *client, const DpwinTargetInfo *target,
 extern void dpwin_target_digest_answer(char *answer, const DpwinTargetInfo *target,
 									   const char *table, DpwinDigest *out);
 
+/*
+ * Digest of the rows of db.table in each chunk (a List of
+ * DpwinChunkBounds, contiguous and in order), all in one statement: out[i]
+ * for chunk i, empty for a chunk without rows.
+ */
+extern void dpwin_target_chunk_digests(ChClient *client,
+									   const DpwinTargetInfo *target,
+									   const char *table,
+									   const char *window_column,
+									   List *chunks, const DpwinDigestKey *key,
+									   DpwinDigest *out);
+
 /* A window bound as an exact DateTime64(6, 'UTC') ClickHouse expression. */
 extern char *dpwin_target_bound_sql(TimestampTz ts, const char *what);
 
@@ -85,27 +98,6 @@ extern char *dpwin_target_keep_predicate(const DpwinTargetInfo *target,
 extern char *dpwin_target_window_predicate(const DpwinTargetInfo *target,
 										   const char *window_column,
 										   TimestampTz lo, TimestampTz hi);
-
-/*
- * Exact check of the kept rows (seed 002, "Capacity and verification"):
- * the number of distinct rows (RowBinary bytes) whose multiplicity differs
- * between db.target WHERE keep_sql and db.generation WHERE keep_sql; 0
- * when the two multisets are equal.  Costs a GROUP BY over the kept rows.
- */
-extern int64 dpwin_target_compare_kept(ChClient *client,
-									   const DpwinTargetInfo *target,
-									   const char *generation,
-									   const char *keep_sql);
-
-/*
- * Copy rows into db.dest: INSERT INTO dest SELECT cols FROM db.src [WHERE
- * where_sql], with a caller-chosen query_id so that a lost reply can be
- * settled.  ereports on failure (after settling the query).
- */
-extern void dpwin_target_copy_rows(ChClient *client,
-								   const DpwinTargetInfo *target,
-								   const char *dest, const char *src,
-								   const char *where_sql);
 
 /*
  * EXCHANGE TABLES db.target AND db.generation under query_id.  Returns the

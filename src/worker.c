@@ -127,46 +127,22 @@ worker_post(WorkerState *ws, const char *staging, const char *data, size_t len,
 }
 
 /*
- * One attempt at one chunk.  ereports on any failure, with
- * ws->failure_transient telling whether a retry may help.
+ * Read chunk `slot` under the exported snapshot, encode its rows and
+ * digest them into *digest; with a staging table, stream them into it in
+ * request bodies of at most max_encoded_bytes.
  */
 static void
-worker_attempt(WorkerState *ws, DpwinChunkSlot *slot, int attempt)
+worker_read_chunk(WorkerState *ws, DpwinChunkSlot *slot, const char *staging,
+				  DpwinDigest *digest, uint64 *rows, uint64 *bytes)
 {
 	DpwinExtractShared *sh = ws->sh;
 	DpwinRoute *route = ws->route;
-	char	   *staging;
 	Portal		portal;
 	StringInfoData buf;
-	DpwinDigest local = DPWIN_DIGEST_INIT;
-	DpwinDigest remote;
 	Datum	   *values;
 	bool	   *nulls;
-	uint64		rows = 0;
-	uint64		bytes = 0;
-	TimestampTz started = GetCurrentTimestamp();
 	MemoryContext oldcxt;
 
-	staging = dpwin_staging_name(sh->route_id, &sh->invocation_id,
-								 slot->chunk_no, attempt);
-	ws->last_query_id = NULL;
-	ws->failure_transient = false;
-
-	/* Journal the attempt before it writes anything to ClickHouse. */
-	StartTransactionCommand();
-	SPI_connect();
-	PushActiveSnapshot(GetTransactionSnapshot());
-	dpwin_chunk_begin(&sh->invocation_id, slot->chunk_no, attempt, staging,
-					  sh->target_id, sh->lease_epoch);
-	SPI_finish();
-	PopActiveSnapshot();
-	CommitTransactionCommand();
-	MemoryContextSwitchTo(ws->chunk_cxt);
-
-	dpwin_target_drop_table(ws->client, route->target_database, staging);
-	dpwin_target_create_like(ws->client, &ws->target, staging);
-
-	/* Read and stream the chunk under the exported snapshot. */
 	initStringInfo(&buf);
 	values = palloc(sizeof(Datum) * route->ncolumns);
 	nulls = palloc(sizeof(bool) * route->ncolumns);
@@ -206,12 +182,14 @@ worker_attempt(WorkerState *ws, DpwinChunkSlot *slot, int attempt)
 								   nulls[route->window_index] ? "NULL" :
 								   dpwin_timestamp_utc(DatumGetTimestampTz(values[route->window_index]))),
 						 errhint("Raise the route's max_encoded_bytes with dpwin.alter_route().")));
-			dpwin_digest_add_row(&local, &sh->key, buf.data + row_start, row_len);
-			rows++;
-			bytes += row_len;
+			dpwin_digest_add_row(digest, &sh->key, buf.data + row_start, row_len);
+			(*rows)++;
+			*bytes += row_len;
 
+			if (staging == NULL)
+				resetStringInfo(&buf);
 			/* Keep every request body within max_encoded_bytes. */
-			if (buf.len > route->max_encoded_bytes)
+			else if (buf.len > route->max_encoded_bytes)
 			{
 				MemoryContextSwitchTo(ws->chunk_cxt);
 				worker_post(ws, staging, buf.data, row_start, slot->chunk_no);
@@ -225,10 +203,41 @@ worker_attempt(WorkerState *ws, DpwinChunkSlot *slot, int attempt)
 		MemoryContextReset(ws->batch_cxt);
 		dpwin_progress_add(sh->progress_slot, 0, n, 0);
 	}
-	if (buf.len > 0)
+	if (staging != NULL && buf.len > 0)
 		worker_post(ws, staging, buf.data, buf.len, slot->chunk_no);
 	dpwin_source_close(portal);
 	MemoryContextSwitchTo(ws->chunk_cxt);
+}
+
+/*
+ * One attempt at one chunk.  ereports on any failure, with
+ * ws->failure_transient telling whether a retry may help.
+ */
+static void
+worker_attempt(WorkerState *ws, DpwinChunkSlot *slot, int attempt)
+{
+	DpwinExtractShared *sh = ws->sh;
+	char	   *staging;
+	DpwinDigest local = DPWIN_DIGEST_INIT;
+	DpwinDigest remote;
+	uint64		rows = 0;
+	uint64		bytes = 0;
+	TimestampTz started = GetCurrentTimestamp();
+
+	staging = dpwin_staging_name(sh->route_id, &sh->invocation_id,
+								 slot->chunk_no, attempt);
+	ws->last_query_id = NULL;
+	ws->failure_transient = false;
+
+	/* Journal the attempt before it writes anything to ClickHouse. */
+	dpwin_xact_begin("dpwin: chunk attempt");
+	dpwin_chunk_begin(&sh->invocation_id, slot->chunk_no, attempt, staging,
+					  sh->target_id, sh->lease_epoch);
+	dpwin_xact_commit(ws->chunk_cxt);
+
+	dpwin_target_drop_table(ws->client, ws->route->target_database, staging);
+	dpwin_target_create_like(ws->client, &ws->target, staging);
+	worker_read_chunk(ws, slot, staging, &local, &rows, &bytes);
 
 	/* Verify: ClickHouse's digest of the staging table equals ours. */
 	dpwin_target_digest(ws->client, &ws->target, staging, NULL, &sh->key, &remote);
@@ -245,15 +254,11 @@ worker_attempt(WorkerState *ws, DpwinChunkSlot *slot, int attempt)
 	}
 
 	/* The receipt, fenced by the epoch. */
-	StartTransactionCommand();
-	SPI_connect();
-	PushActiveSnapshot(GetTransactionSnapshot());
+	dpwin_xact_begin("dpwin: chunk receipt");
 	dpwin_chunk_end(&sh->invocation_id, slot->chunk_no, attempt, "verified",
 					(int64) rows, (int64) bytes, &local, NULL,
 					sh->target_id, sh->lease_epoch);
-	SPI_finish();
-	PopActiveSnapshot();
-	CommitTransactionCommand();
+	dpwin_xact_commit(ws->chunk_cxt);
 
 	slot->rows = rows;
 	slot->bytes = bytes;
@@ -262,6 +267,49 @@ worker_attempt(WorkerState *ws, DpwinChunkSlot *slot, int attempt)
 	strlcpy(slot->staging_table, staging, sizeof(slot->staging_table));
 	slot->result = DPWIN_CHUNK_VERIFIED;
 	dpwin_progress_add(sh->progress_slot, 1, 0, bytes);
+}
+
+/*
+ * Digest a chunk without staging it.  In DIGEST mode that is all (nothing
+ * is journaled: a verification owns no invocation); in SKIP_UNCHANGED mode
+ * a chunk whose digest equals the target's is journaled as skipped, and
+ * true is returned; otherwise false, and the chunk is staged as usual.
+ */
+static bool
+worker_digest_pass(WorkerState *ws, DpwinChunkSlot *slot)
+{
+	DpwinExtractShared *sh = ws->sh;
+	DpwinDigest local = DPWIN_DIGEST_INIT;
+	uint64		rows = 0;
+	uint64		bytes = 0;
+	TimestampTz started = GetCurrentTimestamp();
+
+	MemoryContextReset(ws->chunk_cxt);
+	MemoryContextSwitchTo(ws->chunk_cxt);
+	worker_read_chunk(ws, slot, NULL, &local, &rows, &bytes);
+	slot->rows = rows;
+	slot->bytes = bytes;
+	slot->digest = local;
+	slot->seconds = (double) (GetCurrentTimestamp() - started) / USECS_PER_SEC;
+	if (sh->mode == DPWIN_EXTRACT_DIGEST)
+	{
+		slot->result = DPWIN_CHUNK_VERIFIED;
+		dpwin_progress_add(sh->progress_slot, 1, 0, 0);
+		return true;
+	}
+	if (!dpwin_digest_equal(&local, &slot->target_digest))
+		return false;
+
+	dpwin_xact_begin("dpwin: chunk skipped");
+	dpwin_chunk_begin(&sh->invocation_id, slot->chunk_no, 0, NULL,
+					  sh->target_id, sh->lease_epoch);
+	dpwin_chunk_end(&sh->invocation_id, slot->chunk_no, 0, "skipped",
+					(int64) rows, (int64) bytes, &local, NULL,
+					sh->target_id, sh->lease_epoch);
+	dpwin_xact_commit(ws->chunk_cxt);
+	slot->result = DPWIN_CHUNK_SKIPPED;
+	dpwin_progress_add(sh->progress_slot, 1, 0, 0);
+	return true;
 }
 
 /* Journal a failed or fenced attempt; errors here are reported, not raised. */
@@ -273,14 +321,10 @@ worker_journal_attempt_end(WorkerState *ws, DpwinChunkSlot *slot, int attempt,
 
 	PG_TRY();
 	{
-		StartTransactionCommand();
-		SPI_connect();
-		PushActiveSnapshot(GetTransactionSnapshot());
+		dpwin_xact_begin("dpwin: chunk attempt failed");
 		dpwin_chunk_end(&sh->invocation_id, slot->chunk_no, attempt, state,
 						0, 0, NULL, message, sh->target_id, sh->lease_epoch);
-		SPI_finish();
-		PopActiveSnapshot();
-		CommitTransactionCommand();
+		dpwin_xact_commit(ws->chunk_cxt);
 	}
 	PG_CATCH();
 	{
@@ -362,10 +406,81 @@ worker_try_attempt(WorkerState *ws, DpwinChunkSlot *slot, int attempt)
 	return edata;
 }
 
+/* Run the digest pass; NULL when it settled the chunk or left it to stage. */
+static ErrorData *
+worker_try_digest_pass(WorkerState *ws, DpwinChunkSlot *slot, bool *settled)
+{
+	ErrorData  *volatile edata = NULL;
+
+	*settled = false;
+	PG_TRY();
+	{
+		*settled = worker_digest_pass(ws, slot);
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(ws->chunk_cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		AbortCurrentTransaction();
+	}
+	PG_END_TRY();
+	return edata;
+}
+
+/*
+ * Is a failed attempt worth another?  A value the target cannot hold, a
+ * type that does not match or a row that is too large fails again
+ * (SQLSTATE classes 22 but 22000, 42, 54), and a cancellation is final;
+ * a lost connection, a server error the server calls transient, and a
+ * staging table that does not verify (22000) may not be.
+ */
+static bool
+worker_retryable(WorkerState *ws, ErrorData *edata)
+{
+	int			code = edata->sqlerrcode;
+	int			category = ERRCODE_TO_CATEGORY(code);
+
+	if (code == ERRCODE_QUERY_CANCELED)
+		return false;
+	if ((category == ERRCODE_DATA_EXCEPTION && code != ERRCODE_DATA_EXCEPTION) ||
+		category == ERRCODE_SYNTAX_ERROR_OR_ACCESS_RULE_VIOLATION ||
+		category == ERRCODE_PROGRAM_LIMIT_EXCEEDED)
+		return false;
+	if (code == ERRCODE_CONNECTION_FAILURE ||
+		code == ERRCODE_FDW_UNABLE_TO_ESTABLISH_CONNECTION)
+		return true;
+
+	/*
+	 * A server error on any statement of the attempt (creating the staging
+	 * table, digesting it), not only on an INSERT, is retried when the
+	 * server's answer says another try may succeed.
+	 */
+	if (code == ERRCODE_FDW_ERROR && ws->client->last_transient)
+		return true;
+	return ws->failure_transient;
+}
+
 static void
 worker_chunk(WorkerState *ws, DpwinChunkSlot *slot)
 {
 	slot->result = DPWIN_CHUNK_RUNNING;
+	if (ws->sh->mode != DPWIN_EXTRACT_STAGE)
+	{
+		bool		settled;
+		ErrorData  *edata = worker_try_digest_pass(ws, slot, &settled);
+
+		if (edata != NULL)
+		{
+			slot->result = DPWIN_CHUNK_FAILED;
+			if (edata->sqlerrcode != ERRCODE_QUERY_CANCELED ||
+				!pg_atomic_read_u32(&ws->sh->stop))
+				worker_record_failure(ws->sh, edata);
+			return;
+		}
+		if (settled)
+			return;
+	}
 	for (int attempt = 0; attempt <= DPWIN_MAX_RETRIES; attempt++)
 	{
 		ErrorData  *edata;
@@ -378,20 +493,7 @@ worker_chunk(WorkerState *ws, DpwinChunkSlot *slot)
 
 		/* The attempt failed: retry it, or give up on the whole extraction. */
 		MemoryContextSwitchTo(ws->chunk_cxt);
-		if (edata->sqlerrcode == ERRCODE_CONNECTION_FAILURE ||
-			edata->sqlerrcode == ERRCODE_FDW_UNABLE_TO_ESTABLISH_CONNECTION)
-			ws->failure_transient = true;
-
-		/*
-		 * A server error on any statement of the attempt (creating the
-		 * staging table, digesting it), not only on an INSERT, is retried
-		 * when the server's answer says another try may succeed.
-		 */
-		if (edata->sqlerrcode == ERRCODE_FDW_ERROR && ws->client->last_transient)
-			ws->failure_transient = true;
-		if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
-			ws->failure_transient = false;
-
+		ws->failure_transient = worker_retryable(ws, edata);
 		retry = ws->failure_transient && attempt < DPWIN_MAX_RETRIES &&
 			!pg_atomic_read_u32(&ws->sh->stop);
 		ereport(LOG,
@@ -465,8 +567,7 @@ dpwin_worker_main(Datum main_arg)
 	/* A failure to set up is reported to the coordinator like any other. */
 	PG_TRY();
 	{
-	StartTransactionCommand();
-	PushActiveSnapshot(GetTransactionSnapshot());
+	dpwin_xact_begin("dpwin: chunk worker setup");
 	MemoryContextSwitchTo(worker_cxt);
 	ws.route = dpwin_route_load_by_id(sh->route_id);
 	conf = dpwin_server_conf(ws.route->server_name, GetUserId());
@@ -503,9 +604,7 @@ dpwin_worker_main(Datum main_arg)
 	ws.client = ch_client_open(conf, psprintf("dpwin-%s-w%d-",
 											  dpwin_uuid_text(&sh->invocation_id),
 											  MyProcPid));
-	MemoryContextSwitchTo(TopTransactionContext);
-	PopActiveSnapshot();
-	CommitTransactionCommand();
+	dpwin_xact_commit(worker_cxt);
 	}
 	PG_CATCH();
 	{

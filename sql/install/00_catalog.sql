@@ -1,4 +1,4 @@
-/* dpwin — catalog (DESIGN.md §2)
+/* dpwin — catalog (docs/design.md, "The catalog")
  *
  * The extension script is assembled from the files of sql/install, in name
  * order.
@@ -42,6 +42,7 @@ CREATE TABLE dpwin.route (
 	max_encoded_bytes	bigint NOT NULL DEFAULT 4194304
 		CHECK (max_encoded_bytes BETWEEN 65536 AND 268435456),
 	evidence_function	regprocedure,
+	skip_unchanged		boolean NOT NULL DEFAULT false,
 	owner				oid NOT NULL,
 	config_fingerprint	text NOT NULL,
 	created_at			timestamptz NOT NULL DEFAULT now(),
@@ -103,7 +104,7 @@ CREATE TABLE dpwin.chunk (
 	hi					timestamptz NOT NULL,
 	attempt				integer NOT NULL DEFAULT 0 CHECK (attempt >= 0),
 	state				text NOT NULL DEFAULT 'pending' CHECK (state IN (
-		'pending', 'running', 'verified', 'failed', 'fenced')),
+		'pending', 'running', 'verified', 'skipped', 'failed', 'fenced')),
 	staging_table		text,
 	rows				bigint,
 	bytes				bigint,

@@ -29,7 +29,8 @@ CREATE FUNCTION dpwin.create_route(
 	columns				name[] DEFAULT NULL,
 	batch_rows			integer DEFAULT 8192,
 	max_encoded_bytes	bigint DEFAULT 4194304,
-	evidence_function	regprocedure DEFAULT NULL)
+	evidence_function	regprocedure DEFAULT NULL,
+	skip_unchanged		boolean DEFAULT false)
 	RETURNS integer
 	LANGUAGE C VOLATILE PARALLEL UNSAFE
 	SET search_path = pg_catalog, pg_temp
@@ -48,7 +49,8 @@ CREATE FUNCTION dpwin.alter_route(
 	columns				name[] DEFAULT NULL,
 	batch_rows			integer DEFAULT NULL,
 	max_encoded_bytes	bigint DEFAULT NULL,
-	evidence_function	regprocedure DEFAULT NULL)
+	evidence_function	regprocedure DEFAULT NULL,
+	skip_unchanged		boolean DEFAULT NULL)
 	RETURNS void
 	LANGUAGE C VOLATILE PARALLEL UNSAFE
 	SET search_path = pg_catalog, pg_temp
@@ -110,6 +112,7 @@ SELECT r.route_id,
 	   r.batch_rows,
 	   r.max_encoded_bytes,
 	   r.evidence_function,
+	   r.skip_unchanged,
 	   r.config_fingerprint,
 	   s.last_interval_end,
 	   r.created_at,
@@ -118,14 +121,14 @@ SELECT r.route_id,
   LEFT JOIN dpwin.route_state s USING (route_id);
 
 REVOKE ALL ON FUNCTION dpwin.create_route(text, regclass, name, name, text, text,
-	interval, interval, integer, name[], integer, bigint, regprocedure) FROM PUBLIC;
+	interval, interval, integer, name[], integer, bigint, regprocedure, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION dpwin.alter_route(text, regclass, name, name, text, text,
-	interval, interval, integer, name[], integer, bigint, regprocedure) FROM PUBLIC;
+	interval, interval, integer, name[], integer, bigint, regprocedure, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION dpwin.drop_route(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dpwin.create_route(text, regclass, name, name, text, text,
-	interval, interval, integer, name[], integer, bigint, regprocedure) TO dpwin_operator;
+	interval, interval, integer, name[], integer, bigint, regprocedure, boolean) TO dpwin_operator;
 GRANT EXECUTE ON FUNCTION dpwin.alter_route(text, regclass, name, name, text, text,
-	interval, interval, integer, name[], integer, bigint, regprocedure) TO dpwin_operator;
+	interval, interval, integer, name[], integer, bigint, regprocedure, boolean) TO dpwin_operator;
 GRANT EXECUTE ON FUNCTION dpwin.drop_route(text) TO dpwin_operator;
 
 REVOKE ALL ON dpwin.routes FROM PUBLIC;

@@ -83,7 +83,7 @@ REVOKE ALL ON FUNCTION dpwin_test.ch_query(name, text) FROM PUBLIC;
  */
 
 /*
- * Admit the route's target as a refresh would (DESIGN.md §3 step 3) and
+ * Admit the route's target as a refresh would (docs/admission.md) and
  * return what admission learned: uuid, engine_full, keys, columns, types,
  * window precision and nullability, schema fingerprint.  Each refusal is
  * the error a refresh would raise.  Writes nothing.

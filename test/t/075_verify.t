@@ -1,0 +1,197 @@
+# dpwin.verify() and refreshes that skip unchanged chunks (src/verify.c,
+# the SKIP_UNCHANGED mode of src/worker.c and src/stage.c).
+#
+# A one-day window in six-hour chunks over a source with NULL window rows
+# and duplicates.  After a refresh every chunk matches.  Then the target is
+# tampered with in three chunks (an extra row, an updated value, a
+# lightweight-deleted row) and the source changed in a fourth's place:
+# verify names exactly those chunks, writes nothing to ClickHouse (query
+# log, system.parts) and journals what it read.  A refresh with
+# skip_unchanged re-stages exactly the drifting chunks and publishes the
+# same multiset as a full refresh of the same data into a second target.
+# A verification runs while a refresh holds the lease.  Non-operators are
+# refused before any I/O.
+use strict;
+use warnings;
+use Test::More;
+use DpwinTest;
+use DpwinFixture qw(fresh_fixture drop_fixture drop_routes create_event_table ch_rows pg_rows
+  uuid_of micros fault bg_psql bg_finish);
+
+my $db = "t075_$$";
+my $schema = "t075_$$";
+my $E = '2026-09-09 00:00:00+00';
+
+fresh_fixture($db, $schema);
+psql_ok("CREATE TABLE $schema.src (id bigint NOT NULL, w timestamptz, v text);
+	INSERT INTO $schema.src
+	SELECT g, timestamptz '2026-09-08 00:00:00+00' + g * interval '17 minutes', 'v' || g
+	  FROM generate_series(0, 84) g;
+	INSERT INTO $schema.src SELECT * FROM $schema.src WHERE id % 9 = 0;
+	INSERT INTO $schema.src VALUES (900, NULL, 'null window'), (900, NULL, 'null window'),
+		(901, '2026-09-07 12:00:00+00', 'before the window');");
+
+my @routes;
+my %chunk_of;
+for my $name ('full', 'skip')
+{
+	my $route = "t075_${name}_$$";
+	push @routes, $route;
+	create_event_table($name, "(1, '2026-09-01 00:00:00', 'kept'), (4, NULL, 'null'), (4, NULL, 'null'),"
+		  . " (2, '2026-09-08 10:00:00', 'stale')");
+	psql_ok("SELECT dpwin.create_route('$route', '$schema.src'::regclass, 'w', 'sandbox_ch', '$db', '$name',"
+		  . " interval '1 day', interval '6 hours', parallelism => 2"
+		  . ($name eq 'skip' ? ", skip_unchanged => true" : '') . ")");
+}
+my ($full, $skip) = @routes;
+is(psql_ok("SELECT string_agg(skip_unchanged::text, ',' ORDER BY route_name) FROM dpwin.routes WHERE route_name IN ('$full', '$skip')"),
+	'false,true', 'dpwin.routes shows skip_unchanged');
+
+sub verify
+{
+	my ($route) = @_;
+	return [ map { [ split /\|/ ] } split /\n/,
+		psql_ok("SELECT chunk_no, source_rows, target_rows, matches FROM dpwin.verify('$route', '$E')") ];
+}
+
+sub drifting
+{
+	my ($v) = @_;
+	return [ map { $_->[0] } grep { $_->[3] eq 'f' } @$v ];
+}
+
+# Rows of the window in PostgreSQL per chunk, computed here, not by dpwin.
+sub src_counts
+{
+	return [ split /\n/, psql_ok("SELECT count(s.id) FROM generate_series(0, 3) c"
+		  . " LEFT JOIN $schema.src s ON s.w >= timestamptz '2026-09-08 00:00:00+00' + c * interval '6 hours'"
+		  . " AND s.w < timestamptz '2026-09-08 00:00:00+00' + (c + 1) * interval '6 hours'"
+		  . " GROUP BY c ORDER BY c") ];
+}
+
+for my $route (@routes)
+{
+	is(psql_ok("SELECT state FROM dpwin_refresh('$route', '$E')"), 'completed', "$route: first refresh");
+}
+my $v = verify($full);
+is(scalar(@$v), 4, 'verify: one row per chunk');
+is_deeply(drifting($v), [], 'verify after a refresh: every chunk matches');
+is_deeply([ map { $_->[1] } @$v ], src_counts(), 'verify: source rows per chunk as PostgreSQL counts them');
+is_deeply([ map { $_->[2] } @$v ], src_counts(), 'verify: target rows per chunk equal');
+
+# --- tampering and source changes ------------------------------------------------
+
+sub tamper
+{
+	my ($t) = @_;
+	# chunk 0: an extra row; chunk 1: an updated value; chunk 2: a deleted row
+	ch_ok("INSERT INTO `$db`.`$t` VALUES (7000, '2026-09-08 01:00:00', 'extra')");
+	ch_ok("ALTER TABLE `$db`.`$t` UPDATE v = 'changed' WHERE id = 25 SETTINGS mutations_sync = 2");
+	ch_ok("DELETE FROM `$db`.`$t` WHERE id = 45");
+}
+tamper($_) for qw(full skip);
+# chunk 3: a changed source row
+psql_ok("UPDATE $schema.src SET v = 'source changed' WHERE id = 70");
+
+my $seq = ch_log_seq();
+my $parts_before = ch_ok("SELECT groupArray((name, hash_of_all_files)) FROM (SELECT name, hash_of_all_files"
+	  . " FROM system.parts WHERE database = '$db' AND active ORDER BY name)");
+my $tables_before = ch_ok("SELECT groupArray(name) FROM (SELECT name FROM system.tables WHERE database = '$db' ORDER BY name)");
+$v = verify($full);
+is_deeply(drifting($v), [ 0, 1, 2, 3 ], 'verify: the extra row, the update, the deleted row and the source change each drift in their chunk');
+is($v->[0][2], $v->[0][1] + 1, 'verify: chunk 0 has one more row in the target');
+is($v->[2][2], $v->[2][1] - 1, 'verify: chunk 2 has one row less in the target');
+is($v->[1][2], $v->[1][1], 'verify: chunk 1 has as many rows (a value differs)');
+
+my @writes = grep { $_->{query} =~ /^\s*(INSERT|CREATE|ALTER|DELETE|DROP|EXCHANGE|RENAME|TRUNCATE|OPTIMIZE)\b/i }
+  ch_log_since($seq);
+is(scalar(@writes), 0, 'verify: no write reached ClickHouse (query log)') or diag(join("\n", map { $_->{query} } @writes));
+is(ch_ok("SELECT groupArray((name, hash_of_all_files)) FROM (SELECT name, hash_of_all_files"
+		  . " FROM system.parts WHERE database = '$db' AND active ORDER BY name)"), $parts_before,
+	'verify: no part changed (system.parts)');
+is(ch_ok("SELECT groupArray(name) FROM (SELECT name FROM system.tables WHERE database = '$db' ORDER BY name)"),
+	$tables_before, 'verify: no table created or dropped');
+
+my ($vuuid, $vdrift, $vmatch) = split /\|/, psql_ok("SELECT target_uuid, drifting_chunks, matches FROM dpwin.verifications"
+	  . " WHERE route_name = '$full' ORDER BY started_at DESC LIMIT 1");
+is($vuuid, uuid_of('full'), 'verifications: the UUID of the table read');
+is("$vdrift|$vmatch", '4|f', 'verifications: four drifting chunks');
+is(psql_ok("SELECT count(*) FROM dpwin.verifications v, jsonb_array_elements(v.chunk_results) c"
+		  . " WHERE v.route_name = '$full' AND NOT (c->>'matches')::boolean"
+		  . " AND v.started_at = (SELECT max(started_at) FROM dpwin.verifications WHERE route_name = '$full')"),
+	4, 'verifications: the drifting chunks can be listed');
+
+# --- skipping unchanged chunks -----------------------------------------------------
+
+# Make chunk 1 of the source differ no more than the target: only 0, 1, 2,
+# 3 drift.  A second, untouched, pair of chunks (none here) would be
+# skipped; so first refresh both, then change one source row only.
+for my $route (@routes)
+{
+	is(psql_ok("SELECT state FROM dpwin_refresh('$route', '$E')"), 'completed', "$route: refresh after tampering");
+}
+is_deeply(ch_rows('skip'), ch_rows('full'), 'skip_unchanged: the same multiset as a full refresh (every chunk drifted)');
+is_deeply(drifting(verify($skip)), [], 'skip_unchanged: and verify matches');
+my ($inv, $skipped) = split /\|/, psql_ok("SELECT invocation_id, metrics->>'skipped_chunks' FROM dpwin.evidence e"
+	  . " JOIN dpwin.invocation i USING (invocation_id) JOIN dpwin.route r ON r.route_id = i.route_id"
+	  . " WHERE r.route_name = '$skip' ORDER BY i.created_at DESC LIMIT 1");
+is($skipped, 0, 'skip_unchanged: nothing skipped when every chunk drifted');
+
+# Now one change in chunk 1 of the source (row 40, at 11:20) and a
+# tampered row in chunk 0 of both targets: chunks 2 and 3 are unchanged.
+psql_ok("UPDATE $schema.src SET v = 'changed again' WHERE id = 40");
+ch_ok("INSERT INTO `$db`.`$_` VALUES (7001, '2026-09-08 02:00:00', 'extra again')") for qw(full skip);
+$seq = ch_log_seq();
+for my $route (@routes)
+{
+	is(psql_ok("SELECT state FROM dpwin_refresh('$route', '$E')"), 'completed', "$route: refresh of two drifting chunks");
+}
+is_deeply(ch_rows('skip'), ch_rows('full'), 'skip_unchanged: publishes the same multiset as a full refresh');
+is_deeply(ch_rows('skip'), [ sort(@{ pg_rows("w >= '2026-09-08 00:00:00+00' AND w < '$E'") },
+			'1|' . micros('2026-09-01 00:00:00+00') . '|kept', '4|NULL|null', '4|NULL|null') ],
+	'skip_unchanged: the target is the kept rows plus the source window, as PostgreSQL has them');
+($inv, $skipped) = split /\|/, psql_ok("SELECT invocation_id, metrics->>'skipped_chunks' FROM dpwin.evidence e"
+	  . " JOIN dpwin.invocation i USING (invocation_id) JOIN dpwin.route r ON r.route_id = i.route_id"
+	  . " WHERE r.route_name = '$skip' ORDER BY i.created_at DESC LIMIT 1");
+is($skipped, 2, 'skip_unchanged: evidence counts two skipped chunks');
+is(psql_ok("SELECT string_agg(chunk_no || ':' || state, ',' ORDER BY chunk_no) FROM dpwin.chunks WHERE invocation_id = '$inv'"),
+	'0:verified,1:verified,2:skipped,3:skipped', 'skip_unchanged: exactly the changed and the tampered chunks were re-staged');
+my %staged = map { ($_->{query} =~ /_stg_(\d+)_/)[0] => 1 }
+  grep { $_->{query} =~ /^INSERT INTO `\Q$db\E`\.`_dpwin_\Q${\ psql_ok("SELECT route_id FROM dpwin.route WHERE route_name = '$skip'")}\E_/ } ch_log_since($seq);
+is_deeply([ sort keys %staged ], [ 0, 1 ], 'skip_unchanged: rows were sent for chunks 0 and 1 only');
+is_deeply(drifting(verify($skip)), [], 'skip_unchanged: verify matches afterwards');
+
+# --- a verification while a refresh holds the lease ----------------------------
+
+{
+	my $seq2 = ch_log_seq();
+	fault(pattern => "EXCHANGE TABLES `$db`.`full`", mode => 'delay', ms => 8000, count => 1);
+	my $h = bg_psql("SELECT state FROM dpwin_refresh('$full', '$E')");
+	ok(wait_until(sub { grep { $_->{query} =~ /^ALTER TABLE `\Q$db\E`\.`_dpwin_.*_gen` ATTACH/ } ch_log_since($seq2) }, 60),
+		'concurrent: the refresh is building its generation');
+	my ($rc, $out, $err) = psql("SELECT count(*) FILTER (WHERE matches) || '/' || count(*) FROM dpwin.verify('$full', '$E')");
+	ok($rc == 0 || $err =~ /55000: target .* was replaced while it was verified/,
+		'concurrent: verify is not blocked by the refresh\'s lease') or diag($err);
+	like($out, qr{^4/4$|^$}, 'concurrent: every chunk matches (or the exchange made it stop)');
+	is(psql_ok("SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE '%dpwin_refresh(''$full''%'"
+		  . " AND pid <> pg_backend_pid()"), 1, 'concurrent: the verification finished while the refresh still ran');
+	my ($rc2, $out2) = bg_finish($h);
+	is($out2, "completed", 'concurrent: the refresh completes');
+}
+
+# --- privileges, before any I/O ------------------------------------------------------
+
+psql_ok("DROP ROLE IF EXISTS t075_nobody; CREATE ROLE t075_nobody");
+$seq = ch_log_seq();
+like(psql_err("SET ROLE t075_nobody; SELECT * FROM dpwin.verify('$full', '$E')"), qr/^42501:/,
+	'privileges: a role that is not an operator is refused with 42501');
+like(psql_err("SELECT * FROM dpwin.verify('$full', '2026-09-09'::date)"), qr/^42804: interval_end must be timestamp with time zone, not date/,
+	'a date is refused like dpwin.plan() refuses it');
+like(psql_err("SELECT * FROM dpwin.verify('$full', NULL)"), qr/^22004: interval_end must not be NULL/,
+	'a NULL interval_end is refused');
+is(scalar(ch_log_since($seq)), 0, 'refusals send nothing to ClickHouse');
+psql_ok("DROP ROLE t075_nobody");
+
+drop_routes(@routes);
+drop_fixture();
+done_testing();
