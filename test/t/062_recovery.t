@@ -225,9 +225,9 @@ sub stuck_in_publishing
 }
 
 for my $case ([ 'rows', "INSERT INTO `$db`.`%s` VALUES (88, '2026-07-01 00:00:00', 'written meanwhile')",
-		qr/^55000: target `\Q$db\E`\.`tgt_rows` changed outside the window since invocation/ ],
+		qr/^55000: target `\Q$db\E`\.`tgt_rows` changed outside the window between generation build and publication/ ],
 	[ 'schema', "ALTER TABLE `$db`.`%s` ADD INDEX v_idx v TYPE bloom_filter GRANULARITY 1",
-		qr/^55000: the schema of target `\Q$db\E`\.`tgt_schema` changed since invocation/ ],
+		qr/^55000: the schema of target `\Q$db\E`\.`tgt_schema` changed between generation build and publication/ ],
 	[ 'column', "ALTER TABLE `$db`.`%s` ADD COLUMN extra Nullable(Int32)",
 		qr/^42804: ClickHouse target `\Q$db\E`\.`tgt_column` has 4 columns/ ])
 {
@@ -315,11 +315,14 @@ for my $how ('recover', 'abandon')
 	my $label = "killed building, $how";
 	my $gen = prefix($route, $inv) . 'gen';
 	my $seq0 = ch_log_seq();
-	fault(pattern => "INSERT INTO `$db`.`$gen`", mode => 'delay', ms => 2000, count => 1);
+	# The first ATTACH to the generation clones the target, the second
+	# attaches the staged parts: hold that one, in state verified.
+	fault(pattern => "ALTER TABLE `$db`.`$gen` ATTACH", mode => 'delay', ms => 1, count => 1);
+	fault(pattern => "ALTER TABLE `$db`.`$gen` ATTACH", mode => 'delay', ms => 2000, count => 1);
 	my $h = bg_psql(refresh_sql($route, $inv));
 	kill_coordinator_at($inv, 'verified', $h, $label);
-	# The dead coordinator's copy still runs on the server; let it end.
-	ok(wait_log($seq0, qr/^INSERT INTO `\Q$db\E`\.`\Q$gen\E`/), "$label: its last statement has ended");
+	# The dead coordinator's attach still runs on the server; let it end.
+	ok(wait_log($seq0, qr/^ALTER TABLE `\Q$db\E`\.`\Q$gen\E` ATTACH .*_stg_/s), "$label: its last statement has ended");
 	my $chunks = psql_ok("SELECT string_agg(chunk_no || ':' || attempt || ':' || state || ':' || staging_table || ':' || finished_at, ','"
 		  . " ORDER BY chunk_no) FROM dpwin.chunk WHERE invocation_id = '$inv'");
 	is(psql_ok("SELECT count(*) FILTER (WHERE state = 'verified') || '/' || count(*) FROM dpwin.chunk WHERE invocation_id = '$inv'"),

@@ -87,7 +87,7 @@ sub tamper
 	# chunk 0: an extra row; chunk 1: an updated value; chunk 2: a deleted row
 	ch_ok("INSERT INTO `$db`.`$t` VALUES (7000, '2026-09-08 01:00:00', 'extra')");
 	ch_ok("ALTER TABLE `$db`.`$t` UPDATE v = 'changed' WHERE id = 25 SETTINGS mutations_sync = 2");
-	ch_ok("DELETE FROM `$db`.`$t` WHERE id = 45");
+	ch_ok("DELETE FROM `$db`.`$t` WHERE id = 46");
 }
 tamper($_) for qw(full skip);
 # chunk 3: a changed source row
