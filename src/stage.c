@@ -20,6 +20,7 @@
 #include "storage/dsm.h"
 #include "utils/json.h"
 #include "utils/memutils.h"
+#include "utils/resowner.h"
 #include "utils/timestamp.h"
 
 #include "admission.h"
@@ -247,11 +248,45 @@ remove_restaged(Coordinator *c)
 	dpwin_generation_remove_ranges(c->client, c->target, c->gen);
 }
 
-/* Clone the whole window's worth while the workers read the source. */
+/*
+ * Clone the target while the workers read the source.  This is only a
+ * head start: when it fails (a lost connection, a restarted server) the
+ * workers go on, and step_build clones again once they are done.  A
+ * subtransaction of the snapshot's transaction contains the error; a
+ * cancellation is not contained.
+ */
 static void
 overlap_clone(Coordinator *c)
 {
-	coordinator_prepare_generation(c, coordinator_window_ranges(c));
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		coordinator_prepare_generation(c, coordinator_window_ranges(c));
+		ReleaseCurrentSubTransaction();
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED || QueryCancelPending ||
+			ProcDiePending)
+			PG_RE_THROW();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		ereport(LOG,
+				(errmsg("dpwin: invocation %s clones its target after extraction: %s",
+						dpwin_uuid_text(&c->id), edata->message)));
+		c->gen = NULL;
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(cxt);
+	CurrentResourceOwner = owner;
 }
 
 DpwinState

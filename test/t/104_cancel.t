@@ -2,7 +2,8 @@
 # (pg_cancel_backend) or terminated (pg_terminate_backend):
 #   during extraction: the invocation fails, its workers stop, its staging
 #   tables are dropped, the target is untouched;
-#   while the generation is built: the same, before any intent;
+#   while the generation is built (its staged parts attached): the same,
+#   before any intent;
 #   during publication (the EXCHANGE on its way): the coordinator finishes
 #   the publication, evidence and state regardless, and completes.
 # 052_extract_retries.t checks the chunk side of a cancel in more detail.
@@ -79,7 +80,9 @@ for my $how ('cancel', 'terminate')
 
 	{
 		my $s = scenario("${how}_bld");
-		fault(pattern => "INSERT INTO `$db`.`$s->{prefix}gen`", mode => 'delay', ms => 1500, count => 1);
+		# the second ATTACH to the generation attaches the staged parts
+		fault(pattern => "ALTER TABLE `$db`.`$s->{prefix}gen` ATTACH", mode => 'delay', ms => 1, count => 1);
+		fault(pattern => "ALTER TABLE `$db`.`$s->{prefix}gen` ATTACH", mode => 'delay', ms => 1500, count => 1);
 		my ($h, $pid) = start_caller($s);
 		ok(wait_until(sub { state_of($s->{inv}) eq 'verified' }, 30), "$s->{tag}: building");
 		usleep(200_000);
