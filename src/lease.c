@@ -326,7 +326,7 @@ dpwin_lease_check_epoch(int32 target_id, int64 epoch)
 	if (current != epoch)
 		ereport(ERROR,
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-				 errmsg("fenced: this runner's lease epoch %lld of target %d is stale",
+				 errmsg("lease epoch %lld of target %d is stale: this runner was fenced",
 						(long long) epoch, target_id),
 				 errdetail("The target's current epoch is %lld: another runner took the lease.",
 						   (long long) current)));

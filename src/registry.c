@@ -263,7 +263,7 @@ dpwin_registry_transition(const pg_uuid_t *id, DpwinState to, int64 epoch,
 	if (epoch < inv_epoch)
 		ereport(ERROR,
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-				 errmsg("fenced: epoch %lld is older than invocation %s's epoch %lld",
+				 errmsg("epoch %lld is older than invocation %s's epoch %lld: this runner was fenced",
 						(long long) epoch, dpwin_uuid_text(id),
 						(long long) inv_epoch)));
 

@@ -262,7 +262,8 @@ overlap_clone(Coordinator *c)
 	ResourceOwner owner = CurrentResourceOwner;
 
 	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(cxt);
+	/* what the clone learns outlives the snapshot's transaction */
+	MemoryContextSwitchTo(c->cxt);
 	PG_TRY();
 	{
 		coordinator_prepare_generation(c, coordinator_window_ranges(c));

@@ -120,15 +120,17 @@ sub check_route_state
 # E1 published.  Returns the scenario: route, t, rid, inv (the id the E2
 # refresh will use), old (the target now), new (after E2), pre_uuid, prefix
 # (of the E2 invocation's tables).  Options: server (foreign server),
-# evidence (evidence function).
+# evidence (evidence function), engine (the target's ENGINE clause after
+# MergeTree; default ORDER BY id).
 sub scenario
 {
 	my ($tag, %opt) = @_;
 	local $Test::Builder::Level = $Test::Builder::Level + 1;
 	my $route = unique_name("${db}_$tag");
 	my $t = "tgt_$tag";
+	my $engine = $opt{engine} // 'ORDER BY id';
 	ch_ok("CREATE TABLE `$db`.`$t` (id Int64, w Nullable(DateTime64(6, 'UTC')), v Nullable(String))"
-		  . " ENGINE = MergeTree ORDER BY id");
+		  . " ENGINE = MergeTree $engine");
 	ch_ok("INSERT INTO `$db`.`$t` VALUES (1, '2026-09-01 00:00:00', 'before'), (1, '2026-09-01 00:00:00', 'before'),"
 		  . " (2, '2026-09-07 10:00:00', 'old in E1'), (3, '2026-09-08 10:00:00', 'old in E2'),"
 		  . " (3, '2026-09-08 10:00:00', 'old in E2'), (5, '2026-09-20 00:00:00', 'after'),"

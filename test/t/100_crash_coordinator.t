@@ -6,7 +6,8 @@
 #   planned       after the plan is journaled, during admission;
 #   extracting    mid-extraction, staging INSERTs in flight;
 #   staged        every chunk staged and journaled, the invocation not yet;
-#   verified      staged and verified journaled, the build not started;
+#   verified      staged and verified journaled, the staged parts being
+#                 attached to the generation;
 #   intent        the publication intent committed, the EXCHANGE never ran;
 #   exchanged     the EXCHANGE ran, its outcome not yet journaled;
 #   published     outcome journaled, the evidence transaction not committed;
@@ -98,19 +99,22 @@ sub wait_state
 	settle_and_check($s, 'expired');
 }
 
-# --- staged and verified, the build not started ----------------------------------------
+# --- staged and verified, the staged parts being attached ------------------------------
 
 {
 	my $s = scenario('verified');
 	my $seq = ch_log_seq();
 	my $gen = "$s->{prefix}gen";
-	fault(pattern => "CREATE TABLE `$db`.`$gen`", mode => 'delay', ms => 2500, count => 1);
+	# the first ATTACH to the generation clones the target (during
+	# extraction), the second attaches the staged parts (verified)
+	fault(pattern => "ALTER TABLE `$db`.`$gen` ATTACH", mode => 'delay', ms => 1, count => 1);
+	fault(pattern => "ALTER TABLE `$db`.`$gen` ATTACH", mode => 'delay', ms => 2500, count => 1);
 	my $h = start_e2($s);
 	wait_state($s, 'verified');
 	usleep(200_000);
 	crash([ coordinator_pid($s->{inv}) ], $h, 'verified');
-	# The dead coordinator's CREATE still runs on the server; let it end.
-	ok(wait_answered($seq, qr/^CREATE TABLE `\Q$db\E`\.`\Q$gen\E`/), 'verified: its last statement has ended');
+	# The dead coordinator's ATTACH still runs on the server; let it end.
+	ok(wait_answered($seq, qr/^ALTER TABLE `\Q$db\E`\.`\Q$gen\E` ATTACH .*_stg_/s), 'verified: its last statement has ended');
 	check_after_fault($s, which => 'old', state => 'verified', outcome => '');
 	$seq = ch_log_seq();
 	settle_and_check($s, 'recover');

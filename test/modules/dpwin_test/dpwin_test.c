@@ -437,7 +437,7 @@ dpwin__lease_release(PG_FUNCTION_ARGS)
  * (dpwin_chunk_begin, dpwin_registry_transition, ... all start with it),
  * without the write.  Locks the lease row FOR SHARE until the end of the
  * transaction, so a concurrent epoch bump waits for it, and fails with
- * 55P03 "fenced: ..." when epoch is not the current one.
+ * 55P03 ("... this runner was fenced") when epoch is not the current one.
  */
 Datum
 dpwin__fenced_write(PG_FUNCTION_ARGS)
