@@ -42,7 +42,8 @@ my %rs_high;     # route -> highest route_state seen, in microseconds
 
 # A fresh database and schema named $db, no faults, and the source table:
 # rows every 23 minutes from 09-07 on (through both windows), duplicates, a
-# NULL window and a row at E2 (never extracted).
+# NULL window and a row at E2 (never extracted); its index src_w is the one
+# DpwinFixture::hold_source() locks.
 sub crash_setup
 {
 	($db) = @_;
@@ -53,7 +54,8 @@ sub crash_setup
 			SELECT g, timestamptz '2026-09-07 00:00:00+00' + g * interval '23 minutes 0.5 seconds', 'new ' || (g % 11)
 			FROM generate_series(0, 160) g;
 		INSERT INTO $db.src VALUES (500, '2026-09-08 12:00:00+00', 'dup'), (500, '2026-09-08 12:00:00+00', 'dup'),
-			(501, NULL, 'never extracted'), (502, '2026-09-09 00:00:00+00', 'never extracted');");
+			(501, NULL, 'never extracted'), (502, '2026-09-09 00:00:00+00', 'never extracted');
+		CREATE INDEX src_w ON $db.src (w);");
 }
 
 sub crash_teardown
