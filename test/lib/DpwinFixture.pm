@@ -463,9 +463,9 @@ sub hold_source
 
 sub release_source { release_session(@_); }
 
-# Wait until $n chunk workers of invocation $inv wait at the source barrier,
-# each in a chunk of its own; returns their pids by chunk number, or an
-# empty list after $timeout seconds.
+# Wait until $n chunk workers (or more) of invocation $inv wait at the
+# source barrier, each in a chunk of its own; returns their pids by chunk
+# number, or an empty list after $timeout seconds.
 sub workers_held
 {
 	my ($inv, $n, $timeout) = @_;
@@ -475,7 +475,7 @@ sub workers_held
 				  . " JOIN pg_stat_activity a ON a.pid = c.worker_pid AND a.backend_type = 'dpwin chunk worker'"
 				  . " WHERE c.invocation_id = '$inv' AND c.state = 'running' AND a.wait_event_type = 'Lock'"
 				  . " ORDER BY c.chunk_no");
-			@pids == $n;
+			@pids >= $n;
 		}, $timeout // 60)
 	  or return ();
 	return @pids;
