@@ -26,11 +26,12 @@ use IPC::Run qw(run timeout);
 use Test::More;
 use DpwinTest;
 use DpwinFixture qw(fresh_fixture drop_fixture drop_routes ch_rows uuid_of micros after_refresh
-  invocation_prefix bg_psql bg_finish);
+  invocation_prefix bg_psql bg_finish waits_for_http);
 
 our @EXPORT = qw($E1 $E2 crash_setup crash_teardown scenario check_after_fault settle_and_check
   refresh_sql journal state_of chunks_in_state route_state check_route_state leftovers
-  hold_locks release_locks pg_up coordinator_pid waits_on_lock sandbox_cmd crash wait_answered);
+  hold_locks release_locks pg_up coordinator_pid waits_on_lock sandbox_cmd crash wait_answered
+  crash_in_request);
 
 # The two windows of every scenario: E1 published first, E2 faulted.
 our $E1 = '2026-09-08 00:00:00+00';
@@ -318,6 +319,32 @@ sub wait_answered
 {
 	my ($seq, $re, $timeout) = @_;
 	return wait_until(sub { grep { $_->{query} =~ $re && $_->{status} ne '' } ch_log_since($seq) }, $timeout // 30);
+}
+
+# SIGKILL the coordinator $pid of invocation $inv, running in the bg_psql
+# session $h, while it waits for the answer to a statement that the
+# endpoint holds back (a delay fault): once the query log shows a statement
+# matching $o{after} answered since $o{seq} (if given), and the coordinator
+# is blocked in poll(2) (DpwinFixture::waits_for_http) at two looks with a
+# read of the query log between them that shows no new answer to the
+# invocation's statements -- so it is not a quick statement about to be
+# answered.  The delay only has to outlast these looks.
+sub crash_in_request
+{
+	my ($pid, $inv, $h, $label, %o) = @_;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	my $seq = $o{seq} // ch_log_seq();
+	my $answered = sub {
+		scalar(grep { index($_->{query_id}, "dpwin-$inv-") == 0 && $_->{status} =~ /^\d+$/ } ch_log_since($seq));
+	};
+	my $held = wait_until(sub {
+			return 0 if $o{after} && !grep { $_->{query} =~ $o{after} && $_->{status} =~ /^\d+$/ } ch_log_since($seq);
+			return 0 unless waits_for_http($pid);
+			my $n = $answered->();
+			return waits_for_http($pid) && $answered->() == $n;
+		}, 30);
+	ok($held, "$label: the coordinator waits for a held-back answer");
+	crash([$pid], $h, $label, 'the coordinator');
 }
 
 1;
