@@ -1,4 +1,4 @@
-# The failure table (DESIGN.md §5), driven by the endpoint's fault
+# The failure table (docs/recovery.md), driven by the endpoint's fault
 # injection, without killing processes (062_recovery.t kills):
 #   - EXCHANGE reply lost: reconciled by UUIDs, exactly one EXCHANGE ran;
 #   - EXCHANGE fails before running: not published, target untouched,
