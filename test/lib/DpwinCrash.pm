@@ -26,7 +26,7 @@ use IPC::Run qw(run timeout);
 use Test::More;
 use DpwinTest;
 use DpwinFixture qw(fresh_fixture drop_fixture drop_routes ch_rows uuid_of micros after_refresh
-  invocation_prefix bg_psql bg_finish waits_for_http);
+  invocation_prefix bg_psql bg_finish waits_for_http hold_session release_session);
 
 our @EXPORT = qw($E1 $E2 crash_setup crash_teardown scenario check_after_fault settle_and_check
   refresh_sql journal state_of chunks_in_state route_state check_route_state leftovers
@@ -242,25 +242,11 @@ sub settle_and_check
 # ---- locks, processes, crashes ----------------------------------------------
 
 # Hold row locks or an advisory lock in a session of its own until it is
-# killed or cancelled: $sql runs in a transaction that then sleeps.
-sub hold_locks
-{
-	my ($sql) = @_;
-	my $app = unique_name('locker');
-	my $h = bg_psql("BEGIN; $sql; SELECT pg_sleep(100); COMMIT;", $app);
-	wait_until(sub { psql_ok("SELECT count(*) FROM pg_stat_activity WHERE application_name = '$app'"
-			  . " AND wait_event = 'PgSleep'") == 1 }, 30)
-	  or die "the lock holder did not get its locks: $h->{err}";
-	$h->{app} = $app;
-	return $h;
-}
+# killed or cancelled: $sql runs in a transaction that then sleeps
+# (DpwinFixture::hold_session).
+sub hold_locks { return hold_session(@_); }
 
-sub release_locks
-{
-	my ($h) = @_;
-	psql_ok("SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE application_name = '$h->{app}'");
-	bg_finish($h);
-}
+sub release_locks { release_session(@_); }
 
 # Does PostgreSQL accept connections?
 sub pg_up

@@ -3,8 +3,11 @@ package DpwinFixture;
 # Fixtures and comparisons shared by the TAP suite (test/t/*.t), on top of
 # DpwinTest's psql/ch helpers: SQL quoting, multiset comparison of rows,
 # endpoint faults, a test file's own ClickHouse database and PostgreSQL
-# schema, the (id, w, v) event tables of the publication, recovery and
-# crash tests, invocation table names, and background psql sessions.
+# schema, the (id, w, v) event tables and routes of the publication,
+# recovery and crash tests, invocation table names, waits on the query
+# log, background psql sessions and sessions holding locks, the source
+# barrier that holds chunk workers inside a chunk, and the cluster's
+# processes as /proc shows them.
 #
 # Nothing is exported by default: a test names what it uses, so that its
 # own helpers of the same name (070_partitioned.t keeps its own) do not

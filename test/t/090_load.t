@@ -64,7 +64,7 @@ sub launch
 	my ($sql) = @_;
 	my $s = { in => "\\set VERBOSITY verbose\n$sql\n\\q\n", out => '', err => '' };
 	$s->{h} = start [ 'psql', '-X', '-q', '-A', '-t', '-v', 'ON_ERROR_STOP=1' ],
-	  '<', \$s->{in}, '>', \$s->{out}, '2>', \$s->{err}, timeout(150);
+	  '<', \$s->{in}, '>', \$s->{out}, '2>', \$s->{err}, timeout(300);
 	return $s;
 }
 
