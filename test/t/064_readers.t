@@ -194,6 +194,9 @@ for my $case ([ 'unpartitioned', 'ORDER BY id' ],
 	is(scalar(keys %{ { map { $_ => 1 } @gens } }), scalar(@gens), "$label: the five generations differ");
 	check_answers($label, \@gens, @answers);
 	check_overlap($label, $seq, $t);
+	ok((grep { $_->{query} =~ /ATTACH PARTITION ID '[^']*' FROM `\Q$db\E`\.`\Q$t\E`/ } ch_log_since($seq)),
+		"$label: partitions outside the window were cloned into the generations")
+	  if $engine =~ /PARTITION BY/;
 	psql_ok("SELECT dpwin.drop_route('$route')");
 }
 
