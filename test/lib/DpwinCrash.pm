@@ -26,11 +26,12 @@ use IPC::Run qw(run timeout);
 use Test::More;
 use DpwinTest;
 use DpwinFixture qw(fresh_fixture drop_fixture drop_routes ch_rows uuid_of micros after_refresh
-  invocation_prefix bg_psql bg_finish);
+  invocation_prefix bg_psql bg_finish waits_for_http hold_session release_session);
 
 our @EXPORT = qw($E1 $E2 crash_setup crash_teardown scenario check_after_fault settle_and_check
   refresh_sql journal state_of chunks_in_state route_state check_route_state leftovers
-  hold_locks release_locks pg_up coordinator_pid waits_on_lock sandbox_cmd crash wait_answered);
+  hold_locks release_locks pg_up coordinator_pid waits_on_lock sandbox_cmd crash wait_answered
+  crash_in_request);
 
 # The two windows of every scenario: E1 published first, E2 faulted.
 our $E1 = '2026-09-08 00:00:00+00';
@@ -42,7 +43,8 @@ my %rs_high;     # route -> highest route_state seen, in microseconds
 
 # A fresh database and schema named $db, no faults, and the source table:
 # rows every 23 minutes from 09-07 on (through both windows), duplicates, a
-# NULL window and a row at E2 (never extracted).
+# NULL window and a row at E2 (never extracted); its index src_w is the one
+# DpwinFixture::hold_source() locks.
 sub crash_setup
 {
 	($db) = @_;
@@ -53,7 +55,8 @@ sub crash_setup
 			SELECT g, timestamptz '2026-09-07 00:00:00+00' + g * interval '23 minutes 0.5 seconds', 'new ' || (g % 11)
 			FROM generate_series(0, 160) g;
 		INSERT INTO $db.src VALUES (500, '2026-09-08 12:00:00+00', 'dup'), (500, '2026-09-08 12:00:00+00', 'dup'),
-			(501, NULL, 'never extracted'), (502, '2026-09-09 00:00:00+00', 'never extracted');");
+			(501, NULL, 'never extracted'), (502, '2026-09-09 00:00:00+00', 'never extracted');
+		CREATE INDEX src_w ON $db.src (w);");
 }
 
 sub crash_teardown
@@ -241,25 +244,11 @@ sub settle_and_check
 # ---- locks, processes, crashes ----------------------------------------------
 
 # Hold row locks or an advisory lock in a session of its own until it is
-# killed or cancelled: $sql runs in a transaction that then sleeps.
-sub hold_locks
-{
-	my ($sql) = @_;
-	my $app = unique_name('locker');
-	my $h = bg_psql("BEGIN; $sql; SELECT pg_sleep(100); COMMIT;", $app);
-	wait_until(sub { psql_ok("SELECT count(*) FROM pg_stat_activity WHERE application_name = '$app'"
-			  . " AND wait_event = 'PgSleep'") == 1 }, 30)
-	  or die "the lock holder did not get its locks: $h->{err}";
-	$h->{app} = $app;
-	return $h;
-}
+# killed or cancelled: $sql runs in a transaction that then sleeps
+# (DpwinFixture::hold_session).
+sub hold_locks { return hold_session(@_); }
 
-sub release_locks
-{
-	my ($h) = @_;
-	psql_ok("SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE application_name = '$h->{app}'");
-	bg_finish($h);
-}
+sub release_locks { release_session(@_); }
 
 # Does PostgreSQL accept connections?
 sub pg_up
@@ -318,6 +307,32 @@ sub wait_answered
 {
 	my ($seq, $re, $timeout) = @_;
 	return wait_until(sub { grep { $_->{query} =~ $re && $_->{status} ne '' } ch_log_since($seq) }, $timeout // 30);
+}
+
+# SIGKILL the coordinator $pid of invocation $inv, running in the bg_psql
+# session $h, while it waits for the answer to a statement that the
+# endpoint holds back (a delay fault): once the query log shows a statement
+# matching $o{after} answered since $o{seq} (if given), and the coordinator
+# is blocked in poll(2) (DpwinFixture::waits_for_http) at two looks with a
+# read of the query log between them that shows no new answer to the
+# invocation's statements -- so it is not a quick statement about to be
+# answered.  The delay only has to outlast these looks.
+sub crash_in_request
+{
+	my ($pid, $inv, $h, $label, %o) = @_;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	my $seq = $o{seq} // ch_log_seq();
+	my $answered = sub {
+		scalar(grep { index($_->{query_id}, "dpwin-$inv-") == 0 && $_->{status} =~ /^\d+$/ } ch_log_since($seq));
+	};
+	my $held = wait_until(sub {
+			return 0 if $o{after} && !grep { $_->{query} =~ $o{after} && $_->{status} =~ /^\d+$/ } ch_log_since($seq);
+			return 0 unless waits_for_http($pid);
+			my $n = $answered->();
+			return waits_for_http($pid) && $answered->() == $n;
+		}, 30);
+	ok($held, "$label: the coordinator waits for a held-back answer");
+	crash([$pid], $h, $label, 'the coordinator');
 }
 
 1;

@@ -3,8 +3,11 @@ package DpwinFixture;
 # Fixtures and comparisons shared by the TAP suite (test/t/*.t), on top of
 # DpwinTest's psql/ch helpers: SQL quoting, multiset comparison of rows,
 # endpoint faults, a test file's own ClickHouse database and PostgreSQL
-# schema, the (id, w, v) event tables of the publication, recovery and
-# crash tests, invocation table names, and background psql sessions.
+# schema, the (id, w, v) event tables and routes of the publication,
+# recovery and crash tests, invocation table names, waits on the query
+# log, background psql sessions and sessions holding locks, the source
+# barrier that holds chunk workers inside a chunk, and the cluster's
+# processes as /proc shows them.
 #
 # Nothing is exported by default: a test names what it uses, so that its
 # own helpers of the same name (070_partitioned.t keeps its own) do not
@@ -27,6 +30,9 @@ our @EXPORT_OK = qw(
   new_uuid route_id invocation_prefix own_tables dpwin_tables_left
   exchange_re exchanges
   bg_psql bg_finish postmaster_pid
+  new_event_route create_event_source refresh_row_sql generation_name invocation_field
+  wait_logged hold_session release_session hold_source release_source workers_held
+  cluster_processes proc_status_kb waits_for_http
 );
 
 # ---- quoting ------------------------------------------------------------
@@ -149,9 +155,13 @@ sub fresh_fixture
 	psql_ok("DROP SCHEMA IF EXISTS $schema CASCADE; CREATE SCHEMA $schema;") if defined $schema;
 }
 
-# Drop them at the end of the test.
+# Drop them at the end of the test, with the routes new_event_route() made.
+my @fx_routes;
+
 sub drop_fixture
 {
+	drop_routes(@fx_routes);
+	@fx_routes = ();
 	psql_ok("DROP SCHEMA $fx_schema CASCADE") if defined $fx_schema;
 	ch_ok("DROP DATABASE `$fx_db`");
 }
@@ -222,6 +232,37 @@ sub event_route
 	return $t;
 }
 
+# A fresh event table tgt_$tag and a route to it (event_route above) named
+# after the fixture and $tag; drop_fixture() drops the route.  Returns
+# (route, table).
+sub new_event_route
+{
+	my ($tag, %opt) = @_;
+	my $route = unique_name("${fx_db}_$tag");
+	push @fx_routes, $route;
+	return ($route, event_route($route, "tgt_$tag", %opt));
+}
+
+# The source schema.src of the event routes: rows $o{step} apart from
+# $o{from} (default 2026-09-08, so through the window ending 09-09), a
+# duplicated row, a NULL window and a row at 09-09 (never extracted by that
+# window), and an index on w (hold_source() locks it).
+sub create_event_source
+{
+	my (%o) = @_;
+	my $from = $o{from} // '2026-09-08 00:00:00+00';
+	my $step = $o{step} // '13 minutes 0.25 seconds';
+	my $rows = $o{rows} // 100;
+	my $mod = $o{mod} // 7;
+	psql_ok("CREATE TABLE $fx_schema.src (id bigint NOT NULL, w timestamptz, v text);
+		INSERT INTO $fx_schema.src
+			SELECT g, timestamptz '$from' + g * interval '$step', 'new ' || (g % $mod)
+			FROM generate_series(0, $rows - 1) g;
+		INSERT INTO $fx_schema.src VALUES (500, '2026-09-08 12:00:00+00', 'dup'), (500, '2026-09-08 12:00:00+00', 'dup'),
+			(501, NULL, 'never extracted'), (502, '2026-09-09 00:00:00+00', 'never extracted');
+		CREATE INDEX src_w ON $fx_schema.src (w);");
+}
+
 # Rows as sorted "id|w as Unix microseconds|v" lines, NULL spelled NULL:
 # of ClickHouse table `db`.`$t`, and of PostgreSQL table schema.src WHERE
 # $where.
@@ -280,6 +321,22 @@ sub after_refresh
 
 sub new_uuid { return psql_ok('SELECT gen_random_uuid()'); }
 
+# The refresh of $route's window ending at $end (as invocation $inv if
+# given), returning invocation_id|state|final_rows|backup_table.
+sub refresh_row_sql
+{
+	my ($route, $end, $inv) = @_;
+	return "SELECT invocation_id, state, final_rows, backup_table FROM dpwin_refresh('$route', '$end'"
+	  . ($inv ? ", '$inv'" : '') . ")";
+}
+
+# One expression over dpwin.invocations for invocation $inv.
+sub invocation_field
+{
+	my ($inv, $expr) = @_;
+	return psql_ok("SELECT $expr FROM dpwin.invocations WHERE invocation_id = '$inv'");
+}
+
 sub route_id
 {
 	my ($route) = @_;
@@ -296,6 +353,12 @@ sub invocation_prefix
 }
 
 # The invocation's staging and generation tables that still exist.
+sub generation_name
+{
+	my ($route, $inv) = @_;
+	return invocation_prefix(route_id($route), $inv) . 'gen';
+}
+
 sub own_tables
 {
 	my ($route, $inv) = @_;
@@ -329,6 +392,18 @@ sub exchanges
 	return grep { $_->{query} =~ $re } ch_log_since($seq);
 }
 
+# Wait until the query log shows at least $n (default 1) statements
+# matching $re received since $seq; with answered => 1 only statements
+# answered with an HTTP status count.  Options: n, answered, timeout (s).
+sub wait_logged
+{
+	my ($seq, $re, %o) = @_;
+	return wait_until(sub {
+			$o{n} // 1 <= grep { $_->{query} =~ $re && (!$o{answered} || $_->{status} =~ /^\d+$/) }
+			  ch_log_since($seq)
+		}, $o{timeout} // 60);
+}
+
 # ---- sessions and processes ------------------------------------------------
 
 # A background psql running $sql (errors verbose, with their SQLSTATE),
@@ -350,6 +425,112 @@ sub bg_finish
 	eval { finish($h->{run}) };
 	chomp $h->{out};
 	return ($? >> 8, $h->{out}, $h->{err});
+}
+
+# A session that runs $sql in a transaction and then sleeps, keeping its
+# locks until release_session(): returned once it sleeps.
+sub hold_session
+{
+	my ($sql) = @_;
+	my $app = unique_name('holder');
+	my $h = bg_psql("BEGIN; $sql; SELECT pg_sleep(3600); COMMIT;", $app);
+	wait_until(sub { psql_ok("SELECT count(*) FROM pg_stat_activity WHERE application_name = '$app'"
+			  . " AND wait_event = 'PgSleep'") == 1 }, 60)
+	  or die "the holding session did not get its locks: $h->{err}";
+	$h->{app} = $app;
+	return $h;
+}
+
+sub release_session
+{
+	my ($h) = @_;
+	psql_ok("SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE application_name = '$h->{app}'");
+	bg_finish($h);
+}
+
+# The source barrier: chunk workers stop at their first read of the source
+# table $table (schema-qualified), in a lock wait that pg_stat_activity
+# shows, with their chunk journaled running and its staging table created.
+# A session holds ACCESS EXCLUSIVE on an index of the table ($index, by
+# REINDEX in an open transaction).  Reading a chunk plans a query, which
+# locks every index of the table; nothing before it does: the caller and
+# the coordinator lock only the table itself, in ACCESS SHARE, which
+# REINDEX's SHARE lock on the table lets through.  So no refresh step but
+# the chunk reads waits, and nothing depends on timing.
+sub hold_source
+{
+	my ($table, $index) = @_;
+	my ($schema) = $table =~ /^(.*)\./;
+	return hold_session("REINDEX INDEX $schema.$index");
+}
+
+sub release_source { release_session(@_); }
+
+# Wait until $n chunk workers (or more) of invocation $inv wait at the
+# source barrier, each in a chunk of its own; returns their pids by chunk
+# number, or an empty list after $timeout seconds.
+sub workers_held
+{
+	my ($inv, $n, $timeout) = @_;
+	my @pids;
+	wait_until(sub {
+			@pids = split /\n/, psql_ok("SELECT c.worker_pid FROM dpwin.chunk c"
+				  . " JOIN pg_stat_activity a ON a.pid = c.worker_pid AND a.backend_type = 'dpwin chunk worker'"
+				  . " WHERE c.invocation_id = '$inv' AND c.state = 'running' AND a.wait_event_type = 'Lock'"
+				  . " ORDER BY c.chunk_no");
+			@pids >= $n;
+		}, $timeout // 60)
+	  or return ();
+	return @pids;
+}
+
+# Processes of this cluster (children of its postmaster) whose command
+# line matches $re: pid => command line.
+sub cluster_processes
+{
+	my ($re, $postmaster) = @_;
+	$postmaster //= postmaster_pid();
+	my %found;
+	opendir my $dh, '/proc' or die "/proc: $!";
+	for my $pid (grep { /^\d+$/ } readdir $dh)
+	{
+		open my $st, '<', "/proc/$pid/stat" or next;
+		my $stat = <$st> // '';
+		close $st;
+		my ($ppid) = $stat =~ /\)\s+\S+\s+(\d+)/;
+		next unless defined $ppid && $ppid == $postmaster;
+		open my $cl, '<', "/proc/$pid/cmdline" or next;
+		my $cmd = do { local $/; <$cl> } // '';
+		close $cl;
+		$cmd =~ s/\0+$//;
+		$found{$pid} = $cmd if $cmd =~ $re;
+	}
+	closedir $dh;
+	return \%found;
+}
+
+# A field of /proc/<pid>/status in kB (VmHWM, RssAnon, ...); undef once the
+# process is gone.
+sub proc_status_kb
+{
+	my ($pid, $field) = @_;
+	open my $fh, '<', "/proc/$pid/status" or return undef;
+	my $status = do { local $/; <$fh> };
+	close $fh;
+	return $status =~ /^\Q$field\E:\s+(\d+) kB/m ? $1 : undef;
+}
+
+# Is process $pid blocked in poll(2)?  A dpwin process waits there, inside
+# libcurl, for the answer to a request it has sent; its latch waits use
+# epoll instead.  (x86-64 syscall numbers: poll 7, ppoll 271.)
+sub waits_for_http
+{
+	my ($pid) = @_;
+	open my $fh, '<', "/proc/$pid/syscall" or return 0;
+	my $line = <$fh> // '';
+	close $fh;
+	my ($nr) = $line =~ /^(\d+)/;
+	return defined $nr && ($nr == 7 || $nr == 271);
 }
 
 # This cluster's postmaster: the parent of its checkpointer (/proc is

@@ -150,7 +150,8 @@ sub ch_control
 }
 
 # The endpoint's query log: the highest sequence number so far, and the
-# queries received after a given one (a list of hashes).
+# queries received after a given one (a list of hashes: seq, ms (arrival,
+# Unix milliseconds), query_id, user, status, query).
 sub ch_log_seq
 {
 	my $log = ch_control('GET', '/log');
@@ -177,7 +178,9 @@ sub ch_log_since
 		push @rows,
 		  {
 			seq => $seq,
+			ms => $ms,
 			query_id => $qid,
+			user => $user,
 			status => $status,
 			query => $query
 		  };

@@ -20,9 +20,7 @@ use warnings;
 use Test::More;
 use DpwinTest;
 use DpwinFixture qw(fresh_fixture drop_fixture pg_row_sql ch_row_sql sorted_lines multiset_is fault uuid_of
-  invocation_prefix dpwin_tables_left postmaster_pid);
-use Time::HiRes qw(usleep);
-use IPC::Run qw(start finish timeout);
+  invocation_prefix dpwin_tables_left cluster_processes bg_psql bg_finish hold_source release_source workers_held);
 
 my $tag = "t052_$$";
 my $db = $tag;
@@ -64,22 +62,7 @@ sub insert_pattern
 sub invocation_processes
 {
 	my ($inv) = @_;
-	my $postmaster = postmaster_pid();
-	my $n = 0;
-	opendir my $dh, '/proc' or die "/proc: $!";
-	for my $pid (grep { /^\d+$/ } readdir $dh)
-	{
-		open my $st, '<', "/proc/$pid/stat" or next;
-		my $stat = <$st> // '';
-		close $st;
-		my ($ppid) = $stat =~ /\)\s+\S+\s+(\d+)/;
-		next unless defined $ppid && $ppid == $postmaster;
-		open my $cl, '<', "/proc/$pid/cmdline" or next;
-		my $cmd = do { local $/; <$cl> } // '';
-		$n++ if index($cmd, $inv) >= 0;
-	}
-	closedir $dh;
-	return $n;
+	return scalar(keys %{ cluster_processes(qr/\Q$inv\E/) });
 }
 
 sub refresh
@@ -101,14 +84,16 @@ psql_ok("CREATE TABLE $src (id bigint NOT NULL, w timestamptz, v text, n numeric
 		'row ' || g || CASE WHEN g % 5 = 0 THEN E'\\n\\n' ELSE 'ü' END, (g * 0.25)::numeric(12,2)
 	  FROM generate_series(0, 7199) g;
 	INSERT INTO $src SELECT * FROM $src WHERE id % 20 = 0;
-	INSERT INTO $src SELECT g, NULL, 'null window', g FROM generate_series(9000, 9004) g;");
+	INSERT INTO $src SELECT g, NULL, 'null window', g FROM generate_series(9000, 9004) g;
+	CREATE INDEX src_w ON $src (w);");
 $route_id = psql_ok("SELECT dpwin.create_route('$route', '$src', 'w', '$srv', '$db', 'tgt',
 	interval '1 day', interval '3 hours', parallelism => 2)");
 
 # A first refresh fills the target; the others must replace its window.
+my $exp = src_window();
 my ($rc, $state, $id) = refresh();
 is($state, 'completed', 'initial refresh completed');
-my $exp = src_window();
+multiset_is(tgt_rows($ch_in), $exp, 'initial refresh: the window is exact');
 psql_ok("UPDATE $src SET v = v || ' (2)' WHERE id % 3 = 0");
 $exp = src_window();
 
@@ -219,22 +204,18 @@ for my $case (
 	my $uuid = uuid_of('tgt');
 	my $before = tgt_rows('1');
 	my $inv = next_invocation();
-	fault(pattern => insert_pattern(0, 0), count => 1, mode => 'delay', ms => 3000);
 	undef $next;
-	my ($out, $err) = ('', '');
-	my $h = start [ 'psql', '-X', '-q', '-A', '-t', '-v', 'ON_ERROR_STOP=1', '-v', 'VERBOSITY=verbose', '-c',
-		"SELECT state FROM dpwin_refresh('$route', '$hi', '$inv')" ],
-	  '>', \$out, '2>', \$err, timeout(60);
-	# Cancel while chunk 0's INSERT is held back by the endpoint.
-	ok(wait_until(sub {
-		psql_ok("SELECT state FROM dpwin.chunks WHERE invocation_id = '$inv' AND chunk_no = 0") eq 'running'
-	}, 30), 'extraction is under way');
-	usleep(500_000);
-	cmp_ok(invocation_processes($inv), '>=', 2, 'its coordinator and the held-back worker are running');
+	# Both workers are held inside a chunk (the source barrier) when the
+	# caller is cancelled.
+	my $barrier = hold_source($src, 'src_w');
+	my $h = bg_psql("SELECT state FROM dpwin_refresh('$route', '$hi', '$inv')", 'dpwin_t052_caller');
+	is(scalar(workers_held($inv, 2)), 2, 'extraction is under way: both workers are inside a chunk');
+	cmp_ok(invocation_processes($inv), '>=', 3, 'its coordinator and both workers are running');
 	is(psql_ok("SELECT count(pg_cancel_backend(pid)) FROM pg_stat_activity"
-		  . " WHERE query LIKE '%dpwin_refresh(''$route''%' AND pid <> pg_backend_pid() AND backend_type = 'client backend'"), 1,
+		  . " WHERE application_name = 'dpwin_t052_caller' AND backend_type = 'client backend'"), 1,
 		'the caller is cancelled');
-	finish($h);
+	my ($crc, $cout, $err) = bg_finish($h);
+	release_source($barrier);
 	like($err, qr/ERROR:\s+57014: canceling statement due to user request/, 'the caller gets 57014');
 	ok(wait_until(sub {
 		psql_ok("SELECT state FROM dpwin.invocations WHERE invocation_id = '$inv'") eq 'failed'

@@ -1,4 +1,4 @@
-# The failure table (DESIGN.md §5), driven by the endpoint's fault
+# The failure table (docs/recovery.md), driven by the endpoint's fault
 # injection, without killing processes (062_recovery.t kills):
 #   - EXCHANGE reply lost: reconciled by UUIDs, exactly one EXCHANGE ran;
 #   - EXCHANGE fails before running: not published, target untouched,
@@ -13,61 +13,22 @@ use strict;
 use warnings;
 use Test::More;
 use DpwinTest;
-use DpwinFixture qw(fault fresh_fixture drop_fixture drop_routes event_route ch_rows uuid_of
-  after_refresh new_uuid route_id invocation_prefix own_tables exchanges bg_psql bg_finish);
+use DpwinFixture qw(fault fresh_fixture drop_fixture new_event_route create_event_source ch_rows uuid_of
+  after_refresh new_uuid route_id invocation_prefix generation_name own_tables exchanges bg_psql bg_finish
+  refresh_row_sql invocation_field wait_logged);
 
 my $db = "t061_$$";
 my $schema = "t061_$$";
 my $E = '2026-09-09 00:00:00+00';
-my @routes;
 
-# A fresh target and a route to it (DpwinFixture::event_route); returns
-# (route, table).
-sub new_route
-{
-	my ($tag, %opt) = @_;
-	my $route = unique_name("t061_$tag");
-	push @routes, $route;
-	return ($route, event_route($route, "tgt_$tag", %opt));
-}
-
-sub gen_name
-{
-	my ($route, $inv) = @_;
-	return invocation_prefix(route_id($route), $inv) . 'gen';
-}
-
-sub refresh_sql
-{
-	my ($route, $inv) = @_;
-	return "SELECT invocation_id, state, final_rows, backup_table FROM dpwin_refresh('$route', '$E'"
-	  . ($inv ? ", '$inv'" : '') . ")";
-}
-
-sub inv_field
-{
-	my ($inv, $expr) = @_;
-	return psql_ok("SELECT $expr FROM dpwin.invocations WHERE invocation_id = '$inv'");
-}
-
-# Wait until the query log shows a query matching $re answered since $seq.
-sub wait_log
-{
-	my ($seq, $re) = @_;
-	return wait_until(sub { grep { $_->{query} =~ $re } ch_log_since($seq) }, 60);
-}
+sub refresh_sql { my ($route, $inv) = @_; return refresh_row_sql($route, $E, $inv); }
 
 # --- setup ---------------------------------------------------------------
 
 ch_control('POST', '/faults/clear');
 fresh_fixture($db, $schema);
-psql_ok("CREATE TABLE $schema.src (id bigint NOT NULL, w timestamptz, v text);
-	INSERT INTO $schema.src
-		SELECT g, timestamptz '2026-09-08 00:00:00+00' + g * interval '17 minutes 0.5 seconds', 'new ' || (g % 7)
-		FROM generate_series(0, 84) g;
-	INSERT INTO $schema.src VALUES (500, '2026-09-08 12:00:00+00', 'dup'), (500, '2026-09-08 12:00:00+00', 'dup'),
-		(501, NULL, 'not extracted'), (502, '2026-09-09 00:00:00+00', 'not extracted');
-	CREATE TABLE $schema.ev_switch (fail boolean NOT NULL);
+create_event_source(rows => 85, step => '17 minutes 0.5 seconds');
+psql_ok("CREATE TABLE $schema.ev_switch (fail boolean NOT NULL);
 	INSERT INTO $schema.ev_switch VALUES (true);
 	CREATE TABLE $schema.ev_log (invocation_id uuid, metrics jsonb);
 	CREATE FUNCTION $schema.record_evidence(inv uuid, metrics jsonb) RETURNS void
@@ -83,7 +44,7 @@ psql_ok("CREATE TABLE $schema.src (id bigint NOT NULL, w timestamptz, v text);
 # --- EXCHANGE reply lost -----------------------------------------------------
 
 {
-	my ($route, $t) = new_route('lost');
+	my ($route, $t) = new_event_route('lost');
 	my $pre = ch_rows($t);
 	my $pre_uuid = uuid_of($t);
 	my $seq = ch_log_seq();
@@ -114,7 +75,7 @@ psql_ok("CREATE TABLE $schema.src (id bigint NOT NULL, w timestamptz, v text);
 # --- EXCHANGE fails before it runs -------------------------------------------
 
 {
-	my ($route, $t) = new_route('xerr');
+	my ($route, $t) = new_event_route('xerr');
 	my $pre = ch_rows($t);
 	my $pre_uuid = uuid_of($t);
 	my $seq = ch_log_seq();
@@ -128,10 +89,10 @@ psql_ok("CREATE TABLE $schema.src (id bigint NOT NULL, w timestamptz, v text);
 	is($x[0]{status}, '500', 'EXCHANGE error: it failed');
 	is_deeply(ch_rows($t), $pre, 'EXCHANGE error: target rows untouched');
 	is(uuid_of($t), $pre_uuid, 'EXCHANGE error: target table untouched (UUID)');
-	is(inv_field($inv, 'state'), 'failed', 'EXCHANGE error: invocation failed');
-	like(inv_field($inv, "error_sqlstate || ' ' || error"), qr/^HV000 ClickHouse error 241 while exchanging/,
+	is(invocation_field($inv, 'state'), 'failed', 'EXCHANGE error: invocation failed');
+	like(invocation_field($inv, "error_sqlstate || ' ' || error"), qr/^HV000 ClickHouse error 241 while exchanging/,
 		'EXCHANGE error: the journal keeps the ClickHouse error');
-	is(inv_field($inv, 'publication_outcome'), 'not_published', 'EXCHANGE error: outcome not_published');
+	is(invocation_field($inv, 'publication_outcome'), 'not_published', 'EXCHANGE error: outcome not_published');
 	is_deeply(own_tables($route, $inv), [], 'EXCHANGE error: staging and generation tables dropped');
 	is(psql_ok("SELECT reconcile->>'verdict' FROM dpwin.reconcile('$inv')"), 'not_published',
 		'EXCHANGE error: reconcile says not_published');
@@ -159,15 +120,15 @@ sub hold_second_copy
 sub wait_build_check
 {
 	my ($seq, $t) = @_;
-	return wait_log($seq, qr/countIf\(.*FROM `\Q$db\E`\.`\Q$t\E`/s);
+	return wait_logged($seq, qr/countIf\(.*FROM `\Q$db\E`\.`\Q$t\E`/s);
 }
 
 {
-	my ($route, $t) = new_route('wrt');
+	my ($route, $t) = new_event_route('wrt');
 	my $inv = new_uuid();
 	my $pre_uuid = uuid_of($t);
 	my $seq = ch_log_seq();
-	hold_second_copy(gen_name($route, $inv));
+	hold_second_copy(generation_name($route, $inv));
 	my $h = bg_psql(refresh_sql($route, $inv));
 	ok(wait_build_check($seq, $t), 'target written: the build checked the kept rows');
 	ch_ok("INSERT INTO `$db`.`$t` VALUES (77, '2026-08-01 00:00:00', 'written by someone else')");
@@ -180,7 +141,7 @@ sub wait_build_check
 	is_deeply(ch_rows($t), $pre, 'target written: the changed target is intact, with the new row');
 	ok((grep { /^77\|/ } @$pre), 'target written: (the new row is there)');
 	is(uuid_of($t), $pre_uuid, 'target written: same table');
-	is(inv_field($inv, "state || ' ' || error_sqlstate || ' ' || coalesce(publication_outcome, 'no intent')"),
+	is(invocation_field($inv, "state || ' ' || error_sqlstate || ' ' || coalesce(publication_outcome, 'no intent')"),
 		'failed 55000 no intent', 'target written: invocation failed before any intent');
 	is_deeply(own_tables($route, $inv), [], 'target written: staging and generation tables dropped');
 }
@@ -193,12 +154,12 @@ for my $case ([ 'ddl', 'ADD COLUMN extra Nullable(Int32)' ],
 	[ 'idx', 'ADD INDEX v_idx v TYPE bloom_filter GRANULARITY 1', undef ])
 {
 	my ($tag, $ddl) = @$case;
-	my ($route, $t) = new_route($tag);
+	my ($route, $t) = new_event_route($tag);
 	my $inv = new_uuid();
 	my $pre = ch_rows($t);
 	my $pre_uuid = uuid_of($t);
 	my $seq = ch_log_seq();
-	hold_second_copy(gen_name($route, $inv));
+	hold_second_copy(generation_name($route, $inv));
 	my $h = bg_psql(refresh_sql($route, $inv));
 	ok(wait_build_check($seq, $t), "schema changed ($tag): the build checked the kept rows");
 	ch_ok("ALTER TABLE `$db`.`$t` $ddl");
@@ -214,7 +175,7 @@ for my $case ([ 'ddl', 'ADD COLUMN extra Nullable(Int32)' ],
 	is(uuid_of($t), $pre_uuid, "schema changed ($tag): same table");
 	is(ch_ok("SELECT create_table_query FROM system.tables WHERE database = '$db' AND name = '$t'"), $create,
 		"schema changed ($tag): the changed definition is kept");
-	is(inv_field($inv, "state || ' ' || error_sqlstate || ' ' || coalesce(publication_outcome, 'no intent')"),
+	is(invocation_field($inv, "state || ' ' || error_sqlstate || ' ' || coalesce(publication_outcome, 'no intent')"),
 		"failed $state no intent", "schema changed ($tag): invocation failed before any intent");
 	is_deeply(own_tables($route, $inv), [], "schema changed ($tag): staging and generation tables dropped");
 }
@@ -222,7 +183,7 @@ for my $case ([ 'ddl', 'ADD COLUMN extra Nullable(Int32)' ],
 # --- evidence fails after publication -------------------------------------------
 
 {
-	my ($route, $t) = new_route('evid', evidence => "$schema.record_evidence(uuid,jsonb)");
+	my ($route, $t) = new_event_route('evid', evidence => "$schema.record_evidence(uuid,jsonb)");
 	my $pre = ch_rows($t);
 	my $pre_uuid = uuid_of($t);
 	my $inv = new_uuid();
@@ -235,7 +196,7 @@ for my $case ([ 'ddl', 'ADD COLUMN extra Nullable(Int32)' ],
 	  psql_ok("SELECT generation_uuid, outcome, backup_table FROM dpwin.publication WHERE invocation_id = '$inv'");
 	is(uuid_of($t), $gen_uuid, 'evidence fails: target UUID = generation UUID');
 	is($outcome, 'published', 'evidence fails: outcome published');
-	is(inv_field($inv, 'state'), 'published', 'evidence fails: invocation state published');
+	is(invocation_field($inv, 'state'), 'published', 'evidence fails: invocation state published');
 	is(psql_ok("SELECT count(*) FROM dpwin.route_state WHERE route_id = " . route_id($route)), 0,
 		'evidence fails: route_state not advanced');
 	is(psql_ok("SELECT count(*) FROM dpwin.evidence WHERE invocation_id = '$inv'"), 0,
@@ -247,7 +208,7 @@ for my $case ([ 'ddl', 'ADD COLUMN extra Nullable(Int32)' ],
 
 	my $chunks = psql_ok("SELECT string_agg(chunk_no || ':' || attempt || ':' || state || ':' || started_at || ':' || finished_at, ',' ORDER BY chunk_no)"
 		  . " FROM dpwin.chunk WHERE invocation_id = '$inv'");
-	my $snapshot = inv_field($inv, 'snapshot_id');
+	my $snapshot = invocation_field($inv, 'snapshot_id');
 	psql_ok("UPDATE $schema.ev_switch SET fail = false");
 	my $seq = ch_log_seq();
 	my ($id, $state) = split /\|/, psql_ok("SELECT invocation_id, state FROM dpwin.recover('$inv')");
@@ -258,7 +219,7 @@ for my $case ([ 'ddl', 'ADD COLUMN extra Nullable(Int32)' ],
 	is(psql_ok("SELECT string_agg(chunk_no || ':' || attempt || ':' || state || ':' || started_at || ':' || finished_at, ',' ORDER BY chunk_no)"
 		  . " FROM dpwin.chunk WHERE invocation_id = '$inv'"), $chunks,
 		'evidence fails: no new chunk attempt');
-	is(inv_field($inv, 'snapshot_id'), $snapshot, 'evidence fails: no new snapshot');
+	is(invocation_field($inv, 'snapshot_id'), $snapshot, 'evidence fails: no new snapshot');
 	is(psql_ok("SELECT count(*) FROM $schema.ev_log WHERE invocation_id = '$inv'"), 1,
 		'evidence fails: the evidence function recorded the invocation once');
 	is(psql_ok("SELECT (metrics->>'target_rows')::int FROM dpwin.evidence WHERE invocation_id = '$inv'"),
@@ -277,10 +238,10 @@ for my $case ([ 'ddl', 'ADD COLUMN extra Nullable(Int32)' ],
 # --- abandon before any publication intent ----------------------------------------
 
 {
-	my ($route, $t) = new_route('aband');
+	my ($route, $t) = new_event_route('aband');
 	my $pre = ch_rows($t);
 	my $inv = new_uuid();
-	my $gen = gen_name($route, $inv);
+	my $gen = generation_name($route, $inv);
 	my $prefix = invocation_prefix(route_id($route), $inv);
 	# The build fails attaching the staged parts (the second ATTACH to the
 	# generation; the first clones the target), and the clean-up cannot
@@ -290,13 +251,13 @@ for my $case ([ 'ddl', 'ADD COLUMN extra Nullable(Int32)' ],
 	fault(pattern => "startsWith(name, '$prefix')", mode => 'error', code => 241, count => 1);
 	like(psql_err(refresh_sql($route, $inv)), qr/^HV000: ClickHouse error 241 while attaching partitions/,
 		'abandon: the refresh failed in the build');
-	is(inv_field($inv, 'state'), 'failed', 'abandon: failed');
+	is(invocation_field($inv, 'state'), 'failed', 'abandon: failed');
 	my $left = own_tables($route, $inv);
 	is(scalar(grep { /_stg_/ } @$left), 4, 'abandon: the four staging tables were left');
 	ok((grep { $_ eq $gen } @$left), 'abandon: and the generation');
 	my ($id, $state) = split /\|/, psql_ok("SELECT invocation_id, state FROM dpwin.abandon('$inv')");
 	is($state, 'abandoned', 'abandon: abandoned');
-	is(inv_field($inv, 'state'), 'abandoned', 'abandon: journaled');
+	is(invocation_field($inv, 'state'), 'abandoned', 'abandon: journaled');
 	is_deeply(own_tables($route, $inv), [], 'abandon: its staging and generation tables are dropped');
 	is_deeply(ch_rows($t), $pre, 'abandon: target untouched');
 	is(psql_ok("SELECT state FROM dpwin.abandon('$inv')"), 'abandoned', 'abandon: again is harmless');
@@ -313,7 +274,6 @@ for my $case ([ 'ddl', 'ADD COLUMN extra Nullable(Int32)' ],
 # --- clean up -------------------------------------------------------------
 
 ch_control('POST', '/faults/clear');
-drop_routes(@routes);
 drop_fixture();
 
 done_testing();

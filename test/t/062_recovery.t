@@ -15,57 +15,28 @@ use strict;
 use warnings;
 use Test::More;
 use DpwinTest;
-use DpwinFixture qw(fault fresh_fixture drop_fixture drop_routes event_route ch_rows uuid_of
-  after_refresh new_uuid route_id invocation_prefix own_tables exchange_re exchanges bg_psql);
-use DpwinCrash qw(crash coordinator_pid state_of);
-use Time::HiRes qw(usleep);
+use DpwinFixture qw(fault fresh_fixture drop_fixture new_event_route create_event_source ch_rows uuid_of
+  after_refresh new_uuid route_id generation_name own_tables exchange_re exchanges bg_psql refresh_row_sql
+  wait_logged hold_source release_source workers_held);
+use DpwinCrash qw(crash crash_in_request coordinator_pid state_of);
 
 my $db = "t062_$$";
 my $schema = "t062_$$";
 my $E = '2026-09-09 00:00:00+00';
-my @routes;
 
-# A fresh target and a route to it (DpwinFixture::event_route); returns
-# (route, table).
-sub new_route
-{
-	my ($tag, %opt) = @_;
-	my $route = unique_name("t062_$tag");
-	push @routes, $route;
-	return ($route, event_route($route, "tgt_$tag", %opt));
-}
+sub refresh_sql { my ($route, $inv) = @_; return refresh_row_sql($route, $E, $inv); }
 
-sub prefix
-{
-	my ($route, $inv) = @_;
-	return invocation_prefix(route_id($route), $inv);
-}
-
-sub refresh_sql
-{
-	my ($route, $inv) = @_;
-	return "SELECT invocation_id, state, final_rows, backup_table FROM dpwin_refresh('$route', '$E'"
-	  . ($inv ? ", '$inv'" : '') . ")";
-}
-
-# Wait until $inv reaches $state, SIGKILL its coordinator, and wait for the
+# Wait until $inv reaches $state, then until its coordinator waits for the
+# answer to the statement that the endpoint holds back (one answered since
+# $seq matching $after first, if given), SIGKILL it, and wait for the
 # cluster to come back from crash recovery.
-sub kill_coordinator_at
+sub kill_in_request
 {
-	my ($inv, $state, $h, $label) = @_;
+	my ($inv, $state, $h, $label, %o) = @_;
 	ok(wait_until(sub { state_of($inv) eq $state }, 60), "$label: the invocation reached $state");
 	my $pid = coordinator_pid($inv);
 	like($pid, qr/^\d+$/, "$label: its coordinator holds the lease");
-	usleep(300_000);
-	crash([$pid], $h, $label, 'the coordinator');
-}
-
-# Wait until the query log shows a statement matching $re answered (with
-# an HTTP status) since $seq.
-sub wait_log
-{
-	my ($seq, $re) = @_;
-	return wait_until(sub { grep { $_->{query} =~ $re && $_->{status} =~ /^\d+$/ } ch_log_since($seq) }, 60);
+	crash_in_request($pid, $inv, $h, $label, %o);
 }
 
 # The checks after a recovery that published: target = new generation, the
@@ -93,12 +64,7 @@ sub check_published
 
 ch_control('POST', '/faults/clear');
 fresh_fixture($db, $schema);
-psql_ok("CREATE TABLE $schema.src (id bigint NOT NULL, w timestamptz, v text);
-	INSERT INTO $schema.src
-		SELECT g, timestamptz '2026-09-08 00:00:00+00' + g * interval '13 minutes 0.25 seconds', 'new ' || (g % 5)
-		FROM generate_series(0, 110) g;
-	INSERT INTO $schema.src VALUES (500, '2026-09-08 18:00:00+00', 'dup'), (500, '2026-09-08 18:00:00+00', 'dup'),
-		(501, NULL, 'not extracted');");
+create_event_source(rows => 111, step => '13 minutes 0.25 seconds', mod => 5);
 
 # --- killed while its EXCHANGE runs -----------------------------------------------
 
@@ -108,15 +74,16 @@ psql_ok("CREATE TABLE $schema.src (id bigint NOT NULL, w timestamptz, v text);
 sub killed_in_exchange
 {
 	my ($tag, $label, $ran) = @_;
-	my ($route, $t) = new_route($tag);
+	my ($route, $t) = new_event_route($tag);
 	my $pre = ch_rows($t);
 	my $pre_uuid = uuid_of($t);
 	my $inv = new_uuid();
 	my $seq = ch_log_seq();
 	fault(pattern => "EXCHANGE TABLES `$db`.`$t` AND", mode => 'delay', ms => 2500, count => 1);
 	my $h = bg_psql(refresh_sql($route, $inv));
-	kill_coordinator_at($inv, 'publishing', $h, $label);
-	ok(wait_log($seq, exchange_re($t)), "$label: $ran");
+	# After the intent, the EXCHANGE is the coordinator's only statement.
+	kill_in_request($inv, 'publishing', $h, $label, seq => $seq);
+	ok(wait_logged($seq, exchange_re($t), answered => 1), "$label: $ran");
 	return ($route, $t, $inv, $pre, $pre_uuid);
 }
 
@@ -153,7 +120,7 @@ sub killed_in_exchange
 	ch_ok("CREATE TABLE `$db`.`decoy` AS `$db`.`$t`");
 	my $decoy_uuid = uuid_of('decoy');
 	ch_ok("EXCHANGE TABLES `$db`.`$t` AND `$db`.`decoy`");
-	my $gen = prefix($route, $inv) . 'gen';
+	my $gen = generation_name($route, $inv);
 	my %before = map { $_ => uuid_of($_) } ($t, 'decoy', $gen);
 
 	my $seq = ch_log_seq();
@@ -201,7 +168,7 @@ sub stuck_in_publishing
 }
 
 {
-	my ($route, $t) = new_route('retry');
+	my ($route, $t) = new_event_route('retry');
 	my $pre = ch_rows($t);
 	my $pre_uuid = uuid_of($t);
 	my $inv = new_uuid();
@@ -232,7 +199,7 @@ for my $case ([ 'rows', "INSERT INTO `$db`.`%s` VALUES (88, '2026-07-01 00:00:00
 		qr/^42804: ClickHouse target `\Q$db\E`\.`tgt_column` has 4 columns/ ])
 {
 	my ($tag, $change, $re) = @$case;
-	my ($route, $t) = new_route($tag);
+	my ($route, $t) = new_event_route($tag);
 	my $inv = new_uuid();
 	stuck_in_publishing($route, $t, $inv, "changed before retry ($tag)");
 	ch_ok(sprintf($change, $t));
@@ -264,7 +231,7 @@ for my $case ([ 'rows', "INSERT INTO `$db`.`%s` VALUES (88, '2026-07-01 00:00:00
 # An unknown publication repaired by hand to the state before the exchange:
 # recover() treats it as not published and retries the exchange once.
 {
-	my ($route, $t) = new_route('unk2');
+	my ($route, $t) = new_event_route('unk2');
 	my $pre = ch_rows($t);
 	my $pre_uuid = uuid_of($t);
 	my $inv = new_uuid();
@@ -286,13 +253,16 @@ for my $case ([ 'rows', "INSERT INTO `$db`.`%s` VALUES (88, '2026-07-01 00:00:00
 # --- killed while extracting: the snapshot is gone ------------------------------------
 
 {
-	my ($route, $t) = new_route('xtr');
+	my ($route, $t) = new_event_route('xtr');
 	my $pre = ch_rows($t);
 	my $inv = new_uuid();
-	fault(pattern => "INSERT INTO `$db`.`" . prefix($route, $inv) . 'stg_', mode => 'delay', ms => 3000, count => 4);
+	# Killed with both workers inside a chunk (the source barrier).
+	my $barrier = hold_source("$schema.src", 'src_w');
 	my $h = bg_psql(refresh_sql($route, $inv));
-	kill_coordinator_at($inv, 'extracting', $h, 'killed extracting');
-	ch_control('POST', '/faults/clear');
+	is(scalar(workers_held($inv, 2)), 2, 'killed extracting: both workers are inside a chunk');
+	is(state_of($inv), 'extracting', 'killed extracting: the invocation is extracting');
+	crash([ coordinator_pid($inv) ], $h, 'killed extracting', 'the coordinator');
+	release_source($barrier);
 	my $err = psql_err("SELECT * FROM dpwin.recover('$inv')");
 	like($err, qr/^55000: invocation \Q$inv\E cannot be recovered: its snapshot expired before publication/,
 		'killed extracting: recover says the snapshot expired');
@@ -308,21 +278,23 @@ for my $case ([ 'rows', "INSERT INTO `$db`.`%s` VALUES (88, '2026-07-01 00:00:00
 
 for my $how ('recover', 'abandon')
 {
-	my ($route, $t) = new_route("bld_$how");
+	my ($route, $t) = new_event_route("bld_$how");
 	my $pre = ch_rows($t);
 	my $pre_uuid = uuid_of($t);
 	my $inv = new_uuid();
 	my $label = "killed building, $how";
-	my $gen = prefix($route, $inv) . 'gen';
+	my $gen = generation_name($route, $inv);
 	my $seq0 = ch_log_seq();
 	# The first ATTACH to the generation clones the target, the second
 	# attaches the staged parts: hold that one, in state verified.
 	fault(pattern => "ALTER TABLE `$db`.`$gen` ATTACH", mode => 'delay', ms => 1, count => 1);
-	fault(pattern => "ALTER TABLE `$db`.`$gen` ATTACH", mode => 'delay', ms => 2000, count => 1);
+	fault(pattern => "ALTER TABLE `$db`.`$gen` ATTACH", mode => 'delay', ms => 2500, count => 1);
 	my $h = bg_psql(refresh_sql($route, $inv));
-	kill_coordinator_at($inv, 'verified', $h, $label);
+	# Killed while it waits on that ATTACH, the generation cloned.
+	kill_in_request($inv, 'verified', $h, $label, seq => $seq0, after => qr/^CREATE TABLE `\Q$db\E`\.`\Q$gen\E`/);
 	# The dead coordinator's attach still runs on the server; let it end.
-	ok(wait_log($seq0, qr/^ALTER TABLE `\Q$db\E`\.`\Q$gen\E` ATTACH .*_stg_/s), "$label: its last statement has ended");
+	ok(wait_logged($seq0, qr/^ALTER TABLE `\Q$db\E`\.`\Q$gen\E` ATTACH .*_stg_/s, answered => 1),
+		"$label: its last statement has ended");
 	my $chunks = psql_ok("SELECT string_agg(chunk_no || ':' || attempt || ':' || state || ':' || staging_table || ':' || finished_at, ','"
 		  . " ORDER BY chunk_no) FROM dpwin.chunk WHERE invocation_id = '$inv'");
 	is(psql_ok("SELECT count(*) FILTER (WHERE state = 'verified') || '/' || count(*) FROM dpwin.chunk WHERE invocation_id = '$inv'"),
@@ -355,7 +327,6 @@ for my $how ('recover', 'abandon')
 # --- clean up -------------------------------------------------------------
 
 ch_control('POST', '/faults/clear');
-drop_routes(@routes);
 drop_fixture();
 
 done_testing();

@@ -19,6 +19,7 @@ use strict;
 use warnings;
 use Test::More;
 use DpwinTest;
+use DpwinFixture qw(fresh_fixture drop_fixture pg_row_sql ch_row_sql sorted_lines multiset_is fault wait_logged);
 use IPC::Run qw(start finish timeout);
 
 my $tag = "t070_$$";
@@ -31,39 +32,8 @@ my $hi = '2026-09-12 12:00:00+00';
 my $pg_keep = "(w < '$lo' OR w >= '$hi' OR w IS NULL)";
 my $pg_in = "(w >= '$lo' AND w < '$hi')";
 
-my $pg_row = "id::text || '|' || COALESCE((extract(epoch FROM w) * 1000000)::bigint::text, 'N') || '|'"
-  . " || COALESCE(encode(convert_to(v, 'UTF8'), 'hex'), 'N') || '|' || COALESCE(trim_scale(n)::text, 'N')";
-my $ch_row = "toString(id) || '|' || if(isNull(w), 'N', toString(toUnixTimestamp64Micro(assumeNotNull(w)))) || '|'"
-  . " || if(isNull(v), 'N', lower(hex(assumeNotNull(v)))) || '|' || if(isNull(n), 'N', toString(assumeNotNull(n)))";
-
-sub lines { my ($s) = @_; return [ sort grep { length } split /\n/, $s ]; }
-
-sub multiset_diff
-{
-	my ($got, $exp) = @_;
-	my %d;
-	$d{$_}++ for @$got;
-	$d{$_}-- for @$exp;
-	return grep { $d{$_} } sort keys %d;
-}
-
-sub multiset_is
-{
-	my ($got, $exp, $name) = @_;
-	my @diff = multiset_diff($got, $exp);
-	my $ok = ok(!@diff && @$got == @$exp, $name);
-	diag(sprintf("got %d rows, expected %d, %d distinct rows differ, e.g. %s",
-			scalar(@$got), scalar(@$exp), scalar(@diff), join(' ', @diff[ 0 .. ($#diff < 3 ? $#diff : 3) ])))
-	  unless $ok;
-	return $ok;
-}
-
-sub fault
-{
-	my (%f) = @_;
-	my $q = join('&', map { "$_=$f{$_}" } sort keys %f);
-	ch_control('POST', "/fault?$q");
-}
+my $pg_row = pg_row_sql();
+my $ch_row = ch_row_sql();
 
 sub ch_list
 {
@@ -78,16 +48,14 @@ sub parts_of
 }
 
 ch_control('POST', '/faults/clear');
-ch_ok("DROP DATABASE IF EXISTS `$db`");
-ch_ok("CREATE DATABASE `$db` ENGINE = Atomic");
+fresh_fixture($db, $schema);
 
 # The source: a row every 47 minutes over 09-01 .. 09-20, rows exactly on
 # both bounds, duplicates, NULL window rows (never extracted).  The initial
 # target: the source's rows outside the window, target-only kept rows
 # (duplicated), NULL window rows, and stale rows inside the window that
 # the refresh must remove.
-psql_ok("DROP SCHEMA IF EXISTS $schema CASCADE; CREATE SCHEMA $schema;
-	CREATE TABLE $schema.src (id bigint NOT NULL, w timestamptz, v text, n numeric(12,2));
+psql_ok("CREATE TABLE $schema.src (id bigint NOT NULL, w timestamptz, v text, n numeric(12,2));
 	INSERT INTO $schema.src
 	SELECT g, timestamptz '2026-09-01 00:00:00+00' + g * interval '47 minutes',
 		CASE WHEN g % 11 = 0 THEN NULL ELSE 'v' || g END, (g * 1.25)::numeric(12,2)
@@ -116,7 +84,7 @@ psql_ok("DROP SCHEMA IF EXISTS $schema CASCADE; CREATE SCHEMA $schema;
 	UNION ALL
 	SELECT * FROM $schema.src WHERE $pg_in;");
 
-my $expected = lines(psql_ok("SELECT $pg_row FROM $schema.expected"));
+my $expected = sorted_lines(psql_ok("SELECT $pg_row FROM $schema.expected"));
 my $n_window = psql_ok("SELECT count(*) FROM $schema.src WHERE $pg_in");
 
 my $cols = "(id Int64, w Nullable(DateTime64(6, 'UTC')), v Nullable(String), n Nullable(Decimal(12, 2)))";
@@ -139,7 +107,7 @@ sub fill_target
 sub target_rows
 {
 	my ($tbl) = @_;
-	return lines(ch_ok("SELECT $ch_row FROM `$db`.`$tbl`"));
+	return sorted_lines(ch_ok("SELECT $ch_row FROM `$db`.`$tbl`"));
 }
 
 # The refresh's statements in the endpoint's query log.
@@ -276,7 +244,7 @@ scenario(
 	table => 'by_day_deleted',
 	engine => "PARTITION BY toYYYYMMDD(w) ORDER BY id SETTINGS allow_nullable_key = 1",
 	prepare => sub { ch_ok("DELETE FROM `$db`.`by_day_deleted` WHERE id >= 8000 AND id < 8010") },
-	expected => lines(psql_ok("SELECT $pg_row FROM $schema.expected WHERE NOT (id >= 8000 AND id < 8010)")),
+	expected => sorted_lines(psql_ok("SELECT $pg_row FROM $schema.expected WHERE NOT (id >= 8000 AND id < 8010)")),
 	clone => sub { 1 },
 	evidence => qr/"why_not": "the server cannot read the minmax index of /);
 
@@ -307,12 +275,6 @@ sub refresh_async
 	return ($h, \$out, \$err);
 }
 
-sub wait_logged
-{
-	my ($seq, $re, $n) = @_;
-	return wait_until(sub { scalar(grep { $_->{query} =~ $re } ch_log_since($seq)) >= ($n // 1) }, 30);
-}
-
 my $tday = "`$db`.`by_day`";
 my $uuid_sql = "SELECT toString(uuid) FROM system.tables WHERE database = '$db' AND name = 'by_day'";
 
@@ -321,7 +283,7 @@ my $uuid_sql = "SELECT toString(uuid) FROM system.tables WHERE database = '$db' 
 {
 	ch_ok("INSERT INTO $tday VALUES (8800, '2026-09-03 01:00:00', 'merge me', 1)");
 	ch_ok("INSERT INTO $tday VALUES (8801, '2026-09-03 02:00:00', 'merge me', 2)");
-	my $exp = [ @$expected, lines(ch_ok("SELECT $ch_row FROM $tday WHERE id IN (8800, 8801)"))->@* ];
+	my $exp = [ @$expected, sorted_lines(ch_ok("SELECT $ch_row FROM $tday WHERE id IN (8800, 8801)"))->@* ];
 	cmp_ok(ch_ok("SELECT count() FROM system.parts WHERE database = '$db' AND table = 'by_day' AND active AND partition_id = '20260903'"),
 		'>=', 2, 'merge: partition 20260903 has several parts');
 	my $seq = ch_log_seq();
@@ -350,7 +312,7 @@ my $uuid_sql = "SELECT toString(uuid) FROM system.tables WHERE database = '$db' 
 	like($$err, qr/ERROR:\s+55000: target `\Q$db\E`\.`by_day` changed while it was cloned/,
 		'build: refused with 55000') or diag("out: $$out err: $$err");
 	is(ch_ok($uuid_sql), $uuid, 'build: the target was not exchanged');
-	$expected = [ @$expected, lines(ch_ok("SELECT $ch_row FROM $tday WHERE id = 8900"))->@* ];
+	$expected = [ @$expected, sorted_lines(ch_ok("SELECT $ch_row FROM $tday WHERE id = 8900"))->@* ];
 	multiset_is(target_rows('by_day'), $expected, 'build: target = previous rows + the late row');
 	is(ch_ok("SELECT count() FROM system.tables WHERE database = '$db' AND name LIKE '\\\\_dpwin\\\\_%'"), "0\n",
 		'build: no staging or generation table is left');
@@ -371,7 +333,7 @@ my $uuid_sql = "SELECT toString(uuid) FROM system.tables WHERE database = '$db' 
 	like($$err, qr/ERROR:\s+55000: target `\Q$db\E`\.`by_day` changed outside the window between generation build and publication/,
 		'publish: refused with 55000') or diag("out: $$out err: $$err");
 	is(ch_ok($uuid_sql), $uuid, 'publish: the target was not exchanged');
-	$expected = [ @$expected, lines(ch_ok("SELECT $ch_row FROM $tday WHERE id = 8901"))->@* ];
+	$expected = [ @$expected, sorted_lines(ch_ok("SELECT $ch_row FROM $tday WHERE id = 8901"))->@* ];
 	multiset_is(target_rows('by_day'), $expected, 'publish: target = previous rows + the late row');
 
 	# Without interference the next refresh publishes, keeping both rows.
@@ -380,8 +342,7 @@ my $uuid_sql = "SELECT toString(uuid) FROM system.tables WHERE database = '$db' 
 }
 
 ch_control('POST', '/faults/clear');
-psql_ok("SELECT dpwin.drop_route(route_name) FROM dpwin.route WHERE route_name LIKE '${tag}%';
-	DROP SCHEMA $schema CASCADE");
-ch_ok("DROP DATABASE `$db`");
+psql_ok("SELECT dpwin.drop_route(route_name) FROM dpwin.route WHERE route_name LIKE '${tag}%'");
+drop_fixture();
 
 done_testing();
