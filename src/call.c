@@ -183,4 +183,6 @@ dpwin_call_init(DpwinCallShared *call, DpwinCallMode mode)
 	call->user_id = GetUserId();
 	call->login_user_id = GetAuthenticatedUserId();
 	call->lease_timeout_ms = dpwin_lease_timeout_ms;
+	call->max_workers = dpwin_max_workers;
+	call->retry_backoff_ms = dpwin_retry_backoff_ms;
 }

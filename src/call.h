@@ -41,6 +41,8 @@ typedef struct DpwinCallShared
 	TimestampTz interval_end;
 	pg_uuid_t	invocation_id;
 	int			lease_timeout_ms;
+	int			max_workers;	/* the caller's dpwin.max_workers */
+	int			retry_backoff_ms;	/* the caller's dpwin.retry_backoff */
 
 	/* Outcome, written by the coordinator before it exits. */
 	bool		finished;

@@ -617,7 +617,10 @@ dpwin_coordinator_main(Datum main_arg)
 	c.progress_slot = -1;
 	c.state = DPWIN_STATE_PLANNED;
 	c.extract_seconds = c.verify_seconds = c.build_seconds = c.publish_seconds = -1;
+	/* the caller's settings, as it set them in its session */
 	dpwin_lease_timeout_ms = call->lease_timeout_ms;
+	dpwin_max_workers = call->max_workers;
+	dpwin_retry_backoff_ms = call->retry_backoff_ms;
 
 	/*
 	 * The journal must survive a crash of this server before dpwin acts on
