@@ -18,14 +18,13 @@
  */
 #include "dpwin.h"
 
-#include "common/cryptohash.h"
-#include "common/sha2.h"
 #include "lib/stringinfo.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 
 #include "admission.h"
 #include "ctq.h"
+#include "digest.h"
 #include "rowbinary.h"
 
 /*
@@ -479,8 +478,6 @@ static char *
 schema_fingerprint(int ncolumns, char **names, char **types,
 				   const char *engine_full, const char *create_query)
 {
-	pg_cryptohash_ctx *ctx;
-	uint8		digest[PG_SHA256_DIGEST_LENGTH];
 	StringInfoData buf;
 	char	   *body = ctq_body(create_query);
 	char	   *hex;
@@ -497,23 +494,8 @@ schema_fingerprint(int ncolumns, char **names, char **types,
 		body = pstrdup(create_query);
 	appendStringInfo(&buf, "%zu:%s\n", strlen(body), body);
 
-	ctx = pg_cryptohash_create(PG_SHA256);
-	if (pg_cryptohash_init(ctx) < 0 ||
-		pg_cryptohash_update(ctx, (const uint8 *) buf.data, buf.len) < 0 ||
-		pg_cryptohash_final(ctx, digest, sizeof(digest)) < 0)
-	{
-		const char *err = pg_cryptohash_error(ctx);
-
-		pg_cryptohash_free(ctx);
-		ereport(ERROR,
-				(errcode(ERRCODE_INTERNAL_ERROR),
-				 errmsg("could not compute the schema fingerprint: %s", err)));
-	}
-	pg_cryptohash_free(ctx);
-
-	hex = palloc(PG_SHA256_DIGEST_LENGTH * 2 + 1);
-	hex_encode((const char *) digest, PG_SHA256_DIGEST_LENGTH, hex);
-	hex[PG_SHA256_DIGEST_LENGTH * 2] = '\0';
+	hex = dpwin_sha256_hex(buf.data, buf.len);
+	pfree(buf.data);
 	return hex;
 }
 

@@ -103,6 +103,22 @@ static ChHttpStatus chhttp_post_inner(ChHttp *http, const char *sql,
 									  int timeout_ms, ChHttpReply *reply);
 static ChHttpStatus chhttp_finish(ChHttp *http, ChHttpReply *reply,
 								  ChHttpStatus status);
+static void chhttp_build_url(ChHttp *http, StringInfo url, const char *sql,
+							 const char *query_id, const char *settings,
+							 bool streamed);
+static void chhttp_reset_request(ChHttp *http, const char *sql,
+								 ChHttpBodyReader reader, void *reader_arg,
+								 ChHttpReply *reply);
+static bool chhttp_set_options(ChHttp *http, const char *url, bool streamed,
+							   int timeout_ms);
+static void chhttp_set_transport_error(ChHttpReply *reply, const char *msg);
+static ChHttpStatus chhttp_classify_failure(ChHttp *http, ChHttpReply *reply,
+											CURLcode rc, long http_code,
+											long request_size);
+static void chhttp_code_from_body(ChHttpReply *reply);
+static void chhttp_cut_to_code_line(ChHttpReply *reply);
+static ChHttpStatus chhttp_classify_answer(ChHttp *http, ChHttpReply *reply,
+										   long http_code);
 
 /*
  * Open a connection object.  No network traffic happens here: the first
@@ -364,7 +380,6 @@ chhttp_post_inner(ChHttp *http, const char *sql, const char *query_id,
 	CURLcode	rc;
 	long		http_code = 0;
 	long		request_size = 0;
-	bool		setopt_ok = true;
 
 	memset(reply, 0, sizeof(ChHttpReply));
 	initStringInfo(&reply->body);
@@ -378,19 +393,7 @@ chhttp_post_inner(ChHttp *http, const char *sql, const char *query_id,
 	}
 
 	/* everything that can ereport happens before the transfer starts */
-	initStringInfo(&url);
-	appendStringInfo(&url, "%s/?", http->url);
-	if (reader != NULL)
-		chhttp_append_param(&url, "query", sql);
-	if (query_id != NULL && query_id[0] != '\0')
-		chhttp_append_param(&url, "query_id", query_id);
-	/* the server's settings first: the request's own ones override them */
-	if (http->server_settings != NULL && http->server_settings[0] != '\0')
-		appendStringInfo(&url, "%s%s", url.data[url.len - 1] == '?' ? "" : "&",
-						 http->server_settings);
-	if (settings != NULL && settings[0] != '\0')
-		appendStringInfo(&url, "%s%s", url.data[url.len - 1] == '?' ? "" : "&",
-						 settings);
+	chhttp_build_url(http, &url, sql, query_id, settings, reader != NULL);
 
 	/*
 	 * curl_easy_reset drops every option but keeps live connections and the
@@ -398,7 +401,66 @@ chhttp_post_inner(ChHttp *http, const char *sql, const char *query_id,
 	 * reusing the keep-alive connection.
 	 */
 	curl_easy_reset(curl);
+	chhttp_reset_request(http, sql, reader, reader_arg, reply);
 
+	if (!chhttp_set_options(http, url.data, reader != NULL, timeout_ms))
+	{
+		http->reply = NULL;
+		pfree(url.data);
+		reply->transport_error = pstrdup("could not configure the libcurl handle");
+		return CHHTTP_CLIENT_ERROR;
+	}
+
+	/* the callbacks watch for cancellation while this runs */
+	rc = curl_easy_perform(curl);
+
+	http->reply = NULL;
+	curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &http_code);
+	curl_easy_getinfo(curl, CURLINFO_REQUEST_SIZE, &request_size);
+	/* the URL may not outlive the transfer: unset it before freeing */
+	curl_easy_setopt(curl, CURLOPT_URL, "");
+	curl_easy_setopt(curl, CURLOPT_POSTFIELDS, NULL);
+	http->text = NULL;
+	pfree(url.data);
+
+	reply->http_code = http_code;
+	if (http->query_id[0] != '\0')
+		reply->query_id = pstrdup(http->query_id);
+
+	if (rc != CURLE_OK)
+		return chhttp_classify_failure(http, reply, rc, http_code, request_size);
+	return chhttp_classify_answer(http, reply, http_code);
+}
+
+/*
+ * The request URL: base URL, then query (streamed bodies only: otherwise
+ * the statement is the body), query_id, the server's settings and the
+ * request's own settings, which override the server's.  May ereport.
+ */
+static void
+chhttp_build_url(ChHttp *http, StringInfo url, const char *sql,
+				 const char *query_id, const char *settings, bool streamed)
+{
+	initStringInfo(url);
+	appendStringInfo(url, "%s/?", http->url);
+	if (streamed)
+		chhttp_append_param(url, "query", sql);
+	if (query_id != NULL && query_id[0] != '\0')
+		chhttp_append_param(url, "query_id", query_id);
+	/* the server's settings first: the request's own ones override them */
+	if (http->server_settings != NULL && http->server_settings[0] != '\0')
+		appendStringInfo(url, "%s%s", url->data[url->len - 1] == '?' ? "" : "&",
+						 http->server_settings);
+	if (settings != NULL && settings[0] != '\0')
+		appendStringInfo(url, "%s%s", url->data[url->len - 1] == '?' ? "" : "&",
+						 settings);
+}
+
+/* Reset the state the callbacks share with chhttp_post() for one request. */
+static void
+chhttp_reset_request(ChHttp *http, const char *sql, ChHttpBodyReader reader,
+					 void *reader_arg, ChHttpReply *reply)
+{
 	http->errbuf[0] = '\0';
 	http->reply = reply;
 	http->reply_mcxt = CurrentMemoryContext;
@@ -414,12 +476,24 @@ chhttp_post_inner(ChHttp *http, const char *sql, const char *query_id,
 	http->have_exception_header = false;
 	http->query_id[0] = '\0';
 	http->exception_tag[0] = '\0';
+}
+
+/*
+ * Set every option of the (just reset) easy handle for one request: URL,
+ * protocols, timeouts, credentials, TLS, body and callbacks.  Returns false
+ * if libcurl refused any of them.
+ */
+static bool
+chhttp_set_options(ChHttp *http, const char *url, bool streamed, int timeout_ms)
+{
+	CURL	   *curl = http->curl;
+	bool		setopt_ok = true;
 
 #define SETOPT(opt, val) \
 	do { if (curl_easy_setopt(curl, (opt), (val)) != CURLE_OK) setopt_ok = false; } while (0)
 
 	SETOPT(CURLOPT_ERRORBUFFER, http->errbuf);
-	SETOPT(CURLOPT_URL, url.data);
+	SETOPT(CURLOPT_URL, url);
 	/* libcurl must not install signal handlers in a PostgreSQL process */
 	SETOPT(CURLOPT_NOSIGNAL, 1L);
 #if LIBCURL_VERSION_NUM >= 0x075500
@@ -449,7 +523,7 @@ chhttp_post_inner(ChHttp *http, const char *sql, const char *query_id,
 		SETOPT(CURLOPT_CAINFO, http->ca_file);
 
 	SETOPT(CURLOPT_POST, 1L);
-	if (reader != NULL)
+	if (streamed)
 	{
 		SETOPT(CURLOPT_HTTPHEADER, http->stream_headers);
 		SETOPT(CURLOPT_READFUNCTION, chhttp_read_cb);
@@ -481,136 +555,165 @@ chhttp_post_inner(ChHttp *http, const char *sql, const char *query_id,
 	SETOPT(CURLOPT_XFERINFODATA, http);
 #undef SETOPT
 
-	if (!setopt_ok)
+	return setopt_ok;
+}
+
+/* Replace reply->transport_error with a message of our own. */
+static void
+chhttp_set_transport_error(ChHttpReply *reply, const char *msg)
+{
+	pfree(reply->transport_error);
+	reply->transport_error = pstrdup(msg);
+}
+
+/*
+ * Classify a transfer that libcurl ended with an error (rc), given what
+ * had been exchanged by then: the status code (0 when no answer arrived)
+ * and the size of the request sent (0 when not even the request line went
+ * out).
+ */
+static ChHttpStatus
+chhttp_classify_failure(ChHttp *http, ChHttpReply *reply, CURLcode rc,
+						long http_code, long request_size)
+{
+	reply->transport_error = pstrdup(http->errbuf[0] != '\0' ?
+									 http->errbuf : curl_easy_strerror(rc));
+
+	/*
+	 * A server that fails after it has sent "200 OK" reports the error at
+	 * the end of the body and then breaks the connection: that is a server
+	 * error with a message, not a lost reply.
+	 */
+	if (http_code >= 200 && (rc == CURLE_PARTIAL_FILE || rc == CURLE_RECV_ERROR) &&
+		chhttp_body_exception(http, reply))
+		return CHHTTP_SERVER_ERROR;
+
+	switch (rc)
 	{
-		http->reply = NULL;
-		pfree(url.data);
-		reply->transport_error = pstrdup("could not configure the libcurl handle");
-		return CHHTTP_CLIENT_ERROR;
-	}
+		case CURLE_COULDNT_RESOLVE_HOST:
+		case CURLE_COULDNT_RESOLVE_PROXY:
+		case CURLE_COULDNT_CONNECT:
+			return CHHTTP_CONNECT_FAILED;
 
-	rc = curl_easy_perform(curl);
+		case CURLE_SSL_CONNECT_ERROR:
+		case CURLE_PEER_FAILED_VERIFICATION:
+		case CURLE_SSL_CERTPROBLEM:
+		case CURLE_SSL_CIPHER:
+		case CURLE_SSL_CACERT_BADFILE:
+		case CURLE_SSL_CRL_BADFILE:
+		case CURLE_SSL_ISSUER_ERROR:
+		case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
+		case CURLE_SSL_INVALIDCERTSTATUS:
+		case CURLE_SSL_CLIENTCERT:
+		case CURLE_SSL_ENGINE_NOTFOUND:
+		case CURLE_SSL_ENGINE_SETFAILED:
+		case CURLE_SSL_ENGINE_INITFAILED:
+			return CHHTTP_TLS_FAILED;
 
-	http->reply = NULL;
-	curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &http_code);
-	curl_easy_getinfo(curl, CURLINFO_REQUEST_SIZE, &request_size);
-	/* the URL may not outlive the transfer: unset it before freeing */
-	curl_easy_setopt(curl, CURLOPT_URL, "");
-	curl_easy_setopt(curl, CURLOPT_POSTFIELDS, NULL);
-	http->text = NULL;
-	pfree(url.data);
+		case CURLE_OPERATION_TIMEDOUT:
 
-	reply->http_code = http_code;
-	if (http->query_id[0] != '\0')
-		reply->query_id = pstrdup(http->query_id);
-
-	if (rc != CURLE_OK)
-	{
-		reply->transport_error = pstrdup(http->errbuf[0] != '\0' ?
-										 http->errbuf : curl_easy_strerror(rc));
-
-		/*
-		 * A server that fails after it has sent "200 OK" reports the error
-		 * at the end of the body and then breaks the connection: that is a
-		 * server error with a message, not a lost reply.
-		 */
-		if (http_code >= 200 && (rc == CURLE_PARTIAL_FILE || rc == CURLE_RECV_ERROR) &&
-			chhttp_body_exception(http, reply))
-			return CHHTTP_SERVER_ERROR;
-
-		switch (rc)
-		{
-			case CURLE_COULDNT_RESOLVE_HOST:
-			case CURLE_COULDNT_RESOLVE_PROXY:
-			case CURLE_COULDNT_CONNECT:
+			/*
+			 * A timeout before any byte of the request went out (while
+			 * resolving, connecting or in the TLS handshake) cannot have run
+			 * anything: report it as a failed connection.
+			 */
+			if (request_size <= 0)
 				return CHHTTP_CONNECT_FAILED;
+			return CHHTTP_TIMEOUT;
 
-			case CURLE_SSL_CONNECT_ERROR:
-			case CURLE_PEER_FAILED_VERIFICATION:
-			case CURLE_SSL_CERTPROBLEM:
-			case CURLE_SSL_CIPHER:
-			case CURLE_SSL_CACERT_BADFILE:
-			case CURLE_SSL_CRL_BADFILE:
-			case CURLE_SSL_ISSUER_ERROR:
-			case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
-			case CURLE_SSL_INVALIDCERTSTATUS:
-			case CURLE_SSL_CLIENTCERT:
-			case CURLE_SSL_ENGINE_NOTFOUND:
-			case CURLE_SSL_ENGINE_SETFAILED:
-			case CURLE_SSL_ENGINE_INITFAILED:
-				return CHHTTP_TLS_FAILED;
+		case CURLE_ABORTED_BY_CALLBACK:
+			if (http->canceled)
+				return CHHTTP_CANCELED;
+			if (http->reader_failed)
+				chhttp_set_transport_error(reply,
+										   "the request body could not be produced");
+			return CHHTTP_CLIENT_ERROR;
 
-			case CURLE_OPERATION_TIMEDOUT:
+		case CURLE_WRITE_ERROR:
+			if (http->body_too_large)
+				chhttp_set_transport_error(reply,
+										   "the answer exceeds the maximum size of 1 GB");
+			else if (http->body_oom)
+				chhttp_set_transport_error(reply,
+										   "out of memory while receiving the answer");
+			return CHHTTP_CLIENT_ERROR;
 
-				/*
-				 * A timeout before any byte of the request went out (while
-				 * resolving, connecting or in the TLS handshake) cannot have
-				 * run anything: report it as a failed connection.
-				 */
-				if (request_size <= 0)
-					return CHHTTP_CONNECT_FAILED;
-				return CHHTTP_TIMEOUT;
+		case CURLE_GOT_NOTHING:
+		case CURLE_RECV_ERROR:
+		case CURLE_SEND_ERROR:
+		case CURLE_PARTIAL_FILE:
+		case CURLE_SEND_FAIL_REWIND:
+		case CURLE_HTTP2:
+		case CURLE_HTTP2_STREAM:
+		case CURLE_WEIRD_SERVER_REPLY:
+		case CURLE_BAD_CONTENT_ENCODING:
 
-			case CURLE_ABORTED_BY_CALLBACK:
-				if (http->canceled)
-					return CHHTTP_CANCELED;
-				if (http->reader_failed)
-				{
-					pfree(reply->transport_error);
-					reply->transport_error = pstrdup("the request body could not be produced");
-					return CHHTTP_CLIENT_ERROR;
-				}
-				return CHHTTP_CLIENT_ERROR;
+			/*
+			 * The connection broke.  If not even the request line went out,
+			 * the server cannot have started anything.
+			 */
+			if (request_size <= 0 && http_code == 0)
+				return CHHTTP_CONNECT_FAILED;
+			return CHHTTP_REPLY_LOST;
 
-			case CURLE_WRITE_ERROR:
-				if (http->body_too_large || http->body_oom)
-				{
-					pfree(reply->transport_error);
-					reply->transport_error =
-						pstrdup(http->body_too_large ?
-								"the answer exceeds the maximum size of 1 GB" :
-								"out of memory while receiving the answer");
-				}
-				return CHHTTP_CLIENT_ERROR;
+		case CURLE_LOGIN_DENIED:
+			chhttp_set_transport_error(reply,
+									   "credentials in the url option are not allowed; put them in a user mapping");
+			return CHHTTP_CLIENT_ERROR;
 
-			case CURLE_GOT_NOTHING:
-			case CURLE_RECV_ERROR:
-			case CURLE_SEND_ERROR:
-			case CURLE_PARTIAL_FILE:
-			case CURLE_SEND_FAIL_REWIND:
-			case CURLE_HTTP2:
-			case CURLE_HTTP2_STREAM:
-			case CURLE_WEIRD_SERVER_REPLY:
-			case CURLE_BAD_CONTENT_ENCODING:
+		default:
+			return CHHTTP_CLIENT_ERROR;
+	}
+}
 
-				/*
-				 * The connection broke.  If not even the request line went
-				 * out, the server cannot have started anything.
-				 */
-				if (request_size <= 0 && http_code == 0)
-					return CHHTTP_CONNECT_FAILED;
-				return CHHTTP_REPLY_LOST;
+/* Set reply->exception_code from a "Code: N." body if no header gave one. */
+static void
+chhttp_code_from_body(ChHttpReply *reply)
+{
+	if (reply->exception_code <= 0)
+	{
+		int			code = chhttp_parse_code(reply->body.data);
 
-			case CURLE_LOGIN_DENIED:
-				pfree(reply->transport_error);
-				reply->transport_error =
-					pstrdup("credentials in the url option are not allowed; put them in a user mapping");
-				return CHHTTP_CLIENT_ERROR;
+		if (code > 0)
+			reply->exception_code = code;
+	}
+}
 
-			default:
-				return CHHTTP_CLIENT_ERROR;
+/*
+ * Cut the body down to its last line that starts with "Code: " (what older
+ * servers append after an exception), if there is one.
+ */
+static void
+chhttp_cut_to_code_line(ChHttpReply *reply)
+{
+	char	   *data = reply->body.data;
+	int			i;
+
+	for (i = reply->body.len - 6; i >= 0; i--)
+	{
+		if ((i == 0 || data[i - 1] == '\n') &&
+			strncmp(data + i, "Code: ", 6) == 0)
+		{
+			char	   *copy = pstrdup(data + i);
+
+			resetStringInfo(&reply->body);
+			appendStringInfoString(&reply->body, copy);
+			pfree(copy);
+			break;
 		}
 	}
+}
 
+/*
+ * Classify a transfer that completed: by its status code, then by the
+ * exception a server may report after it has already sent "200 OK".
+ */
+static ChHttpStatus
+chhttp_classify_answer(ChHttp *http, ChHttpReply *reply, long http_code)
+{
 	if (http_code < 200 || http_code > 299)
 	{
-		if (reply->exception_code <= 0)
-		{
-			int			code = chhttp_parse_code(reply->body.data);
-
-			if (code > 0)
-				reply->exception_code = code;
-		}
+		chhttp_code_from_body(reply);
 		return CHHTTP_SERVER_ERROR;
 	}
 
@@ -623,34 +726,11 @@ chhttp_post_inner(ChHttp *http, const char *sql, const char *query_id,
 	{
 		/*
 		 * Cut the body down to the message: framed, or else from the last
-		 * line that starts with "Code: " (what older servers append).
+		 * line that starts with "Code: ".
 		 */
 		if (!chhttp_body_exception(http, reply))
-		{
-			char	   *data = reply->body.data;
-			int			i;
-
-			for (i = reply->body.len - 6; i >= 0; i--)
-			{
-				if ((i == 0 || data[i - 1] == '\n') &&
-					strncmp(data + i, "Code: ", 6) == 0)
-				{
-					char	   *copy = pstrdup(data + i);
-
-					resetStringInfo(&reply->body);
-					appendStringInfoString(&reply->body, copy);
-					pfree(copy);
-					break;
-				}
-			}
-		}
-		if (reply->exception_code <= 0)
-		{
-			int			code = chhttp_parse_code(reply->body.data);
-
-			if (code > 0)
-				reply->exception_code = code;
-		}
+			chhttp_cut_to_code_line(reply);
+		chhttp_code_from_body(reply);
 		return CHHTTP_SERVER_ERROR;
 	}
 	if (chhttp_body_exception(http, reply))
@@ -755,13 +835,7 @@ chhttp_body_exception(ChHttp *http, ChHttpReply *reply)
 		appendStringInfoString(&reply->body, copy);
 		pfree(copy);
 	}
-	if (reply->exception_code <= 0)
-	{
-		int			code = chhttp_parse_code(reply->body.data);
-
-		if (code > 0)
-			reply->exception_code = code;
-	}
+	chhttp_code_from_body(reply);
 	/* an exception without a code is still an exception */
 	if (reply->exception_code == 0)
 		reply->exception_code = -1;

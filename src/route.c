@@ -25,8 +25,6 @@
 #include "catalog/pg_class.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
-#include "common/cryptohash.h"
-#include "common/sha2.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "lib/stringinfo.h"
@@ -42,6 +40,7 @@
 #include "utils/timestamp.h"
 
 #include "catalog.h"
+#include "digest.h"
 #include "route.h"
 #include "rowbinary.h"
 #include "window.h"
@@ -440,27 +439,14 @@ check_evidence_function(Oid fn, Oid userid)
 }
 
 /*
- * Turn a spec into a DpwinRoute.  With validate, everything create_route
- * promises is checked, privileges as userid; without, only what loading a
- * stored route needs (the source and columns still exist).
+ * The window column must exist in the source and be a timestamptz (or a
+ * domain over it).
  */
-static DpwinRoute *
-resolve_spec(const RouteSpec *spec, bool validate, Oid userid)
+static void
+check_window_column(const RouteSpec *spec, const DpwinRoute *r)
 {
-	DpwinRoute *r = palloc0(sizeof(DpwinRoute));
-	List	   *colnames;
-	ListCell   *lc;
-	int			i;
 	HeapTuple	wtp;
 
-	r->route_id = spec->route_id;
-	r->route_name = pstrdup(spec->route_name);
-	r->source_relid = spec->source_relid;
-	check_source(spec->source_relid, spec->route_name, spec->route_id != 0);
-	r->source_schema = get_namespace_name(get_rel_namespace(spec->source_relid));
-	r->source_table = get_rel_name(spec->source_relid);
-
-	/* the window column first: its errors are the most likely ones */
 	wtp = SearchSysCacheAttName(spec->source_relid, spec->window_column);
 	if (!HeapTupleIsValid(wtp))
 		ereport(ERROR,
@@ -483,6 +469,18 @@ resolve_spec(const RouteSpec *spec, bool validate, Oid userid)
 				 errhint("The window column must be of type timestamptz.")));
 	}
 	ReleaseSysCache(wtp);
+}
+
+/*
+ * Resolve the route's columns (all user columns when none are listed) and
+ * find the window column among them.
+ */
+static void
+resolve_columns(DpwinRoute *r, const RouteSpec *spec, bool validate)
+{
+	List	   *colnames;
+	ListCell   *lc;
+	int			i;
 
 	colnames = spec->columns != NIL ? spec->columns :
 		all_user_columns(spec->source_relid);
@@ -520,37 +518,126 @@ resolve_spec(const RouteSpec *spec, bool validate, Oid userid)
 				 errmsg("columns must include the window column \"%s\"",
 						spec->window_column)));
 	r->window_column = pstrdup(r->columns[r->window_index]);
+}
 
+/*
+ * userid must be able to read every column of the route, and no row-level
+ * security may hide rows from it.
+ */
+static void
+check_source_access(const DpwinRoute *r, Oid userid)
+{
+	const char *denied = NULL;
+
+	if (!can_select_columns(r->source_relid, r, userid, &denied))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied to read column \"%s\" of source \"%s\"",
+						denied, r->source_table),
+				 errhint("A route's owner needs SELECT on the source table or on each of its columns.")));
+	if (check_enable_rls(r->source_relid, userid, true) == RLS_ENABLED)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("row-level security applies to source \"%s\"",
+						r->source_table),
+				 errdetail("A refresh that sees only some rows would delete the others from the target window.")));
+}
+
+/* The server must be a dpwin server that userid may use. */
+static void
+check_server_usage(const char *server_name, Oid userid)
+{
+	Oid			serverid = dpwin_server_check(server_name);
+
+	if (pg_foreign_server_aclcheck(serverid, userid, ACL_USAGE) != ACLCHECK_OK)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied for server \"%s\"", server_name),
+				 errhint("GRANT USAGE ON FOREIGN SERVER %s TO the route's owner.",
+						 quote_identifier(server_name))));
+}
+
+/*
+ * Convert lookback and chunk_interval; with validate, a chunk may not be
+ * longer than the window nor cut it into too many chunks.
+ */
+static void
+resolve_durations(DpwinRoute *r, const RouteSpec *spec, bool validate)
+{
+	int64		nchunks;
+
+	r->lookback_us = dpwin_duration_usecs(spec->lookback, "lookback");
+	r->chunk_us = dpwin_duration_usecs(spec->chunk_interval, "chunk_interval");
+	if (!validate)
+		return;
+
+	if (r->chunk_us > r->lookback_us)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("chunk_interval \"%s\" is longer than lookback \"%s\"",
+						dpwin_interval_text(spec->chunk_interval),
+						dpwin_interval_text(spec->lookback))));
+	nchunks = dpwin_window_nchunks(r->lookback_us, r->chunk_us);
+	if (nchunks > DPWIN_MAX_CHUNKS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("chunk_interval \"%s\" cuts lookback \"%s\" into " INT64_FORMAT " chunks, more than %d",
+						dpwin_interval_text(spec->chunk_interval),
+						dpwin_interval_text(spec->lookback), nchunks,
+						DPWIN_MAX_CHUNKS),
+				 errhint("Use a longer chunk interval.")));
+}
+
+/* parallelism, batch_rows and max_encoded_bytes must be in range. */
+static void
+check_limits(const RouteSpec *spec)
+{
+	if (spec->parallelism < 1 || spec->parallelism > DPWIN_MAX_PARALLELISM)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("parallelism %d is out of range", spec->parallelism),
+				 errdetail("parallelism is 1 to %d.", DPWIN_MAX_PARALLELISM)));
+	if (spec->batch_rows < 1 || spec->batch_rows > MAX_BATCH_ROWS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("batch_rows %d is out of range", spec->batch_rows),
+				 errdetail("batch_rows is 1 to %d.", MAX_BATCH_ROWS)));
+	if (spec->max_encoded_bytes < MIN_ENCODED_BYTES ||
+		spec->max_encoded_bytes > MAX_ENCODED_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("max_encoded_bytes " INT64_FORMAT " is out of range",
+						spec->max_encoded_bytes),
+				 errdetail("max_encoded_bytes is " INT64_FORMAT " (64 kB) to " INT64_FORMAT " (1 GB).",
+						   MIN_ENCODED_BYTES, MAX_ENCODED_BYTES)));
+}
+
+/*
+ * Turn a spec into a DpwinRoute.  With validate, everything create_route
+ * promises is checked, privileges as userid; without, only what loading a
+ * stored route needs (the source and columns still exist).
+ */
+static DpwinRoute *
+resolve_spec(const RouteSpec *spec, bool validate, Oid userid)
+{
+	DpwinRoute *r = palloc0(sizeof(DpwinRoute));
+
+	r->route_id = spec->route_id;
+	r->route_name = pstrdup(spec->route_name);
+	r->source_relid = spec->source_relid;
+	check_source(spec->source_relid, spec->route_name, spec->route_id != 0);
+	r->source_schema = get_namespace_name(get_rel_namespace(spec->source_relid));
+	r->source_table = get_rel_name(spec->source_relid);
+
+	/* the window column first: its errors are the most likely ones */
+	check_window_column(spec, r);
+	resolve_columns(r, spec, validate);
 	if (validate)
-	{
-		const char *denied = NULL;
-
-		if (!can_select_columns(r->source_relid, r, userid, &denied))
-			ereport(ERROR,
-					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-					 errmsg("permission denied to read column \"%s\" of source \"%s\"",
-							denied, r->source_table),
-					 errhint("A route's owner needs SELECT on the source table or on each of its columns.")));
-		if (check_enable_rls(r->source_relid, userid, true) == RLS_ENABLED)
-			ereport(ERROR,
-					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-					 errmsg("row-level security applies to source \"%s\"",
-							r->source_table),
-					 errdetail("A refresh that sees only some rows would delete the others from the target window.")));
-	}
+		check_source_access(r, userid);
 
 	r->server_name = pstrdup(spec->server_name);
 	if (validate)
-	{
-		Oid			serverid = dpwin_server_check(spec->server_name);
-
-		if (pg_foreign_server_aclcheck(serverid, userid, ACL_USAGE) != ACLCHECK_OK)
-			ereport(ERROR,
-					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-					 errmsg("permission denied for server \"%s\"", spec->server_name),
-					 errhint("GRANT USAGE ON FOREIGN SERVER %s TO the route's owner.",
-							 quote_identifier(spec->server_name))));
-	}
+		check_server_usage(spec->server_name, userid);
 
 	r->target_database = pstrdup(spec->target_database);
 	r->target_table = pstrdup(spec->target_table);
@@ -562,53 +649,13 @@ resolve_spec(const RouteSpec *spec, bool validate, Oid userid)
 						  strlen(spec->target_table));
 	}
 
-	r->lookback_us = dpwin_duration_usecs(spec->lookback, "lookback");
-	r->chunk_us = dpwin_duration_usecs(spec->chunk_interval, "chunk_interval");
-	if (validate)
-	{
-		int64		nchunks;
-
-		if (r->chunk_us > r->lookback_us)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("chunk_interval \"%s\" is longer than lookback \"%s\"",
-							dpwin_interval_text(spec->chunk_interval),
-							dpwin_interval_text(spec->lookback))));
-		nchunks = dpwin_window_nchunks(r->lookback_us, r->chunk_us);
-		if (nchunks > DPWIN_MAX_CHUNKS)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("chunk_interval \"%s\" cuts lookback \"%s\" into " INT64_FORMAT " chunks, more than %d",
-							dpwin_interval_text(spec->chunk_interval),
-							dpwin_interval_text(spec->lookback), nchunks,
-							DPWIN_MAX_CHUNKS),
-					 errhint("Use a longer chunk interval.")));
-	}
+	resolve_durations(r, spec, validate);
 
 	r->parallelism = spec->parallelism;
 	r->batch_rows = spec->batch_rows;
 	r->max_encoded_bytes = spec->max_encoded_bytes;
 	if (validate)
-	{
-		if (spec->parallelism < 1 || spec->parallelism > DPWIN_MAX_PARALLELISM)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("parallelism %d is out of range", spec->parallelism),
-					 errdetail("parallelism is 1 to %d.", DPWIN_MAX_PARALLELISM)));
-		if (spec->batch_rows < 1 || spec->batch_rows > MAX_BATCH_ROWS)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("batch_rows %d is out of range", spec->batch_rows),
-					 errdetail("batch_rows is 1 to %d.", MAX_BATCH_ROWS)));
-		if (spec->max_encoded_bytes < MIN_ENCODED_BYTES ||
-			spec->max_encoded_bytes > MAX_ENCODED_BYTES)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("max_encoded_bytes " INT64_FORMAT " is out of range",
-							spec->max_encoded_bytes),
-					 errdetail("max_encoded_bytes is " INT64_FORMAT " (64 kB) to " INT64_FORMAT " (1 GB).",
-							   MIN_ENCODED_BYTES, MAX_ENCODED_BYTES)));
-	}
+		check_limits(spec);
 
 	r->evidence_function = spec->evidence_function;
 	if (validate && OidIsValid(spec->evidence_function))
@@ -632,8 +679,6 @@ char *
 dpwin_route_fingerprint(const DpwinRoute *route)
 {
 	StringInfoData buf;
-	pg_cryptohash_ctx *ctx;
-	uint8		hash[PG_SHA256_DIGEST_LENGTH];
 	char	   *hex;
 	char		num[32];
 
@@ -659,20 +704,7 @@ dpwin_route_fingerprint(const DpwinRoute *route)
 	snprintf(num, sizeof(num), INT64_FORMAT, route->chunk_us);
 	fp_field(&buf, "chunk_us", num);
 
-	ctx = pg_cryptohash_create(PG_SHA256);
-	if (ctx == NULL ||
-		pg_cryptohash_init(ctx) < 0 ||
-		pg_cryptohash_update(ctx, (uint8 *) buf.data, buf.len) < 0 ||
-		pg_cryptohash_final(ctx, hash, sizeof(hash)) < 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INTERNAL_ERROR),
-				 errmsg("could not compute SHA-256: %s",
-						ctx ? pg_cryptohash_error(ctx) : "out of memory")));
-	pg_cryptohash_free(ctx);
-
-	hex = palloc(PG_SHA256_DIGEST_LENGTH * 2 + 1);
-	hex_encode((const char *) hash, sizeof(hash), hex);
-	hex[PG_SHA256_DIGEST_LENGTH * 2] = '\0';
+	hex = dpwin_sha256_hex(buf.data, buf.len);
 	pfree(buf.data);
 	return hex;
 }
