@@ -608,7 +608,7 @@ check_limits(const RouteSpec *spec)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("max_encoded_bytes " INT64_FORMAT " is out of range",
 						spec->max_encoded_bytes),
-				 errdetail("max_encoded_bytes is " INT64_FORMAT " (64 kB) to " INT64_FORMAT " (1 GB).",
+				 errdetail("max_encoded_bytes is " INT64_FORMAT " (64 kB) to " INT64_FORMAT " (256 MB).",
 						   MIN_ENCODED_BYTES, MAX_ENCODED_BYTES)));
 }
 
