@@ -37,6 +37,9 @@ PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
+# PGXS tracks no header dependencies: a changed header rebuilds every object.
+$(OBJS): $(wildcard $(srcdir)/src/*.h)
+
 $(EXTENSION)--$(EXTVERSION).sql: $(INSTALL_PARTS)
 	cat $^ > $@
 
