@@ -273,13 +273,15 @@ overlap_clone(Coordinator *c)
 	{
 		ErrorData  *edata;
 
-		MemoryContextSwitchTo(cxt);
+		MemoryContextSwitchTo(c->cxt);
 		edata = CopyErrorData();
-		if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED || QueryCancelPending ||
-			ProcDiePending)
-			PG_RE_THROW();
 		FlushErrorState();
 		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED || QueryCancelPending ||
+			ProcDiePending)
+			ReThrowError(edata);
 		ereport(LOG,
 				(errmsg("dpwin: invocation %s clones its target after extraction: %s",
 						dpwin_uuid_text(&c->id), edata->message)));
@@ -331,8 +333,8 @@ coordinator_tally_receipts(Coordinator *c)
 
 		if (s->result != DPWIN_CHUNK_VERIFIED && s->result != DPWIN_CHUNK_SKIPPED)
 			ereport(ERROR,
-					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-					 errmsg("chunk %d of invocation %s has no verified receipt",
+					(errcode(ERRCODE_INTERNAL_ERROR),
+					 errmsg("chunk %d of invocation %s was not staged",
 							s->chunk_no, dpwin_uuid_text(&c->id)),
 					 errdetail("A chunk worker stopped before finishing it.")));
 		dpwin_digest_merge(&c->source_digest, &s->digest);
