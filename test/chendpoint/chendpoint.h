@@ -185,7 +185,7 @@ char *qid_rewrite(const char *text, size_t len, const char *query_id,
 
 /* ---- accounts (http.c) ---- */
 
-/* The engine role an HTTP user runs as; NULL for the --user account. */
+/* The engine role an HTTP user runs as; NULL: every role of `default`. */
 const char *account_role(const char *user);
 void load_roles(struct engine_conn *conn);
 

@@ -236,7 +236,7 @@ authenticate(struct MHD_Connection *c, struct request *r,
 	r->user = user;
 	ok = strcmp(password, g.password) == 0 &&
 	    (strcmp(user, g.user) == 0 || account_role(user) != NULL);
-	r->role = strcmp(user, g.user) == 0 ? NULL : account_role(user);
+	r->role = account_role(user);
 	free(password);
 	if (!ok) {
 		set_error_fmt(r, 516, "%s: Authentication failed: password is "
@@ -249,18 +249,19 @@ authenticate(struct MHD_Connection *c, struct request *r,
 /* ---- accounts ---- */
 
 /*
- * Besides the --user account, which runs with every role the engine's
- * `default` user has (as the server enables a user's default roles), each
- * engine role granted to `default` is an account of the same name and the
- * same password whose statements run with SET ROLE <name>: with that
- * role's privileges only.  The server would have a user per account; the
- * engine runs every session as `default`, so a role is what can narrow one.
+ * The engine runs every session as its user `default`; a server would have
+ * one user per account.  What can narrow a session is a role, so each role
+ * granted to `default` (configured in the users file, --config-file) is an
+ * account of the same name, with the --password password, whose statements
+ * run with SET ROLE <name>: that role's privileges only.  The --user account
+ * runs as the role of its name when there is one, else with every role
+ * `default` has (as without roles, the built-in privileges).
+ * enabledRoles() needs no privilege, unlike system.role_grants.
  */
 void
 load_roles(struct engine_conn *conn)
 {
-	static const char q[] = "SELECT granted_role_name FROM system.role_grants "
-	    "WHERE user_name = 'default' ORDER BY granted_role_name";
+	static const char q[] = "SELECT arrayJoin(enabledRoles()) AS r ORDER BY r";
 	struct engine_result res;
 	const char *p, *end;
 
