@@ -382,6 +382,8 @@ main(int argc, char **argv)
 		return 1;
 	}
 	engine_set_path(path);
+	g.data_path = path;
+	qid_mode_load();
 	if (config_file != NULL)
 		engine_set_config_file(config_file);
 	g.anchor = engine_connect();

@@ -70,6 +70,7 @@ struct endpoint_state {
 	char timezone[128];
 	char engine_version[64];
 	char fifo_dir[PATH_MAX];
+	const char *data_path;	/* --path */
 	FILE *logfile;
 	struct engine_conn *anchor;
 	char **roles;		/* engine roles granted to `default` */
@@ -163,7 +164,10 @@ enum run_phase {
 struct request;
 
 enum qid_mode qid_mode_get(void);
+/* Set the mode and keep it in the data directory, for the next start. */
 void qid_mode_set(enum qid_mode m);
+/* The mode kept in the data directory (visible if none). */
+void qid_mode_load(void);
 /*
  * Enter a statement into the registry; in the visible mode, refuse a
  * query_id that is already running (returns -1, the server's code 216).

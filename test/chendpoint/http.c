@@ -555,6 +555,13 @@ answer(struct MHD_Connection *c, struct request *r)
 		r->answered = 1;
 		return MHD_NO;	/* MHD closes the connection */
 	}
+	/* A server going down drops its connections, not answering them. */
+	if (r->failed && atomic_load(&g.shutting_down)) {
+		engine_result_free(&r->res);
+		log_request(r, "shutdown");
+		r->answered = 1;
+		return MHD_NO;
+	}
 	if (r->failed)
 		return queue_error(c, r);
 	if (r->fault.mode == FAULT_MIDSTREAM)

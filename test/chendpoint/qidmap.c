@@ -22,6 +22,7 @@
  */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -57,10 +58,46 @@ qid_mode_get(void)
 	return (enum qid_mode) atomic_load(&mode);
 }
 
+/*
+ * The mode is a property of the server under test, like its tables: it
+ * survives a restart of the endpoint (test/sandbox.sh restart-ch), so that
+ * a client reconnecting after the restart meets the same server.
+ */
+static char *
+mode_file(void)
+{
+	return xasprintf("%s/chendpoint_query_ids", g.data_path);
+}
+
 void
 qid_mode_set(enum qid_mode m)
 {
+	char *path = mode_file();
+	FILE *f = fopen(path, "w");
+
 	atomic_store(&mode, (int) m);
+	if (f != NULL) {
+		fputs(m == QID_HIDDEN ? "hidden\n" : "visible\n", f);
+		fclose(f);
+	}
+	free(path);
+}
+
+void
+qid_mode_load(void)
+{
+	char *path = mode_file();
+	FILE *f = fopen(path, "r");
+	char line[32] = "";
+
+	if (f != NULL) {
+		if (fgets(line, sizeof(line), f) == NULL)
+			line[0] = '\0';
+		fclose(f);
+	}
+	atomic_store(&mode, (int) (strncmp(line, "hidden", 6) == 0 ?
+	    QID_HIDDEN : QID_VISIBLE));
+	free(path);
 }
 
 char *
