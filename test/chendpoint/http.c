@@ -517,7 +517,13 @@ queue_midstream(struct MHD_Connection *c, struct request *r)
 
 	m->res = r->res;
 	memset(&r->res, 0, sizeof(r->res));
+	/* Whole rows of the first half: the server fails between blocks. */
 	m->part = m->res.len / 2;
+	while (m->part > 0 && m->res.data[m->part - 1] != '\n')
+		m->part--;
+	/* Servers before 25.11, which wrote the marker form, sent no tag. */
+	if (r->fault.form == FORM_MARKER)
+		r->tag[0] = '\0';
 	msg = xasprintf("Code: %d. DB::Exception: injected fault (pattern "
 	    "'%s', mode midstream). (%s)", r->fault.code, r->fault.pattern,
 	    error_name(r->fault.code));
