@@ -125,16 +125,18 @@ struct fault_hit {
 	char pattern[256];
 };
 
-/* The first pending statement fault matching text, consumed. */
-void fault_take(const char *text, size_t len, struct fault_hit *hit);
+/*
+ * The first pending statement fault matching text, consumed; idle_ms is how
+ * long the request's kept-alive connection had been idle, -1 on a new one.
+ */
+void fault_take(const char *text, size_t len, long idle_ms,
+		struct fault_hit *hit);
 /* Register a fault; NULL on success, else a message for the client. */
 const char *fault_add(const char *mode, const char *pattern, long count,
 		      long code, long ms, const char *form);
 void faults_clear(void);
 /* A refused connection is due (mode=refuse): consumes one. */
 int fault_take_refuse(void);
-/* A request on a connection idle for idle_ms is dropped: consumes one. */
-int fault_take_idle_close(uint64_t idle_ms);
 /* The pending faults, one per line, for GET /faults. */
 void faults_describe(struct buf *out);
 
@@ -250,6 +252,8 @@ struct request {
 	/* Fault chosen for this request. */
 	struct fault_hit fault;
 	int fault_checked;
+	long idle_ms;		/* its connection was idle this long; -1: new */
+	int dropped;		/* idle_close: closed unanswered, never run */
 
 	/* The registry of running statements. */
 	int registered;

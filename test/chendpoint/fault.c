@@ -3,7 +3,9 @@
  * holds and delays in progress.
  *
  * Statement faults match the query text and are spent in the order they
- * were registered.  Connection faults (refuse, idle_close) are counters.
+ * were registered; idle_close matches only a request that arrived on a
+ * kept-alive connection idle for at least its time.  Refused connections
+ * are a counter.
  * A delay or a hold runs in the engine as a sleeping SELECT whose text
  * names the hold ('chendpoint-hold-N'), so that it shows in
  * system.processes and KILL QUERY stops it, as it would stop a slow
@@ -37,8 +39,6 @@ struct hold {
 static pthread_mutex_t fault_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct fault *faults;		/* in order of registration */
 static long refuse_count;
-static long idle_close_count;
-static long idle_close_ms;
 
 static pthread_mutex_t hold_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct hold *holds;
@@ -56,7 +56,7 @@ static const char *const mode_names[] = {
 };
 
 void
-fault_take(const char *text, size_t len, struct fault_hit *hit)
+fault_take(const char *text, size_t len, long idle_ms, struct fault_hit *hit)
 {
 	struct fault **pp, *f;
 
@@ -64,6 +64,8 @@ fault_take(const char *text, size_t len, struct fault_hit *hit)
 	pthread_mutex_lock(&fault_lock);
 	for (pp = &faults; (f = *pp) != NULL; pp = &f->next) {
 		if (!contains_nocase(text, len, f->pattern))
+			continue;
+		if (f->mode == FAULT_IDLE_CLOSE && (idle_ms < 0 || idle_ms < f->ms))
 			continue;
 		hit->mode = f->mode;
 		hit->code = f->code;
@@ -118,9 +120,6 @@ fault_add(const char *mode_s, const char *pattern, long count, long code,
 	pthread_mutex_lock(&fault_lock);
 	if (mode == FAULT_REFUSE) {
 		refuse_count += count;
-	} else if (mode == FAULT_IDLE_CLOSE) {
-		idle_close_count += count;
-		idle_close_ms = ms;
 	} else {
 		f = xmalloc(sizeof(*f));
 		f->pattern = xstrdup(pattern ? pattern : "");
@@ -150,8 +149,6 @@ faults_clear(void)
 		free(f);
 	}
 	refuse_count = 0;
-	idle_close_count = 0;
-	idle_close_ms = 0;
 	pthread_mutex_unlock(&fault_lock);
 }
 
@@ -169,20 +166,6 @@ fault_take_refuse(void)
 	return refuse;
 }
 
-int
-fault_take_idle_close(uint64_t idle_ms)
-{
-	int drop = 0;
-
-	pthread_mutex_lock(&fault_lock);
-	if (idle_close_count > 0 && idle_ms >= (uint64_t) idle_close_ms) {
-		idle_close_count--;
-		drop = 1;
-	}
-	pthread_mutex_unlock(&fault_lock);
-	return drop;
-}
-
 void
 faults_describe(struct buf *out)
 {
@@ -196,9 +179,6 @@ faults_describe(struct buf *out)
 	}
 	if (refuse_count > 0)
 		buf_printf(out, "refuse\t%ld\t\n", refuse_count);
-	if (idle_close_count > 0)
-		buf_printf(out, "idle_close\t%ld\tms=%ld\n", idle_close_count,
-		    idle_close_ms);
 	pthread_mutex_unlock(&fault_lock);
 }
 

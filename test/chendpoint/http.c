@@ -561,6 +561,11 @@ answer(struct MHD_Connection *c, struct request *r)
 		r->answered = 1;
 		return MHD_NO;	/* MHD closes the connection */
 	}
+	if (r->dropped) {
+		log_request(r, "idle-closed");
+		r->answered = 1;
+		return MHD_NO;
+	}
 	/* A server going down drops its connections, not answering them. */
 	if (r->failed && atomic_load(&g.shutting_down)) {
 		engine_result_free(&r->res);
@@ -682,27 +687,18 @@ connections_describe(struct buf *out)
 	pthread_mutex_unlock(&conn_lock);
 }
 
-/*
- * A request on a kept-alive connection that has been idle for the
- * idle_close fault's time: the server closed the connection as the request
- * went out, so it never runs.  Returns 1 when the request is dropped.
- */
-static int
-idle_closed(struct MHD_Connection *c, struct conn_state *cs)
+/* How long the connection had been idle before this request; -1 if new. */
+static long
+idle_before(struct conn_state *cs)
 {
-	const char *qid, *q;
-	uint64_t idle;
+	long idle = -1;
 
 	pthread_mutex_lock(&conn_lock);
-	idle = cs->requests > 0 ? mono_ms() - cs->last_done_ms : 0;
+	if (cs->requests > 0)
+		idle = (long) (mono_ms() - cs->last_done_ms);
+	cs->busy = 1;
 	pthread_mutex_unlock(&conn_lock);
-	if (cs->requests == 0 || !fault_take_idle_close(idle))
-		return 0;
-	qid = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "query_id");
-	q = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "query");
-	qlog_append(now_ms(), qid ? qid : "", "", "idle-closed", q ? q : "",
-	    q ? strlen(q) : 0);
-	return 1;
+	return idle;
 }
 
 void
@@ -876,15 +872,9 @@ main_handler(void *cls, struct MHD_Connection *c, const char *url,
 	if (r == NULL) {
 		struct conn_state *cs = conn_of(c);
 
-		if (cs != NULL && idle_closed(c, cs))
-			return MHD_NO;	/* MHD closes the connection */
-		if (cs != NULL) {
-			pthread_mutex_lock(&conn_lock);
-			cs->busy = 1;
-			pthread_mutex_unlock(&conn_lock);
-		}
 		r = xmalloc(sizeof(*r));
 		memset(r, 0, sizeof(*r));
+		r->idle_ms = cs != NULL ? idle_before(cs) : -1;
 		r->fifo_fd = -1;
 		r->received_ms = now_ms();
 		atomic_init(&r->done, 0);

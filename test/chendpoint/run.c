@@ -269,7 +269,11 @@ check_fault(struct request *r)
 	if (r->fault_checked)
 		return;
 	r->fault_checked = 1;
-	fault_take(r->log_text ? r->log_text : "", r->log_len, &r->fault);
+	fault_take(r->log_text ? r->log_text : "", r->log_len, r->idle_ms,
+	    &r->fault);
+	/* The server closed the idle connection as the request came in. */
+	if (r->fault.mode == FAULT_IDLE_CLOSE)
+		r->dropped = 1;
 	if (r->fault.mode == FAULT_ERROR)
 		set_error_fmt(r, r->fault.code, "injected fault (pattern "
 		    "'%s', mode error)", r->fault.pattern);
@@ -286,7 +290,7 @@ run_buffered(struct request *r, const char *text, size_t len,
 {
 	set_log_text(r, text, log_len);
 	check_fault(r);
-	if (r->failed)
+	if (r->failed || r->dropped)
 		return;
 	if (sql_is_empty(text, len)) {
 		set_error_fmt(r, 62, "Empty query");
@@ -496,7 +500,7 @@ start_stream(struct request *r, const char *text, size_t len)
 		set_log_text(r, text, sp->values ? sp->data_at : sp->head_end);
 	check_fault(r);
 	r->mode = BODY_STREAM;
-	if (r->failed) {
+	if (r->failed || r->dropped) {
 		r->mode = BODY_DISCARD;
 		return;
 	}
