@@ -143,6 +143,28 @@ explain_readonly(struct request *r)
 }
 
 /*
+ * The engine's access errors name its user, `default`; the server names
+ * the account ("Code: 497. DB::Exception: dpwin_refresh: Not enough
+ * privileges...").  Takes msg, returns the message to keep.
+ */
+static char *
+name_user(const struct request *r, char *msg)
+{
+	static const char engine_user[] = "DB::Exception: default: ";
+	char *at = msg != NULL ? strstr(msg, engine_user) : NULL;
+	char *named;
+	size_t pre;
+
+	if (at == NULL || r->user == NULL || strcmp(r->user, "default") == 0)
+		return msg;
+	pre = (size_t) (at - msg) + strlen("DB::Exception: ");
+	named = xasprintf("%.*s%s: %s", (int) pre, msg, r->user,
+	    at + strlen(engine_user));
+	free(msg);
+	return named;
+}
+
+/*
  * An injected delay or hold, in the statement's own session: a SELECT that
  * sleeps and carries the statement's text, so that system.processes shows
  * it (under the client's query_id in the visible mode) and KILL QUERY
@@ -224,7 +246,7 @@ execute(struct request *r, const char *query, size_t len)
 		running_set_phase(r, PHASE_RUNNING);
 		if (engine_query(ec, mapped ? mapped : query,
 		    mapped ? mapped_len : len, fmt, &r->res) != 0) {
-			set_error(r, r->res.code, r->res.error);
+			set_error(r, r->res.code, name_user(r, r->res.error));
 			r->res.error = NULL;
 			engine_result_free(&r->res);
 		}
