@@ -226,8 +226,14 @@ remove_fifo_dir(void)
 	rmdir(g.fifo_dir);
 }
 
-int
-main(int argc, char **argv)
+struct options {
+	const char *lib, *path, *listen_spec, *control_spec, *log_path,
+	    *config_file;
+};
+
+/* 0 to go on, else the exit status (after --help, or a usage error). */
+static int
+parse_options(int argc, char **argv, struct options *o)
 {
 	static const struct option opts[] = {
 		{"lib", required_argument, NULL, 'l'},
@@ -241,30 +247,22 @@ main(int argc, char **argv)
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0}
 	};
-	const char *lib = NULL, *path = NULL, *listen_spec = NULL,
-	    *control_spec = NULL, *log_path = NULL, *config_file = NULL;
-	char err[512], main_addr[128], control_addr[128];
-	const char *tmp;
-	int opt, main_fd, control_fd, v6_main, v6_control, sig;
-	struct MHD_Daemon *main_d, *control_d;
-	sigset_t sigs;
-	MHD_socket quiesced;
+	int opt;
 
-	g.user = NULL;
-	g.password = NULL;
+	memset(o, 0, sizeof(*o));
 	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (opt) {
 		case 'l':
-			lib = optarg;
+			o->lib = optarg;
 			break;
 		case 'p':
-			path = optarg;
+			o->path = optarg;
 			break;
 		case 'L':
-			listen_spec = optarg;
+			o->listen_spec = optarg;
 			break;
 		case 'C':
-			control_spec = optarg;
+			o->control_spec = optarg;
 			break;
 		case 'u':
 			g.user = optarg;
@@ -273,24 +271,160 @@ main(int argc, char **argv)
 			g.password = optarg;
 			break;
 		case 'o':
-			log_path = optarg;
+			o->log_path = optarg;
 			break;
 		case 'c':
-			config_file = optarg;
+			o->config_file = optarg;
 			break;
 		case 'h':
 			usage(stdout);
-			return 0;
+			return -1;
 		default:
 			usage(stderr);
 			return 2;
 		}
 	}
-	if (optind != argc || !lib || !path || !listen_spec || !control_spec ||
-	    !g.user || !g.password) {
+	if (optind != argc || !o->lib || !o->path || !o->listen_spec ||
+	    !o->control_spec || !g.user || !g.password) {
 		usage(stderr);
 		return 2;
 	}
+	return 0;
+}
+
+/*
+ * The engine boots without complaint when the configuration file is
+ * missing, with its defaults; clickhouse-server refuses to start.  Do as
+ * the server does, so that a typo does not quietly drop the configuration
+ * (users, roles, row policies, ...).
+ */
+static int
+check_config_file(const char *config_file)
+{
+	struct stat st;
+
+	if (config_file == NULL)
+		return 0;
+	if (stat(config_file, &st) != 0 || access(config_file, R_OK) != 0) {
+		fprintf(stderr, "chendpoint: config file %s: %s\n",
+		    config_file, strerror(errno));
+		return -1;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		fprintf(stderr, "chendpoint: config file %s: not a regular "
+		    "file\n", config_file);
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * The FIFO folder, the data directory and DATADIR/metadata: the engine
+ * starts its background tasks (among them the one that finishes DROP ...
+ * SYNC) only when it finds DATADIR/metadata at start; on a brand-new
+ * directory DROP TABLE ... SYNC would hang forever.  Returns 0, or the exit
+ * status.
+ */
+static int
+prepare_dirs(const char *path)
+{
+	const char *tmp = getenv("TMPDIR");
+	char *meta;
+
+	snprintf(g.fifo_dir, sizeof(g.fifo_dir), "%s/chendpoint-XXXXXX",
+	    tmp && *tmp ? tmp : "/tmp");
+	if (mkdtemp(g.fifo_dir) == NULL) {
+		fprintf(stderr, "chendpoint: mkdtemp %s: %s\n", g.fifo_dir,
+		    strerror(errno));
+		return 1;
+	}
+	if (mkdir(path, 0700) != 0 && errno != EEXIST) {
+		fprintf(stderr, "chendpoint: %s: %s\n", path, strerror(errno));
+		rmdir(g.fifo_dir);
+		return 1;
+	}
+	meta = xasprintf("%s/metadata", path);
+	if (mkdir(meta, 0700) != 0 && errno != EEXIST) {
+		fprintf(stderr, "chendpoint: %s: %s\n", meta, strerror(errno));
+		free(meta);
+		rmdir(g.fifo_dir);
+		return 1;
+	}
+	free(meta);
+	return 0;
+}
+
+/* Load and open the engine; 0, or the exit status. */
+static int
+open_engine(const struct options *o)
+{
+	char err[512];
+
+	if (engine_load(o->lib, err, sizeof(err)) != 0) {
+		fprintf(stderr, "chendpoint: cannot load the engine: %s\n", err);
+		return 1;
+	}
+	engine_set_path(o->path);
+	g.data_path = o->path;
+	qid_mode_load();
+	if (o->config_file != NULL)
+		engine_set_config_file(o->config_file);
+	g.anchor = engine_connect();
+	if (g.anchor == NULL) {
+		fprintf(stderr, "chendpoint: cannot open the engine on %s%s%s\n",
+		    o->path, o->config_file ? " with config file " : "",
+		    o->config_file ? o->config_file : "");
+		return 1;
+	}
+	load_error_names(g.anchor);
+	load_roles(g.anchor);
+	query_scalar("SELECT timezone()", g.timezone, sizeof(g.timezone));
+	query_scalar("SELECT version()", g.engine_version,
+	    sizeof(g.engine_version));
+	return 0;
+}
+
+/*
+ * Orderly shutdown: stop accepting, refuse new statements, cancel the
+ * running ones, wait for connection threads, then close the engine
+ * (exiting with open sessions crashes the engine).
+ */
+static void
+shut_down(struct MHD_Daemon *main_d, struct MHD_Daemon *control_d)
+{
+	MHD_socket quiesced = MHD_quiesce_daemon(main_d);
+
+	if (quiesced != MHD_INVALID_SOCKET)
+		close(quiesced);
+	atomic_store(&g.shutting_down, 1);
+	if (atomic_load(&g.executing) > 0) {
+		char *kerr = NULL;
+		int kcode = 0;
+
+		if (engine_exec(g.anchor, "KILL QUERY WHERE query NOT ILIKE "
+		    "'KILL QUERY%' ASYNC", &kerr, &kcode) != 0)
+			free(kerr);
+	}
+	MHD_stop_daemon(main_d);
+	MHD_stop_daemon(control_d);
+	engine_close(g.anchor);
+	remove_fifo_dir();
+	if (g.logfile != NULL)
+		fclose(g.logfile);
+}
+
+int
+main(int argc, char **argv)
+{
+	struct options o;
+	char main_addr[128], control_addr[128];
+	int rc, main_fd, control_fd, v6_main, v6_control, sig;
+	struct MHD_Daemon *main_d, *control_d;
+	sigset_t sigs;
+
+	rc = parse_options(argc, argv, &o);
+	if (rc != 0)
+		return rc < 0 ? 0 : rc;
 
 	/*
 	 * Signals: SIGTERM/SIGINT are taken synchronously by main (sigwait)
@@ -303,102 +437,30 @@ main(int argc, char **argv)
 	sigaddset(&sigs, SIGINT);
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 
-	main_fd = listen_on(listen_spec, main_addr, sizeof(main_addr),
+	main_fd = listen_on(o.listen_spec, main_addr, sizeof(main_addr),
 	    &v6_main);
 	if (main_fd < 0)
 		return 2;
-	control_fd = listen_on(control_spec, control_addr,
+	control_fd = listen_on(o.control_spec, control_addr,
 	    sizeof(control_addr), &v6_control);
-	if (control_fd < 0)
+	if (control_fd < 0 || check_config_file(o.config_file) != 0)
 		return 2;
-
-	/*
-	 * The engine boots without complaint when the configuration file is
-	 * missing, with its defaults; clickhouse-server refuses to start.  Do
-	 * as the server does, so that a typo does not quietly drop the
-	 * configuration (users, row policies, ...).
-	 */
-	if (config_file != NULL) {
-		struct stat st;
-
-		if (stat(config_file, &st) != 0 || access(config_file, R_OK) != 0) {
-			fprintf(stderr, "chendpoint: config file %s: %s\n",
-			    config_file, strerror(errno));
-			return 2;
-		}
-		if (!S_ISREG(st.st_mode)) {
-			fprintf(stderr, "chendpoint: config file %s: not a "
-			    "regular file\n", config_file);
-			return 2;
-		}
-	}
-
-	if (log_path != NULL) {
-		g.logfile = fopen(log_path, "a");
+	if (o.log_path != NULL) {
+		g.logfile = fopen(o.log_path, "a");
 		if (g.logfile == NULL) {
-			fprintf(stderr, "chendpoint: %s: %s\n", log_path,
+			fprintf(stderr, "chendpoint: %s: %s\n", o.log_path,
 			    strerror(errno));
 			return 2;
 		}
 	}
 	if (gethostname(g.hostname, sizeof(g.hostname) - 1) != 0)
 		snprintf(g.hostname, sizeof(g.hostname), "chendpoint");
-
-	tmp = getenv("TMPDIR");
-	snprintf(g.fifo_dir, sizeof(g.fifo_dir), "%s/chendpoint-XXXXXX",
-	    tmp && *tmp ? tmp : "/tmp");
-	if (mkdtemp(g.fifo_dir) == NULL) {
-		fprintf(stderr, "chendpoint: mkdtemp %s: %s\n", g.fifo_dir,
-		    strerror(errno));
-		return 1;
-	}
-
-	if (mkdir(path, 0700) != 0 && errno != EEXIST) {
-		fprintf(stderr, "chendpoint: %s: %s\n", path, strerror(errno));
+	if ((rc = prepare_dirs(o.path)) != 0)
+		return rc;
+	if ((rc = open_engine(&o)) != 0) {
 		rmdir(g.fifo_dir);
-		return 1;
+		return rc;
 	}
-	/*
-	 * The engine starts its background tasks (among them the one that
-	 * finishes DROP ... SYNC) only when it finds DATADIR/metadata at
-	 * start; on a brand-new directory DROP TABLE ... SYNC would hang
-	 * forever.  Create it first.
-	 */
-	{
-		char *meta = xasprintf("%s/metadata", path);
-
-		if (mkdir(meta, 0700) != 0 && errno != EEXIST) {
-			fprintf(stderr, "chendpoint: %s: %s\n", meta,
-			    strerror(errno));
-			free(meta);
-			rmdir(g.fifo_dir);
-			return 1;
-		}
-		free(meta);
-	}
-	if (engine_load(lib, err, sizeof(err)) != 0) {
-		fprintf(stderr, "chendpoint: cannot load the engine: %s\n", err);
-		rmdir(g.fifo_dir);
-		return 1;
-	}
-	engine_set_path(path);
-	g.data_path = path;
-	qid_mode_load();
-	if (config_file != NULL)
-		engine_set_config_file(config_file);
-	g.anchor = engine_connect();
-	if (g.anchor == NULL) {
-		fprintf(stderr, "chendpoint: cannot open the engine on %s%s%s\n",
-		    path, config_file ? " with config file " : "",
-		    config_file ? config_file : "");
-		rmdir(g.fifo_dir);
-		return 1;
-	}
-	load_error_names(g.anchor);
-	load_roles(g.anchor);
-	query_scalar("SELECT timezone()", g.timezone, sizeof(g.timezone));
-	query_scalar("SELECT version()", g.engine_version,
-	    sizeof(g.engine_version));
 
 	main_d = start_daemon(main_fd, v6_main, main_handler, 1);
 	control_d = main_d ?
@@ -417,34 +479,9 @@ main(int argc, char **argv)
 	    (long) getpid());
 	fflush(stdout);
 
-	for (;;) {
-		if (sigwait(&sigs, &sig) == 0)
-			break;
-	}
-
-	/*
-	 * Orderly shutdown: stop accepting, refuse new statements, cancel
-	 * the running ones, wait for connection threads, then close the
-	 * engine (exiting with open sessions crashes the engine).
-	 */
-	quiesced = MHD_quiesce_daemon(main_d);
-	if (quiesced != MHD_INVALID_SOCKET)
-		close(quiesced);
-	atomic_store(&g.shutting_down, 1);
-	if (atomic_load(&g.executing) > 0) {
-		char *kerr = NULL;
-		int kcode = 0;
-
-		if (engine_exec(g.anchor, "KILL QUERY WHERE query NOT ILIKE "
-		    "'KILL QUERY%' ASYNC", &kerr, &kcode) != 0)
-			free(kerr);
-	}
-	MHD_stop_daemon(main_d);
-	MHD_stop_daemon(control_d);
-	engine_close(g.anchor);
-	remove_fifo_dir();
-	if (g.logfile != NULL)
-		fclose(g.logfile);
+	while (sigwait(&sigs, &sig) != 0)
+		;
+	shut_down(main_d, control_d);
 	printf("chendpoint stopped (signal %d)\n", sig);
 	fflush(stdout);
 	return 0;
