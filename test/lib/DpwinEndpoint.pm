@@ -27,12 +27,24 @@ sub query_ids_mode
 	return $m;
 }
 
+my $mode_changed = 0;
+
 sub set_query_ids
 {
 	my ($mode) = @_;
 	my $m = ch_control('POST', "/query_ids?mode=$mode");
 	chomp $m;
 	die "could not set the query_id mode to $mode: $m" unless $m eq $mode;
+	$mode_changed = $mode ne 'visible';
+}
+
+# The mode outlives the endpoint's restarts (it is kept in its data
+# directory): a test file that dies half-way must not leave the next one in
+# the hidden mode.
+END
+{
+	local $?;	# the test's exit status
+	eval { set_query_ids('visible') } if $mode_changed;
 }
 
 # Run $code once per mode, visible first, with the mode set; the endpoint
