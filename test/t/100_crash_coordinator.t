@@ -14,7 +14,9 @@
 #   overtaken     the same, and a newer window completes before recovery;
 #   completed     completed, its staging tables not yet dropped.
 # 062_recovery.t covers a kill while the EXCHANGE itself runs and while the
-# generation is being filled.  Statements that must still be running when
+# generation is being filled.  The two publication cases (intent,
+# exchanged: a lost reply) run with the endpoint in both query_id modes
+# (docs/endpoint.md, "Query ids").  Statements that must still be running when
 # the coordinator dies are holds (docs/endpoint.md): they run on the server
 # until the test releases them, so no step waits on a timer.
 use strict;
@@ -23,7 +25,7 @@ use Test::More;
 use DpwinTest;
 use DpwinFixture qw(fault bg_psql bg_finish ch_rows uuid_of micros after_refresh);
 use DpwinCrash;
-use DpwinEndpoint qw(release wait_running);
+use DpwinEndpoint qw(both_modes release wait_running);
 
 my $db = "t100_$$";
 
@@ -96,10 +98,11 @@ sub wait_state
 	my $lk = hold_locks("SELECT 1 FROM dpwin.invocation WHERE invocation_id = '$s->{inv}' FOR NO KEY UPDATE");
 	ok(wait_running(qr/^INSERT INTO `\Q$db\E`\.`\Q$s->{prefix}\Estg_/, 2, phase => 'holding'),
 		'staged: the first INSERTs wait on the server until the lock is held');
-	release("INSERT INTO `$db`.`$s->{prefix}stg_");
-	ok(wait_until(sub { chunks_in_state($s, 'running') + chunks_in_state($s, 'verified') == 4 }, 30),
-		'staged: the last two chunks have started');
-	release("INSERT INTO `$db`.`$s->{prefix}stg_");
+	is(release("INSERT INTO `$db`.`$s->{prefix}stg_"), 2, 'staged: released');
+	ok(wait_until(sub { chunks_in_state($s, 'verified') == 2 }, 30), 'staged: the first two chunks are verified');
+	ok(wait_running(qr/^INSERT INTO `\Q$db\E`\.`\Q$s->{prefix}\Estg_/, 2, phase => 'holding'),
+		'staged: the last two INSERTs wait on the server');
+	is(release("INSERT INTO `$db`.`$s->{prefix}stg_"), 2, 'staged: released as well');
 	my $pid = coordinator_pid($s->{inv});
 	ok(wait_until(sub { chunks_in_state($s, 'verified') == 4 && waits_on_lock($pid) }, 30),
 		'staged: all four chunks staged and verified, the coordinator waits to journal it');
@@ -132,49 +135,56 @@ sub wait_state
 		'verified: recover published the staged chunks without extracting again');
 }
 
-# --- the publication intent committed, the EXCHANGE never ran ---------------------------
+both_modes(sub {
+	my ($mode) = @_;
+	my $m = substr($mode, 0, 1);
 
-{
-	my $s = scenario('intent');
-	fault(pattern => "EXCHANGE TABLES `$db`.`$s->{t}` AND", mode => 'hold', count => 1);
-	my $h = start_e2($s);
-	wait_state($s, 'publishing');
-	ok(wait_running(qr/^EXCHANGE TABLES `\Q$db\E`\.`\Q$s->{t}\E` AND/, 1, phase => 'holding'),
-		'intent: the EXCHANGE waits on the server');
-	crash([ coordinator_pid($s->{inv}) ], $h, 'intent');
-	# The EXCHANGE is still held by the endpoint: a restart drops it unrun.
-	sandbox_cmd('restart-ch');
-	check_after_fault($s, which => 'old', state => 'publishing', outcome => '');
-	like(psql_err(refresh_sql($s->{route}, $E2)), qr/^55006: invocation \Q$s->{inv}\E of this target has an unsettled publication/,
-		'intent: a new invocation is refused until it is settled');
-	my $seq = ch_log_seq();
-	settle_and_check($s, 'recover');
-	is(scalar(grep { $_->{query} =~ /^EXCHANGE TABLES `\Q$db\E`\.`\Q$s->{t}\E` AND/ } ch_log_since($seq)), 1,
-		'intent: recover ran the one EXCHANGE');
-}
+	# --- the publication intent committed, the EXCHANGE never ran ---------------------------
 
-# --- the EXCHANGE ran, its outcome not journaled ----------------------------------------
+	{
+		my $s = scenario("intent_$m");
+		fault(pattern => "EXCHANGE TABLES `$db`.`$s->{t}` AND", mode => 'hold', count => 1);
+		my $h = start_e2($s);
+		wait_state($s, 'publishing');
+		ok(wait_running(qr/^EXCHANGE TABLES `\Q$db\E`\.`\Q$s->{t}\E` AND/, 1, phase => 'holding'),
+			"$s->{tag}: the EXCHANGE waits on the server");
+		crash([ coordinator_pid($s->{inv}) ], $h, $s->{tag});
+		# The EXCHANGE is still held by the endpoint: a restart drops it unrun.
+		sandbox_cmd('restart-ch');
+		check_after_fault($s, which => 'old', state => 'publishing', outcome => '');
+		like(psql_err(refresh_sql($s->{route}, $E2)), qr/^55006: invocation \Q$s->{inv}\E of this target has an unsettled publication/,
+			"$s->{tag}: a new invocation is refused until it is settled");
+		my $seq = ch_log_seq();
+		settle_and_check($s, 'recover');
+		is(scalar(grep { $_->{query} =~ /^EXCHANGE TABLES `\Q$db\E`\.`\Q$s->{t}\E` AND/ } ch_log_since($seq)), 1,
+			"$s->{tag}: recover ran the one EXCHANGE");
+	}
 
-{
-	my $s = scenario('exchanged');
-	my $seq = ch_log_seq();
-	fault(pattern => "EXCHANGE TABLES `$db`.`$s->{t}` AND", mode => 'hold', count => 1);
-	my $h = start_e2($s);
-	wait_state($s, 'publishing');
-	# Recording the outcome waits for this row lock.
-	my $lk = hold_locks("SELECT 1 FROM dpwin.publication WHERE invocation_id = '$s->{inv}' FOR UPDATE");
-	is(release("EXCHANGE TABLES `$db`.`$s->{t}` AND"), 1, 'exchanged: the EXCHANGE is released once the lock is held');
-	my $pid = coordinator_pid($s->{inv});
-	ok(wait_answered($seq, qr/^EXCHANGE TABLES `\Q$db\E`\.`\Q$s->{t}\E` AND/), 'exchanged: the EXCHANGE was answered');
-	ok(wait_until(sub { waits_on_lock($pid) }, 30), 'exchanged: the coordinator waits to journal the outcome');
-	crash([$pid], $h, 'exchanged');
-	bg_finish($lk);
-	check_after_fault($s, which => 'new', state => 'publishing', outcome => '');
-	$seq = ch_log_seq();
-	settle_and_check($s, 'recover');
-	is(scalar(grep { $_->{query} =~ /^EXCHANGE|FORMAT RowBinary/ } ch_log_since($seq)), 0,
-		'exchanged: recover neither exchanged nor extracted');
-}
+	# --- the EXCHANGE ran, its outcome not journaled ----------------------------------------
+
+	{
+		my $s = scenario("exchanged_$m");
+		my $seq = ch_log_seq();
+		fault(pattern => "EXCHANGE TABLES `$db`.`$s->{t}` AND", mode => 'hold', count => 1);
+		my $h = start_e2($s);
+		wait_state($s, 'publishing');
+		# Recording the outcome waits for this row lock.
+		my $lk = hold_locks("SELECT 1 FROM dpwin.publication WHERE invocation_id = '$s->{inv}' FOR UPDATE");
+		ok(wait_running(qr/^EXCHANGE TABLES `\Q$db\E`\.`\Q$s->{t}\E` AND/, 1, phase => 'holding'),
+			"$s->{tag}: the EXCHANGE waits on the server");
+		is(release("EXCHANGE TABLES `$db`.`$s->{t}` AND"), 1, "$s->{tag}: the EXCHANGE is released once the lock is held");
+		my $pid = coordinator_pid($s->{inv});
+		ok(wait_answered($seq, qr/^EXCHANGE TABLES `\Q$db\E`\.`\Q$s->{t}\E` AND/), "$s->{tag}: the EXCHANGE was answered");
+		ok(wait_until(sub { waits_on_lock($pid) }, 30), "$s->{tag}: the coordinator waits to journal the outcome");
+		crash([$pid], $h, $s->{tag});
+		bg_finish($lk);
+		check_after_fault($s, which => 'new', state => 'publishing', outcome => '');
+		$seq = ch_log_seq();
+		settle_and_check($s, 'recover');
+		is(scalar(grep { $_->{query} =~ /^EXCHANGE|FORMAT RowBinary/ } ch_log_since($seq)), 0,
+			"$s->{tag}: recover neither exchanged nor extracted");
+	}
+});
 
 # --- outcome journaled, evidence not committed ---------------------------------------------
 
