@@ -4,13 +4,31 @@
 
 # The endpoint's server configuration, laid out as clickhouse-server's:
 # ch_config.xml names the users file (user_directories/users_xml, relative
-# to the config's folder), ch_users.xml defines the one engine user,
-# `default`, exactly as the engine's built-in default (no password, profile
-# and quota `default`, no access management) plus one row policy, the way
-# a server gets row policies from users.xml: rows of
+# to the config's folder), ch_users.xml defines the engine's one user,
+# `default` (no password, profile and quota `default`), its roles, and one
+# row policy, the way a server gets row policies from users.xml: rows of
 # dpwin_policy.policed with id <= 0 are hidden from it.  Admission tests
-# (test/t/040_admission.t) create that table and expect dpwin to refuse it.
+# (test/t/040_admission.t, test/t/105_least_privilege.t) create that table
+# and expect dpwin to refuse it.
+#
+# The engine runs every session as `default`; the endpoint makes each role
+# granted to `default` an HTTP account of that name with the sandbox's
+# password, whose statements run with that role only (docs/endpoint.md,
+# "Accounts"):
+#   $CHUSER (dpwin)       what the built-in `default` may do: everything but
+#                         access management (so it may not read
+#                         system.row_policies); the tests' own account and
+#                         the sandbox's user mapping;
+#   dpwin_refresh         exactly the grants docs/admission.md lists for the
+#                         dpwin user: SHOW ROW POLICIES, and SELECT, INSERT,
+#                         CREATE TABLE, DROP TABLE and ALTER DELETE (which
+#                         ATTACH PARTITION ... FROM needs on the generation)
+#                         on the target databases (all of them here: tests
+#                         create theirs);
+#   dpwin_refresh_noshow  the same without SHOW ROW POLICIES: admission then
+#                         falls back to the query plan.
 write_ch_config() {
+	local admin=${CHUSER:-dpwin}
 	cat >"$SB/ch_config.xml" <<'EOF'
 <clickhouse>
   <user_directories>
@@ -20,7 +38,7 @@ write_ch_config() {
   </user_directories>
 </clickhouse>
 EOF
-	cat >"$SB/ch_users.xml" <<'EOF'
+	cat >"$SB/ch_users.xml" <<EOF
 <clickhouse>
   <users>
     <default>
@@ -28,6 +46,11 @@ EOF
       <networks><ip>::/0</ip></networks>
       <profile>default</profile>
       <quota>default</quota>
+      <grants>
+        <query>GRANT $admin</query>
+        <query>GRANT dpwin_refresh</query>
+        <query>GRANT dpwin_refresh_noshow</query>
+      </grants>
       <databases>
         <dpwin_policy>
           <policed>
@@ -37,9 +60,27 @@ EOF
       </databases>
     </default>
   </users>
+  <roles>
+    <$admin>
+      <grants>
+        <query>GRANT ALL ON *.*</query>
+        <query>REVOKE ACCESS MANAGEMENT ON *.*</query>
+      </grants>
+    </$admin>
+    <dpwin_refresh>
+      <grants>
+        <query>GRANT SHOW ROW POLICIES ON *.*</query>
+        <query>GRANT SELECT, INSERT, CREATE TABLE, DROP TABLE, ALTER DELETE ON *.*</query>
+      </grants>
+    </dpwin_refresh>
+    <dpwin_refresh_noshow>
+      <grants>
+        <query>GRANT SELECT, INSERT, CREATE TABLE, DROP TABLE, ALTER DELETE ON *.*</query>
+      </grants>
+    </dpwin_refresh_noshow>
+  </roles>
   <profiles><default/></profiles>
   <quotas><default/></quotas>
 </clickhouse>
 EOF
 }
-

@@ -6,24 +6,6 @@
 #include <string.h>
 #include <strings.h>
 
-enum tok {
-	T_END,			/* end of text */
-	T_UNTERMINATED,		/* string, identifier or comment runs off the end */
-	T_WORD,			/* keyword, identifier or number */
-	T_QIDENT,		/* `quoted` or "quoted" identifier */
-	T_STRING,		/* 'literal' */
-	T_OPEN,			/* ( or [ */
-	T_CLOSE,		/* ) or ] */
-	T_SEMI,			/* ; */
-	T_DOT,			/* . */
-	T_OTHER			/* any other punctuation */
-};
-
-struct scanner {
-	const char *s;
-	size_t n;
-	size_t pos;
-};
 
 static int
 is_word_byte(unsigned char c)
@@ -41,7 +23,7 @@ is_space(char c)
 
 /* Skip whitespace and comments; 0 if a comment is unterminated. */
 static int
-skip_blank(struct scanner *sc)
+skip_blank(struct sql_scanner *sc)
 {
 	while (sc->pos < sc->n) {
 		const char *s = sc->s;
@@ -86,7 +68,7 @@ skip_blank(struct scanner *sc)
 
 /* Skip a quoted run that starts at sc->pos; 0 if unterminated. */
 static int
-skip_quoted(struct scanner *sc, char q)
+skip_quoted(struct sql_scanner *sc, char q)
 {
 	sc->pos++;
 	while (sc->pos < sc->n) {
@@ -111,19 +93,19 @@ skip_quoted(struct scanner *sc, char q)
 	return 0;
 }
 
-static enum tok
-next_token(struct scanner *sc, size_t *start, size_t *end)
+enum sql_tok
+sql_next_token(struct sql_scanner *sc, size_t *start, size_t *end)
 {
 	char c;
 
 	if (!skip_blank(sc)) {
 		*start = *end = sc->n;
-		return T_UNTERMINATED;
+		return SQL_T_UNTERMINATED;
 	}
 	*start = sc->pos;
 	if (sc->pos >= sc->n) {
 		*end = sc->n;
-		return T_END;
+		return SQL_T_END;
 	}
 	c = sc->s[sc->pos];
 	if (is_word_byte((unsigned char) c)) {
@@ -131,36 +113,36 @@ next_token(struct scanner *sc, size_t *start, size_t *end)
 		    is_word_byte((unsigned char) sc->s[sc->pos]))
 			sc->pos++;
 		*end = sc->pos;
-		return T_WORD;
+		return SQL_T_WORD;
 	}
 	if (c == '\'' || c == '`' || c == '"') {
 		int ok = skip_quoted(sc, c);
 
 		*end = sc->pos;
 		if (!ok)
-			return T_UNTERMINATED;
-		return c == '\'' ? T_STRING : T_QIDENT;
+			return SQL_T_UNTERMINATED;
+		return c == '\'' ? SQL_T_STRING : SQL_T_QIDENT;
 	}
 	sc->pos++;
 	*end = sc->pos;
 	switch (c) {
 	case '(':
 	case '[':
-		return T_OPEN;
+		return SQL_T_OPEN;
 	case ')':
 	case ']':
-		return T_CLOSE;
+		return SQL_T_CLOSE;
 	case ';':
-		return T_SEMI;
+		return SQL_T_SEMI;
 	case '.':
-		return T_DOT;
+		return SQL_T_DOT;
 	default:
-		return T_OTHER;
+		return SQL_T_OTHER;
 	}
 }
 
 static int
-word_is(const struct scanner *sc, size_t start, size_t end, const char *kw)
+word_is(const struct sql_scanner *sc, size_t start, size_t end, const char *kw)
 {
 	size_t len = strlen(kw);
 
@@ -168,21 +150,21 @@ word_is(const struct scanner *sc, size_t start, size_t end, const char *kw)
 }
 
 /* After an opening bracket: skip to its partner.  Returns the last token. */
-static enum tok
-skip_balanced(struct scanner *sc)
+static enum sql_tok
+skip_balanced(struct sql_scanner *sc)
 {
 	int depth = 1;
 	size_t a, b;
 
 	for (;;) {
-		enum tok t = next_token(sc, &a, &b);
+		enum sql_tok t = sql_next_token(sc, &a, &b);
 
-		if (t == T_END || t == T_UNTERMINATED)
+		if (t == SQL_T_END || t == SQL_T_UNTERMINATED)
 			return t;
-		if (t == T_OPEN)
+		if (t == SQL_T_OPEN)
 			depth++;
-		else if (t == T_CLOSE && --depth == 0)
-			return T_CLOSE;
+		else if (t == SQL_T_CLOSE && --depth == 0)
+			return SQL_T_CLOSE;
 	}
 }
 
@@ -217,71 +199,71 @@ enum insert_split_result
 sql_split_insert(const char *text, size_t n, int complete,
 		 struct insert_split *out)
 {
-	struct scanner sc = {text, n, 0};
+	struct sql_scanner sc = {text, n, 0};
 	size_t a, b;
-	enum tok t;
+	enum sql_tok t;
 	int have_infile_at = 0;
 	const enum insert_split_result at_end =
 	    complete ? SPLIT_NONE : SPLIT_INCOMPLETE;
 
 	memset(out, 0, sizeof(*out));
 
-	t = next_token(&sc, &a, &b);
-	if (t == T_END || t == T_UNTERMINATED)
+	t = sql_next_token(&sc, &a, &b);
+	if (t == SQL_T_END || t == SQL_T_UNTERMINATED)
 		return at_end;
 	/* A word cut by the end of a partial text may still become INSERT. */
-	if (t != T_WORD || !word_is(&sc, a, b, "INSERT"))
+	if (t != SQL_T_WORD || !word_is(&sc, a, b, "INSERT"))
 		return (!complete && b == n) ? SPLIT_INCOMPLETE : SPLIT_NONE;
-	t = next_token(&sc, &a, &b);
-	if (t == T_END || t == T_UNTERMINATED)
+	t = sql_next_token(&sc, &a, &b);
+	if (t == SQL_T_END || t == SQL_T_UNTERMINATED)
 		return at_end;
-	if (t != T_WORD || !word_is(&sc, a, b, "INTO"))
+	if (t != SQL_T_WORD || !word_is(&sc, a, b, "INTO"))
 		return SPLIT_NONE;
 
 	/* The target: TABLE name, FUNCTION f(...), or a plain name. */
-	t = next_token(&sc, &a, &b);
-	if (t == T_WORD && word_is(&sc, a, b, "TABLE"))
-		t = next_token(&sc, &a, &b);
-	else if (t == T_WORD && word_is(&sc, a, b, "FUNCTION")) {
-		t = next_token(&sc, &a, &b);	/* function name */
-		if (t != T_WORD)
-			return t == T_END || t == T_UNTERMINATED ?
+	t = sql_next_token(&sc, &a, &b);
+	if (t == SQL_T_WORD && word_is(&sc, a, b, "TABLE"))
+		t = sql_next_token(&sc, &a, &b);
+	else if (t == SQL_T_WORD && word_is(&sc, a, b, "FUNCTION")) {
+		t = sql_next_token(&sc, &a, &b);	/* function name */
+		if (t != SQL_T_WORD)
+			return t == SQL_T_END || t == SQL_T_UNTERMINATED ?
 			    at_end : SPLIT_NONE;
-		t = next_token(&sc, &a, &b);
-		if (t != T_OPEN)
-			return t == T_END || t == T_UNTERMINATED ?
+		t = sql_next_token(&sc, &a, &b);
+		if (t != SQL_T_OPEN)
+			return t == SQL_T_END || t == SQL_T_UNTERMINATED ?
 			    at_end : SPLIT_NONE;
 		t = skip_balanced(&sc);
-		if (t != T_CLOSE)
+		if (t != SQL_T_CLOSE)
 			return at_end;
-		t = next_token(&sc, &a, &b);
+		t = sql_next_token(&sc, &a, &b);
 		goto clauses;
 	}
-	if (t == T_END || t == T_UNTERMINATED)
+	if (t == SQL_T_END || t == SQL_T_UNTERMINATED)
 		return at_end;
-	if (t != T_WORD && t != T_QIDENT)
+	if (t != SQL_T_WORD && t != SQL_T_QIDENT)
 		return SPLIT_NONE;
 	/* db.table: the name itself may be any word, even FORMAT. */
 	for (;;) {
-		t = next_token(&sc, &a, &b);
-		if (t != T_DOT)
+		t = sql_next_token(&sc, &a, &b);
+		if (t != SQL_T_DOT)
 			break;
-		t = next_token(&sc, &a, &b);
-		if (t != T_WORD && t != T_QIDENT)
-			return t == T_END || t == T_UNTERMINATED ?
+		t = sql_next_token(&sc, &a, &b);
+		if (t != SQL_T_WORD && t != SQL_T_QIDENT)
+			return t == SQL_T_END || t == SQL_T_UNTERMINATED ?
 			    at_end : SPLIT_NONE;
 	}
 
 clauses:
-	for (;; t = next_token(&sc, &a, &b)) {
-		if (t == T_END || t == T_UNTERMINATED)
+	for (;; t = sql_next_token(&sc, &a, &b)) {
+		if (t == SQL_T_END || t == SQL_T_UNTERMINATED)
 			return at_end;
-		if (t == T_OPEN) {
-			if (skip_balanced(&sc) != T_CLOSE)
+		if (t == SQL_T_OPEN) {
+			if (skip_balanced(&sc) != SQL_T_CLOSE)
 				return at_end;
 			continue;
 		}
-		if (t != T_WORD)
+		if (t != SQL_T_WORD)
 			continue;
 		if (word_is(&sc, a, b, "SETTINGS")) {
 			if (!have_infile_at) {
@@ -302,16 +284,16 @@ clauses:
 
 			if (!have_infile_at)
 				out->infile_at = a;
-			t = next_token(&sc, &a, &b);
-			if (t == T_END || t == T_UNTERMINATED)
+			t = sql_next_token(&sc, &a, &b);
+			if (t == SQL_T_END || t == SQL_T_UNTERMINATED)
 				return at_end;
-			if (t != T_WORD && t != T_QIDENT)
+			if (t != SQL_T_WORD && t != SQL_T_QIDENT)
 				return SPLIT_NONE;
 			/* The name may continue in bytes not yet seen. */
 			if (b == n && !complete)
 				return SPLIT_INCOMPLETE;
 			len = b - a;
-			if (t == T_QIDENT) {
+			if (t == SQL_T_QIDENT) {
 				a++;
 				len -= 2;
 			}
@@ -335,34 +317,34 @@ clauses:
 int
 sql_is_empty(const char *text, size_t n)
 {
-	struct scanner sc = {text, n, 0};
+	struct sql_scanner sc = {text, n, 0};
 	size_t a, b;
-	enum tok t = next_token(&sc, &a, &b);
+	enum sql_tok t = sql_next_token(&sc, &a, &b);
 
-	return t == T_END;
+	return t == SQL_T_END;
 }
 
 int
 sql_is_multi_statement(const char *text, size_t n)
 {
-	struct scanner sc = {text, n, 0};
+	struct sql_scanner sc = {text, n, 0};
 	size_t a, b;
 	int depth = 0, after_semi = 0;
 
 	for (;;) {
-		enum tok t = next_token(&sc, &a, &b);
+		enum sql_tok t = sql_next_token(&sc, &a, &b);
 
-		if (t == T_END || t == T_UNTERMINATED)
+		if (t == SQL_T_END || t == SQL_T_UNTERMINATED)
 			return 0;
-		if (t == T_SEMI && depth == 0) {
+		if (t == SQL_T_SEMI && depth == 0) {
 			after_semi = 1;
 			continue;
 		}
 		if (after_semi)
 			return 1;
-		if (t == T_OPEN)
+		if (t == SQL_T_OPEN)
 			depth++;
-		else if (t == T_CLOSE && depth > 0)
+		else if (t == SQL_T_CLOSE && depth > 0)
 			depth--;
 	}
 }
@@ -370,28 +352,28 @@ sql_is_multi_statement(const char *text, size_t n)
 int
 sql_output_format(const char *text, size_t n, char *fmt, size_t fmtsz)
 {
-	struct scanner sc = {text, n, 0};
+	struct sql_scanner sc = {text, n, 0};
 	size_t a, b;
 	int depth = 0, found = 0;
 
 	for (;;) {
-		enum tok t = next_token(&sc, &a, &b);
+		enum sql_tok t = sql_next_token(&sc, &a, &b);
 
-		if (t == T_END || t == T_UNTERMINATED)
+		if (t == SQL_T_END || t == SQL_T_UNTERMINATED)
 			return found;
-		if (t == T_OPEN)
+		if (t == SQL_T_OPEN)
 			depth++;
-		else if (t == T_CLOSE && depth > 0)
+		else if (t == SQL_T_CLOSE && depth > 0)
 			depth--;
-		else if (t == T_WORD && depth == 0 &&
+		else if (t == SQL_T_WORD && depth == 0 &&
 		    word_is(&sc, a, b, "FORMAT")) {
 			size_t len;
 
-			t = next_token(&sc, &a, &b);
-			if (t != T_WORD && t != T_QIDENT)
+			t = sql_next_token(&sc, &a, &b);
+			if (t != SQL_T_WORD && t != SQL_T_QIDENT)
 				continue;
 			len = b - a;
-			if (t == T_QIDENT) {
+			if (t == SQL_T_QIDENT) {
 				a++;
 				len -= 2;
 			}
@@ -407,16 +389,16 @@ sql_output_format(const char *text, size_t n, char *fmt, size_t fmtsz)
 void
 sql_first_keyword(const char *text, size_t n, char *kw, size_t kwsz)
 {
-	struct scanner sc = {text, n, 0};
+	struct sql_scanner sc = {text, n, 0};
 	size_t a, b, i;
-	enum tok t;
+	enum sql_tok t;
 
 	kw[0] = '\0';
-	t = next_token(&sc, &a, &b);
+	t = sql_next_token(&sc, &a, &b);
 	/* "(SELECT ...)" and the like: look inside the brackets. */
-	while (t == T_OPEN)
-		t = next_token(&sc, &a, &b);
-	if (t != T_WORD || kwsz == 0)
+	while (t == SQL_T_OPEN)
+		t = sql_next_token(&sc, &a, &b);
+	if (t != SQL_T_WORD || kwsz == 0)
 		return;
 	for (i = 0; a + i < b && i + 1 < kwsz; i++) {
 		char c = text[a + i];

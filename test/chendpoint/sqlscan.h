@@ -7,7 +7,9 @@
  *     through a FIFO instead of being pasted into the query text),
  *   - which output FORMAT a query asks for (for Content-Type),
  *   - whether the text is empty or holds several statements (ClickHouse's
- *     HTTP interface refuses both).
+ *     HTTP interface refuses both),
+ *   - the tokens that qidmap.c replaces to give a statement the client's
+ *     query_id.
  * The lexer skips comments, string literals and quoted identifiers so that
  * keywords inside them are not mistaken for clauses.
  */
@@ -15,6 +17,30 @@
 #define CHENDPOINT_SQLSCAN_H
 
 #include <stddef.h>
+
+/* Tokens of the query text (comments and blanks are skipped). */
+enum sql_tok {
+	SQL_T_END,		/* end of text */
+	SQL_T_UNTERMINATED,	/* string, identifier or comment runs off the end */
+	SQL_T_WORD,		/* keyword, identifier or number */
+	SQL_T_QIDENT,		/* `quoted` or "quoted" identifier */
+	SQL_T_STRING,		/* 'literal' */
+	SQL_T_OPEN,		/* ( or [ */
+	SQL_T_CLOSE,		/* ) or ] */
+	SQL_T_SEMI,		/* ; */
+	SQL_T_DOT,		/* . */
+	SQL_T_OTHER		/* any other punctuation */
+};
+
+struct sql_scanner {
+	const char *s;
+	size_t n;
+	size_t pos;
+};
+
+/* The next token; its bytes are s[*start, *end). */
+enum sql_tok sql_next_token(struct sql_scanner *sc, size_t *start,
+			    size_t *end);
 
 enum insert_split_result {
 	SPLIT_NONE = 0,		/* not an INSERT whose data follows the query */

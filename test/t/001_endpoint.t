@@ -2,8 +2,10 @@
 #
 # 001_endpoint.t - the ClickHouse HTTP endpoint (test/chendpoint) as a client
 # sees it: queries, RowBinary streaming inserts, errors and their HTTP
-# statuses, authentication, concurrency, EXCHANGE TABLES, and the test-only
-# control port (fault injection, query log).
+# statuses, authentication and accounts, concurrency, EXCHANGE TABLES,
+# statements under the client's query_id (and hidden from it), and the
+# test-only control port (faults: error, lost, delay, hold, midstream,
+# refuse, idle_close; the query log, running statements, connections).
 #
 # Expects a running endpoint (test/sandbox.sh start) and, in the environment:
 #   DPWIN_CH_URL           e.g. http://127.0.0.1:18123
@@ -14,8 +16,9 @@
 use strict;
 use warnings;
 use File::Temp qw(tempdir);
+use IO::Socket::INET;
 use Test::More;
-use Time::HiRes qw(time sleep);
+use Time::HiRes qw(time);
 
 my $url  = $ENV{DPWIN_CH_URL};
 my $user = $ENV{DPWIN_CH_USER};
@@ -142,7 +145,7 @@ sub ctl {
 	my ($path, %params) = @_;
 	my @p = map { ($_, $params{$_}) } sort keys %params;
 	return http(url => "$ctl$path", params => \@p, auth => 'none',
-		post => $path ne '/log' && $path ne '/ping');
+		post => $path !~ m{^/(?:log|ping|running|connections|faults|query_ids)\z});
 }
 
 # ---- RowBinary encoding ----
@@ -446,21 +449,33 @@ ctl('/faults/clear');
 		'lost: the row was inserted anyway');
 }
 
-# delay: the client times out, the statement still runs.
+# delay: the statement runs after ms, in the engine (a SELECT that sleeps
+# carries its text), so system.processes shows it meanwhile.
 {
-	ctl('/fault', pattern => "$db.f", mode => 'delay', ms => 2500);
-	my $t0 = time();
+	ctl('/fault', pattern => "delay_marker_$$", mode => 'delay', ms => 300);
+	my $r = chq("SELECT 'delay_marker_$$'", params => [query_id => "delay-$db"]);
+	is($r->{body}, "delay_marker_$$\n", 'delay: the statement ran after the delay');
+}
+
+# hold: the statement waits until released; a client that gives up does not
+# stop it, as on the server.
+{
+	ctl('/fault', pattern => "$db.f", mode => 'hold');
 	my $r = http(body => "3\tslow row\n", max_time => 1,
 		params => [query => "INSERT INTO $db.f FORMAT TSV"]);
-	is($r->{rc}, 28, 'delay: curl --max-time times out (exit 28)');
-	ok(time() - $t0 < 2.4, 'delay: the client gave up before the server answered');
+	is($r->{rc}, 28, 'hold: curl --max-time times out (exit 28)');
+	like(ctl('/running')->{body}, qr/\tholding\t\d+\tINSERT INTO \Q$db\E\.f FORMAT TSV\n/,
+		'hold: GET /running lists the held INSERT');
+	is(ctl('/release', pattern => "$db.f")->{body}, "1\n", 'hold: POST /release releases it');
 	my $n = '';
-	for (1 .. 50) {
+	for (1 .. 300) {
 		$n = chq("SELECT count() FROM $db.f WHERE s = 'slow row'")->{body};
 		last if $n eq "1\n";
-		sleep(0.2);
+		last unless ctl('/running')->{body} =~ /\Q$db\E\.f FORMAT TSV/;
 	}
-	is($n, "1\n", 'delay: the statement ran after the delay');
+	is(chq("SELECT count() FROM $db.f WHERE s = 'slow row'")->{body}, "1\n",
+		'hold: the statement ran once released');
+	is(ctl('/release', pattern => "$db.f")->{body}, "0\n", 'hold: nothing is left to release');
 }
 
 # refuse: the next N connections are closed at accept.
@@ -500,6 +515,153 @@ ctl('/faults/clear');
 	is((split /\t/, $bad // '')[4], '400', 'failed query logged with its status');
 	ok(grep({ /\tlost\t/ } @lines), 'lost answers are logged as lost');
 	like(ctl('/log')->{body}, qr/\trefused\t/, 'refused connections are logged');
+}
+
+# ---------------------------------------------------------------------
+# Query ids (docs/endpoint.md, "Query ids")
+# ---------------------------------------------------------------------
+
+# A statement held on the server, in the background: returns a function
+# that waits for its answer.
+sub held {
+	my ($marker, $qid) = @_;
+	ctl('/fault', pattern => $marker, mode => 'hold');
+	my ($cmd, $hf, $bf) = curl_cmd(body => "SELECT '$marker'",
+		params => [query_id => $qid]);
+	my $pid = open(my $out, '-|', @$cmd) // die "fork: $!";
+	for (1 .. 3000) {
+		last if ctl('/running')->{body} =~ /\tholding\t\d+\tSELECT '\Q$marker\E'/;
+	}
+	return sub {
+		my $code = <$out> // 0;
+		close($out);
+		return parse_reply($? >> 8, $code, $hf, $bf);
+	};
+}
+
+is(ctl('/query_ids')->{body}, "visible\n", 'query ids: the endpoint starts in the visible mode');
+{
+	my $qid = "visible-$db";
+	my $wait = held("qid_v_$$", $qid);
+	is(chq("SELECT query_id, initial_query_id, query LIKE '%qid_v_$$%' FROM system.processes"
+		. " WHERE query_id = '$qid'")->{body}, "$qid\t$qid\t1\n",
+		'visible: system.processes lists the statement under the client\'s query_id');
+	is(chq("SELECT count() FROM system.processes AS p WHERE p.query_id = '$qid'")->{body}, "1\n",
+		'visible: also read with an alias');
+	is(chq('SELECT queryID(), initialQueryID()', params => [query_id => "own-$db"])->{body},
+		"own-$db\town-$db\n", 'visible: queryID() is the client\'s query_id');
+	my $dup = chq('SELECT 1', params => [query_id => $qid]);
+	is($dup->{headers}{'x-clickhouse-exception-code'}, 216,
+		'visible: a second statement under a running query_id is refused (216)');
+	like($dup->{body}, qr/^Code: 216\. DB::Exception: Query with id = \Q$qid\E is already running\. \(QUERY_WITH_SAME_ID_IS_ALREADY_RUNNING\)/,
+		'visible: ... with the server\'s message');
+	my $kill = chq("KILL QUERY WHERE query_id = '$qid' AND query_id != queryID() SYNC",
+		params => [query_id => "killer-$db"]);
+	is($kill->{status}, 200, 'visible: KILL QUERY WHERE query_id = ... SYNC');
+	my $r = $wait->();
+	is($r->{headers}{'x-clickhouse-exception-code'}, 394, 'visible: the killed statement fails (394)');
+	is(ctl('/release', pattern => "qid_v_$$")->{body}, "0\n", 'visible: it was not left holding');
+	is(chq("SELECT count() FROM system.processes WHERE query_id = '$qid'")->{body}, "0\n",
+		'visible: and is gone from system.processes');
+	like(ctl('/log')->{body}, qr/\t\Q$qid\E\t\Q$user\E\t500\tSELECT 'qid_v_$$'\n/,
+		'visible: the query log has it, answered 500');
+}
+
+is(http(url => "$ctl/query_ids", params => [mode => 'hidden'], post => 1, auth => 'none')->{body},
+	"hidden\n", 'query ids: POST /query_ids?mode=hidden');
+{
+	my $qid = "hidden-$db";
+	my $wait = held("qid_h_$$", $qid);
+	is(chq("SELECT count() FROM system.processes WHERE query_id = '$qid'")->{body}, "0\n",
+		'hidden: system.processes does not know the client\'s query_id');
+	is(chq("SELECT count() FROM system.processes WHERE query LIKE '%qid_h_$$%' AND query_id != queryID()")->{body},
+		"1\n", 'hidden: the statement is there under an id of the engine\'s, with its text');
+	isnt(chq('SELECT queryID()', params => [query_id => "own-h-$db"])->{body}, "own-h-$db\n",
+		'hidden: queryID() is not the client\'s query_id');
+	is(chq('SELECT 1', params => [query_id => $qid])->{status}, 200,
+		'hidden: a second statement under the same query_id runs');
+	is(chq("KILL QUERY WHERE query_id = '$qid' SYNC")->{status}, 200, 'hidden: KILL by query_id');
+	is(ctl('/release', pattern => "qid_h_$$")->{body}, "1\n", 'hidden: finds nothing to kill');
+	is($wait->()->{body}, "qid_h_$$\n", 'hidden: the statement ran once released');
+}
+http(url => "$ctl/query_ids", params => [mode => 'visible'], post => 1, auth => 'none');
+
+# ---------------------------------------------------------------------
+# A failure after "200 OK" (mode=midstream)
+# ---------------------------------------------------------------------
+{
+	ctl('/fault', pattern => "mid_t_$$", mode => 'midstream', code => 241);
+	my $r = chq("SELECT number, 'mid_t_$$' FROM numbers(10)");
+	is($r->{status}, 200, 'midstream: the answer starts as 200 OK');
+	is($r->{rc}, 18, 'midstream: and breaks off without its last chunk (curl exit 18)');
+	my $t = $r->{headers}{'x-clickhouse-exception-tag'} // '';
+	like($t, qr/^[a-z0-9]{16}$/, 'midstream: X-ClickHouse-Exception-Tag names a tag');
+	like($r->{body}, qr/\A(?:\d+\tmid_t_$$\n)+\r\n__exception__\r\n\Q$t\E\r\n(Code: 241\. DB::Exception: injected fault \(pattern 'mid_t_$$', mode midstream\)\. \(MEMORY_LIMIT_EXCEEDED\) \(version [^\n]+\)\n)(\d+) \Q$t\E\r\n__exception__\r\n\z/,
+		'midstream: whole rows, then the tagged exception block');
+	my ($msg, $len) = $r->{body} =~ /\r\n\Q$t\E\r\n(.*\n)(\d+) /s;
+	is($len, length($msg // ''), 'midstream: the block gives the message\'s length');
+	unlike($r->{body}, qr/9\tmid_t_/, 'midstream: the rows after the failure are not sent');
+
+	ctl('/fault', pattern => "mid_m_$$", mode => 'midstream', code => 241, form => 'marker');
+	$r = chq("SELECT number, 'mid_m_$$' FROM numbers(10)");
+	ok(!defined $r->{headers}{'x-clickhouse-exception-tag'}, 'midstream (marker): no tag, as before 25.11');
+	like($r->{body}, qr/\A(?:\d+\tmid_m_$$\n)+__exception__\r\nCode: 241\. DB::Exception: injected fault [^\n]+\n\z/,
+		'midstream (marker): whole rows, the marker line, the message');
+}
+
+# ---------------------------------------------------------------------
+# Connections the server closes while idle (mode=idle_close)
+# ---------------------------------------------------------------------
+{
+	# curl sends both requests on one kept-alive connection.  Its body
+	# comes from memory (-d), so when the server drops the second request
+	# curl sends it again by itself on a new connection.
+	my $seq = (ctl('/log')->{body} =~ /(\d+)\t[^\n]*\n\z/)[0];
+	ctl('/fault', pattern => "idle_$$", mode => 'idle_close', ms => 0);
+	my ($out, $rc);
+	open(my $fh, '-|', 'curl', '-s', '-u', "$user:$pass", '-d', 'SELECT 1', "$url/?query_id=first-$db",
+		'--next', '-s', '-u', "$user:$pass", '-d', "SELECT 'idle_$$'", "$url/?query_id=second-$db") or die;
+	{ local $/; $out = <$fh>; }
+	close($fh);
+	is($out, "1\nidle_$$\n", 'idle_close: curl got both answers');
+	my @second = grep { (split /\t/)[2] eq "second-$db" } split /\n/, ctl('/log', since => $seq)->{body};
+	is(join(',', map { (split /\t/)[4] } @second), 'idle-closed,200',
+		'idle_close: the request on the reused connection was dropped, curl\'s resend ran');
+	# A kept-alive connection after one request shows as idle.
+	my ($host, $port) = $url =~ m{^http://([^:/]+):(\d+)};
+	my $sock = IO::Socket::INET->new(PeerAddr => $host, PeerPort => $port, Proto => 'tcp') or die $!;
+	print $sock "GET /ping HTTP/1.1\r\nHost: $host\r\n\r\n";
+	my $got = '';
+	while ($got !~ /Ok\.\n\z/ && defined(my $line = <$sock>)) {
+		$got .= $line;
+	}
+	like(ctl('/connections')->{body}, qr/^\d+\tidle\t\d+\t1\n/m,
+		'GET /connections lists the kept-alive connection as idle after one request');
+	close($sock);
+}
+
+# ---------------------------------------------------------------------
+# Accounts: the engine roles granted to `default` (test/ch_config.sh)
+# ---------------------------------------------------------------------
+{
+	my $r = chq('SELECT currentRoles()', auth => ['dpwin_refresh', $pass, 'basic']);
+	is($r->{body}, "['dpwin_refresh']\n", 'accounts: a role is an account and runs with that role only');
+	$r = chq("CREATE DATABASE ${db}_denied", auth => ['dpwin_refresh', $pass, 'basic']);
+	is($r->{status}, 403, 'accounts: beyond the role\'s grants: 403');
+	like($r->{body}, qr/^Code: 497\. DB::Exception: dpwin_refresh: Not enough privileges\./,
+		'accounts: the message names the account, as the server names its user');
+	is(chq('SELECT 1', auth => ['dpwin_refresh', "$pass-x", 'basic'])->{status}, 403,
+		'accounts: with the --password only');
+}
+
+# The server's messages end with its version; every query answer names an
+# exception tag (since 25.11).
+{
+	my $r = chq('SELEC 1');
+	like($r->{body}, qr/\(SYNTAX_ERROR\) \(version \d+\.\d+\.\d+\.\d+ \(official build\)\)\n\z/,
+		'errors end with the version');
+	like(chq('SELECT 1')->{headers}{'x-clickhouse-exception-tag'} // '', qr/^[a-z0-9]{16}$/,
+		'answers carry X-ClickHouse-Exception-Tag');
 }
 
 ctl('/faults/clear');

@@ -15,14 +15,18 @@
 #   overtaken     the same, and a newer window completes before recovery;
 #   completed     completed, its staging tables not yet dropped.
 # 062_recovery.t covers a kill while the EXCHANGE itself runs and while the
-# generation is being filled.
+# generation is being filled.  The two publication cases (intent,
+# exchanged: a lost reply) run with the endpoint in both query_id modes
+# (docs/endpoint.md, "Query ids").  Statements that must still be running when
+# the coordinator dies are holds (docs/endpoint.md): they run on the server
+# until the test releases them, so no step waits on a timer.
 use strict;
 use warnings;
 use Test::More;
 use DpwinTest;
 use DpwinFixture qw(fault bg_psql bg_finish ch_rows uuid_of micros after_refresh);
 use DpwinCrash;
-use Time::HiRes qw(usleep);
+use DpwinEndpoint qw(both_modes release wait_running);
 
 my $db = "t100_$$";
 
@@ -56,11 +60,13 @@ sub wait_state
 
 {
 	my $s = scenario('planned');
-	fault(pattern => "FROM system.databases WHERE name = '$db'", mode => 'delay', ms => 3000, count => 1);
+	fault(pattern => "FROM system.databases WHERE name = '$db'", mode => 'hold', count => 1);
 	my $h = start_e2($s);
 	wait_state($s, 'planned');
-	usleep(200_000);
+	ok(wait_running(qr/FROM system\.databases WHERE name = '\Q$db\E'/, 1, phase => 'holding'),
+		'planned: admission waits on the server');
 	crash([ coordinator_pid($s->{inv}) ], $h, 'planned');
+	release("FROM system.databases WHERE name = '$db'");
 	check_after_fault($s, which => 'old', state => 'planned', outcome => '');
 	settle_and_check($s, 'expired');
 }
@@ -69,13 +75,15 @@ sub wait_state
 
 {
 	my $s = scenario('extracting');
-	fault(pattern => "INSERT INTO `$db`.`$s->{prefix}stg_", mode => 'delay', ms => 3000, count => 4);
+	fault(pattern => "INSERT INTO `$db`.`$s->{prefix}stg_", mode => 'hold', count => 4);
 	my $h = start_e2($s);
 	wait_state($s, 'extracting');
 	ok(wait_until(sub { chunks_in_state($s, 'running') == 2 }, 30),
 		'extracting: two chunks are being loaded');
-	usleep(300_000);
+	ok(wait_running(qr/^INSERT INTO `\Q$db\E`\.`\Q$s->{prefix}\Estg_/, 2, phase => 'holding'),
+		'extracting: their INSERTs are on the server');
 	crash([ coordinator_pid($s->{inv}) ], $h, 'extracting');
+	release("INSERT INTO `$db`.`$s->{prefix}stg_");
 	check_after_fault($s, which => 'old', state => 'extracting', outcome => '');
 	settle_and_check($s, 'expired');
 }
@@ -84,11 +92,18 @@ sub wait_state
 
 {
 	my $s = scenario('staged');
-	fault(pattern => "INSERT INTO `$db`.`$s->{prefix}stg_", mode => 'delay', ms => 700, count => 4);
+	fault(pattern => "INSERT INTO `$db`.`$s->{prefix}stg_", mode => 'hold', count => 4);
 	my $h = start_e2($s);
 	wait_state($s, 'extracting');
 	# The staged transition waits for this row lock; chunk receipts do not.
 	my $lk = hold_locks("SELECT 1 FROM dpwin.invocation WHERE invocation_id = '$s->{inv}' FOR NO KEY UPDATE");
+	ok(wait_running(qr/^INSERT INTO `\Q$db\E`\.`\Q$s->{prefix}\Estg_/, 2, phase => 'holding'),
+		'staged: the first INSERTs wait on the server until the lock is held');
+	is(release("INSERT INTO `$db`.`$s->{prefix}stg_"), 2, 'staged: released');
+	ok(wait_until(sub { chunks_in_state($s, 'verified') == 2 }, 30), 'staged: the first two chunks are verified');
+	ok(wait_running(qr/^INSERT INTO `\Q$db\E`\.`\Q$s->{prefix}\Estg_/, 2, phase => 'holding'),
+		'staged: the last two INSERTs wait on the server');
+	is(release("INSERT INTO `$db`.`$s->{prefix}stg_"), 2, 'staged: released as well');
 	my $pid = coordinator_pid($s->{inv});
 	ok(wait_until(sub { chunks_in_state($s, 'verified') == 4 && waits_on_lock($pid) }, 30),
 		'staged: all four chunks staged and verified, the coordinator waits to journal it');
@@ -106,14 +121,16 @@ sub wait_state
 	my $seq = ch_log_seq();
 	my $gen = "$s->{prefix}gen";
 	# the first ATTACH to the generation clones the target (during
-	# extraction), the second attaches the staged parts (verified)
+	# extraction), the second attaches the staged parts (verified): hold it
 	fault(pattern => "ALTER TABLE `$db`.`$gen` ATTACH", mode => 'delay', ms => 1, count => 1);
-	fault(pattern => "ALTER TABLE `$db`.`$gen` ATTACH", mode => 'delay', ms => 2500, count => 1);
+	fault(pattern => "ALTER TABLE `$db`.`$gen` ATTACH", mode => 'hold', count => 1);
 	my $h = start_e2($s);
 	wait_state($s, 'verified');
-	usleep(200_000);
+	ok(wait_running(qr/^ALTER TABLE `\Q$db\E`\.`\Q$gen\E` ATTACH .*_stg_/s, 1, phase => 'holding'),
+		'verified: the attach of the staged parts waits on the server');
 	crash([ coordinator_pid($s->{inv}) ], $h, 'verified');
 	# The dead coordinator's ATTACH still runs on the server; let it end.
+	is(release("ALTER TABLE `$db`.`$gen` ATTACH"), 1, 'verified: released after the crash');
 	ok(wait_answered($seq, qr/^ALTER TABLE `\Q$db\E`\.`\Q$gen\E` ATTACH .*_stg_/s), 'verified: its last statement has ended');
 	check_after_fault($s, which => 'old', state => 'verified', outcome => '');
 	$seq = ch_log_seq();
@@ -122,46 +139,56 @@ sub wait_state
 		'verified: recover published the staged chunks without extracting again');
 }
 
-# --- the publication intent committed, the EXCHANGE never ran ---------------------------
+both_modes(sub {
+	my ($mode) = @_;
+	my $m = substr($mode, 0, 1);
 
-{
-	my $s = scenario('intent');
-	fault(pattern => "EXCHANGE TABLES `$db`.`$s->{t}` AND", mode => 'delay', ms => 10000, count => 1);
-	my $h = start_e2($s);
-	wait_state($s, 'publishing');
-	crash([ coordinator_pid($s->{inv}) ], $h, 'intent');
-	# The EXCHANGE is still held by the endpoint: a restart drops it unrun.
-	sandbox_cmd('restart-ch');
-	check_after_fault($s, which => 'old', state => 'publishing', outcome => '');
-	like(psql_err(refresh_sql($s->{route}, $E2)), qr/^55006: invocation \Q$s->{inv}\E of this target has an unsettled publication/,
-		'intent: a new invocation is refused until it is settled');
-	my $seq = ch_log_seq();
-	settle_and_check($s, 'recover');
-	is(scalar(grep { $_->{query} =~ /^EXCHANGE TABLES `\Q$db\E`\.`\Q$s->{t}\E` AND/ } ch_log_since($seq)), 1,
-		'intent: recover ran the one EXCHANGE');
-}
+	# --- the publication intent committed, the EXCHANGE never ran ---------------------------
 
-# --- the EXCHANGE ran, its outcome not journaled ----------------------------------------
+	{
+		my $s = scenario("intent_$m");
+		fault(pattern => "EXCHANGE TABLES `$db`.`$s->{t}` AND", mode => 'hold', count => 1);
+		my $h = start_e2($s);
+		wait_state($s, 'publishing');
+		ok(wait_running(qr/^EXCHANGE TABLES `\Q$db\E`\.`\Q$s->{t}\E` AND/, 1, phase => 'holding'),
+			"$s->{tag}: the EXCHANGE waits on the server");
+		crash([ coordinator_pid($s->{inv}) ], $h, $s->{tag});
+		# The EXCHANGE is still held by the endpoint: a restart drops it unrun.
+		sandbox_cmd('restart-ch');
+		check_after_fault($s, which => 'old', state => 'publishing', outcome => '');
+		like(psql_err(refresh_sql($s->{route}, $E2)), qr/^55006: invocation \Q$s->{inv}\E of this target has an unsettled publication/,
+			"$s->{tag}: a new invocation is refused until it is settled");
+		my $seq = ch_log_seq();
+		settle_and_check($s, 'recover');
+		is(scalar(grep { $_->{query} =~ /^EXCHANGE TABLES `\Q$db\E`\.`\Q$s->{t}\E` AND/ } ch_log_since($seq)), 1,
+			"$s->{tag}: recover ran the one EXCHANGE");
+	}
 
-{
-	my $s = scenario('exchanged');
-	my $seq = ch_log_seq();
-	fault(pattern => "EXCHANGE TABLES `$db`.`$s->{t}` AND", mode => 'delay', ms => 1500, count => 1);
-	my $h = start_e2($s);
-	wait_state($s, 'publishing');
-	# Recording the outcome waits for this row lock.
-	my $lk = hold_locks("SELECT 1 FROM dpwin.publication WHERE invocation_id = '$s->{inv}' FOR UPDATE");
-	my $pid = coordinator_pid($s->{inv});
-	ok(wait_answered($seq, qr/^EXCHANGE TABLES `\Q$db\E`\.`\Q$s->{t}\E` AND/), 'exchanged: the EXCHANGE was answered');
-	ok(wait_until(sub { waits_on_lock($pid) }, 30), 'exchanged: the coordinator waits to journal the outcome');
-	crash([$pid], $h, 'exchanged');
-	bg_finish($lk);
-	check_after_fault($s, which => 'new', state => 'publishing', outcome => '');
-	$seq = ch_log_seq();
-	settle_and_check($s, 'recover');
-	is(scalar(grep { $_->{query} =~ /^EXCHANGE|FORMAT RowBinary/ } ch_log_since($seq)), 0,
-		'exchanged: recover neither exchanged nor extracted');
-}
+	# --- the EXCHANGE ran, its outcome not journaled ----------------------------------------
+
+	{
+		my $s = scenario("exchanged_$m");
+		my $seq = ch_log_seq();
+		fault(pattern => "EXCHANGE TABLES `$db`.`$s->{t}` AND", mode => 'hold', count => 1);
+		my $h = start_e2($s);
+		wait_state($s, 'publishing');
+		# Recording the outcome waits for this row lock.
+		my $lk = hold_locks("SELECT 1 FROM dpwin.publication WHERE invocation_id = '$s->{inv}' FOR UPDATE");
+		ok(wait_running(qr/^EXCHANGE TABLES `\Q$db\E`\.`\Q$s->{t}\E` AND/, 1, phase => 'holding'),
+			"$s->{tag}: the EXCHANGE waits on the server");
+		is(release("EXCHANGE TABLES `$db`.`$s->{t}` AND"), 1, "$s->{tag}: the EXCHANGE is released once the lock is held");
+		my $pid = coordinator_pid($s->{inv});
+		ok(wait_answered($seq, qr/^EXCHANGE TABLES `\Q$db\E`\.`\Q$s->{t}\E` AND/), "$s->{tag}: the EXCHANGE was answered");
+		ok(wait_until(sub { waits_on_lock($pid) }, 30), "$s->{tag}: the coordinator waits to journal the outcome");
+		crash([$pid], $h, $s->{tag});
+		bg_finish($lk);
+		check_after_fault($s, which => 'new', state => 'publishing', outcome => '');
+		$seq = ch_log_seq();
+		settle_and_check($s, 'recover');
+		is(scalar(grep { $_->{query} =~ /^EXCHANGE|FORMAT RowBinary/ } ch_log_since($seq)), 0,
+			"$s->{tag}: recover neither exchanged nor extracted");
+	}
+});
 
 # --- outcome journaled, evidence not committed ---------------------------------------------
 
@@ -242,10 +269,13 @@ sub wait_state
 	# The first DROP of that table is the worker's, before it creates it;
 	# the second is the clean-up's.
 	fault(pattern => "DROP TABLE IF EXISTS `$db`.`$stg`", mode => 'delay', ms => 1, count => 1);
-	fault(pattern => "DROP TABLE IF EXISTS `$db`.`$stg`", mode => 'delay', ms => 2500, count => 1);
+	fault(pattern => "DROP TABLE IF EXISTS `$db`.`$stg`", mode => 'hold', count => 1);
 	my $h = bg_psql(refresh_sql($s->{route}, $E2, $s->{inv}));
 	wait_state($s, 'completed');
+	ok(wait_running(qr/^DROP TABLE IF EXISTS `\Q$db\E`\.`\Q$stg\E`/, 1, phase => 'holding'),
+		'completed: the clean-up\'s first DROP waits on the server');
 	crash([ coordinator_pid($s->{inv}) ], $h, 'completed');
+	release("DROP TABLE IF EXISTS `$db`.`$stg`");
 	check_after_fault($s, which => 'new', state => 'completed', outcome => 'published');
 	ok(scalar(@{ leftovers() }) > 0, 'completed: its staging tables were left');
 	settle_and_check($s, 'recover');

@@ -1,30 +1,41 @@
-# The crash matrix, part 4: the ClickHouse endpoint misbehaving.
+# The crash matrix, part 4: the ClickHouse endpoint misbehaving, run twice:
+# with the endpoint running statements under the client's query_id, as a
+# server does (visible), and under ids of its own, as behind a proxy that
+# drops them (hidden; docs/endpoint.md, "Query ids").  Slow statements are
+# holds (mode=hold): they run in the engine until the test releases them,
+# or until a KILL QUERY stops them, so nothing here races a timer.
 #   refused       every connection refused when the refresh starts;
 #   restart_xtr   the endpoint restarts while staging INSERTs run (data
 #                 persists): the interrupted chunks are fenced and retried;
-#   restart_pub   the endpoint restarts while the EXCHANGE waits on it: the
-#                 EXCHANGE never runs, the invocation stays publishing;
+#   restart_pub   the endpoint restarts while the EXCHANGE waits on it, so
+#                 the EXCHANGE never runs.  Visible: dpwin sees it has ended
+#                 and exchanges once more.  Hidden: it cannot, and leaves the
+#                 invocation publishing for recover();
 #   ins_timeout   a staging INSERT outlives the server's request_timeout: the
-#                 attempt is fenced and the chunk retried into a new table;
-#   create_timeout  the same for the CREATE of a staging table, which runs
-#                 after the refresh completed: recover() drops its table;
-#   x_late        the EXCHANGE outlives request_timeout and runs later: dpwin
-#                 must not exchange again while it may still run (the
-#                 endpoint cannot show a client's query_id in
-#                 system.processes, so settling cannot see it); the
-#                 invocation stays publishing, and recover() settles it once
-#                 the statement has ended;
-#   x_never       the same, but the timed-out EXCHANGE never runs: recover()
-#                 exchanges once;
-#   x_rec_late    recover()'s own EXCHANGE times out and runs later: the same
-#                 rule, a second recover() finishes it.
+#                 attempt is fenced (visible: the INSERT is killed; hidden:
+#                 it runs later and finds its table gone) and the chunk is
+#                 retried into a new table;
+#   create_timeout  the same for the CREATE of a staging table, which dpwin
+#                 does not settle: it runs after the refresh completed, and
+#                 recover() drops its table;
+#   x_late        the EXCHANGE outlives request_timeout.  Visible: dpwin kills
+#                 it and exchanges once more.  Hidden: it must not exchange
+#                 again while the first may still run; the invocation stays
+#                 publishing, and recover() settles it once it has run;
+#   x_never       hidden: the timed-out EXCHANGE never runs, recover()
+#                 exchanges once.  Visible: the second EXCHANGE times out as
+#                 well; both are killed and the invocation fails unpublished;
+#   x_rec_late    recover()'s own EXCHANGE times out.  Hidden: it runs later,
+#                 a second recover() finishes the publication.  Visible (the
+#                 coordinator died in a PostgreSQL restart first): recover()
+#                 kills it and the invocation fails unpublished.
 use strict;
 use warnings;
 use Test::More;
 use DpwinTest;
 use DpwinFixture qw(fault bg_psql bg_finish exchange_re exchanges);
 use DpwinCrash;
-use Time::HiRes qw(usleep);
+use DpwinEndpoint qw(both_modes release running wait_running log_entries);
 
 my $db = "t103_$$";
 
@@ -38,154 +49,231 @@ psql_ok("CREATE SERVER $slow FOREIGN DATA WRAPPER dpwin_clickhouse"
 	CREATE USER MAPPING FOR CURRENT_USER SERVER $slow
 	  OPTIONS (user '$ENV{DPWIN_CH_USER}', password '$ENV{DPWIN_CH_PASSWORD}');");
 
-sub exchange_fault
+sub hold_exchange
 {
-	my ($s, $ms) = @_;
-	fault(pattern => "EXCHANGE TABLES `$db`.`$s->{t}` AND", mode => 'delay', ms => $ms, count => 1);
+	my ($s, $count) = @_;
+	fault(pattern => "EXCHANGE TABLES `$db`.`$s->{t}` AND", mode => 'hold', count => $count // 1);
 }
 
-# --- connection refused at start ---------------------------------------------------
-
+sub wait_exchange_held
 {
-	my $s = scenario('refused');
-	fault(mode => 'refuse', count => 1000);
-	my $err = psql_err(refresh_sql($s->{route}, $E2, $s->{inv}));
-	ch_control('POST', '/faults/clear');
-	like($err, qr/^08\w\w\w: /, 'refused: the refresh fails with a connection error') or diag($err);
-	check_after_fault($s, which => 'old', state => 'failed', outcome => '');
-	settle_and_check($s, 'failed');
+	my ($s, $n) = @_;
+	return wait_running(exchange_re($s->{t}), $n // 1, phase => 'holding');
 }
 
-# --- the endpoint restarts during extraction ------------------------------------------
-
+# The statuses of the EXCHANGEs of $s in the log since $seq, in order.
+sub exchange_statuses
 {
-	my $s = scenario('restart_xtr');
-	fault(pattern => "INSERT INTO `$db`.`$s->{prefix}stg_", mode => 'delay', ms => 3000, count => 2);
-	my $h = bg_psql(refresh_sql($s->{route}, $E2, $s->{inv}));
-	ok(wait_until(sub { chunks_in_state($s, 'running') == 2 }, 30),
-		'restart_xtr: two chunks are being loaded');
-	usleep(300_000);
-	sandbox_cmd('restart-ch');
-	my ($rc, $out, $err) = bg_finish($h);
-	is($out, 'completed', 'restart_xtr: the refresh completes') or diag($err);
-	check_after_fault($s, which => 'new', state => 'completed', outcome => 'published');
-	is(psql_ok("SELECT string_agg(attempt::text, ',' ORDER BY chunk_no) FROM dpwin.chunk WHERE invocation_id = '$s->{inv}'"),
-		'1,1,0,0', 'restart_xtr: the two interrupted chunks were loaded again, into new staging tables');
-	settle_and_check($s, 'recover');
+	my ($s, $seq) = @_;
+	return join(',', map { $_->{status} } exchanges($seq, $s->{t}));
 }
 
-# --- the endpoint restarts during publication ------------------------------------------
+both_modes(sub {
+	my ($mode) = @_;
+	my $m = substr($mode, 0, 1);
 
-{
-	my $s = scenario('restart_pub');
-	exchange_fault($s, 6000);
-	my $h = bg_psql(refresh_sql($s->{route}, $E2, $s->{inv}));
-	ok(wait_until(sub { state_of($s->{inv}) eq 'publishing' }, 60), 'restart_pub: publishing');
-	usleep(300_000);
-	sandbox_cmd('restart-ch');
-	my ($rc, $out, $err) = bg_finish($h);
-	like($err, qr/HINT:.*dpwin\.recover\('\Q$s->{inv}\E'\)/, 'restart_pub: the refresh fails, naming recover()')
-	  or diag($err);
-	check_after_fault($s, which => 'old', state => 'publishing', outcome => '');
-	my $seq = ch_log_seq();
-	settle_and_check($s, 'recover');
-	is(scalar(exchanges($seq, $s->{t})), 1, 'restart_pub: recover exchanged once');
-}
+	# --- connection refused at start ----------------------------------------------
 
-# --- a staging INSERT times out ---------------------------------------------------------
+	{
+		my $s = scenario("refused_$m");
+		fault(mode => 'refuse', count => 1000);
+		my $err = psql_err(refresh_sql($s->{route}, $E2, $s->{inv}));
+		ch_control('POST', '/faults/clear');
+		like($err, qr/^08\w\w\w: /, "$s->{tag}: the refresh fails with a connection error") or diag($err);
+		check_after_fault($s, which => 'old', state => 'failed', outcome => '');
+		settle_and_check($s, 'failed');
+	}
 
-{
-	my $s = scenario('ins_timeout', server => $slow);
-	my $seq = ch_log_seq();
-	my $stg = "$s->{prefix}stg_0_0";
-	fault(pattern => "INSERT INTO `$db`.`$stg`", mode => 'delay', ms => 2500, count => 1);
-	is(psql_ok(refresh_sql($s->{route}, $E2, $s->{inv})), 'completed', 'ins_timeout: the refresh completes');
-	# The timed-out INSERT still runs on the server; when it does, its
-	# staging table has been dropped already.
-	ok(wait_answered($seq, qr/^INSERT INTO `\Q$db\E`\.`\Q$stg\E`/), 'ins_timeout: the timed-out INSERT has ended');
-	is((grep { $_->{query} =~ /^INSERT INTO `\Q$db\E`\.`\Q$stg\E`/ } ch_log_since($seq))[0]{status}, '404',
-		'ins_timeout: it found its attempt\'s staging table gone');
-	check_after_fault($s, which => 'new', state => 'completed', outcome => 'published');
-	is(psql_ok("SELECT attempt FROM dpwin.chunk WHERE invocation_id = '$s->{inv}' AND chunk_no = 0"), 1,
-		'ins_timeout: chunk 0 was loaded by its second attempt');
-	settle_and_check($s, 'recover');
-}
+	# --- the endpoint restarts during extraction --------------------------------------
 
-# --- a staging CREATE times out and runs after the refresh completed ---------------------
-#
-# The late statement creates a table of the completed invocation after its
-# clean-up: recover() of the completed invocation drops it.
+	{
+		my $s = scenario("restart_xtr_$m");
+		my $stg = qr/^INSERT INTO `\Q$db\E`\.`\Q$s->{prefix}\Estg_/;
+		fault(pattern => "INSERT INTO `$db`.`$s->{prefix}stg_", mode => 'hold', count => 2);
+		my $h = bg_psql(refresh_sql($s->{route}, $E2, $s->{inv}));
+		ok(wait_running($stg, 2, phase => 'holding'), "$s->{tag}: two staging INSERTs are held on the server");
+		sandbox_cmd('restart-ch');
+		my ($rc, $out, $err) = bg_finish($h);
+		is($out, 'completed', "$s->{tag}: the refresh completes") or diag($err);
+		check_after_fault($s, which => 'new', state => 'completed', outcome => 'published');
+		is(psql_ok("SELECT string_agg(attempt::text, ',' ORDER BY chunk_no) FROM dpwin.chunk WHERE invocation_id = '$s->{inv}'"),
+			'1,1,0,0', "$s->{tag}: the two interrupted chunks were loaded again, into new staging tables");
+		settle_and_check($s, 'recover');
+	}
 
-{
-	my $s = scenario('create_timeout', server => $slow);
-	my $seq = ch_log_seq();
-	my $stg = "$s->{prefix}stg_0_0";
-	fault(pattern => "CREATE TABLE `$db`.`$stg`", mode => 'delay', ms => 5000, count => 1);
-	is(psql_ok(refresh_sql($s->{route}, $E2, $s->{inv})), 'completed', 'create_timeout: the refresh completes');
-	is(psql_ok("SELECT attempt FROM dpwin.chunk WHERE invocation_id = '$s->{inv}' AND chunk_no = 0"), 1,
-		'create_timeout: chunk 0 was loaded by its second attempt');
-	ok(wait_answered($seq, qr/^CREATE TABLE `\Q$db\E`\.`\Q$stg\E`/), 'create_timeout: the timed-out CREATE has run');
-	is_deeply(leftovers(), [$stg], 'create_timeout: and left its table behind');
-	check_after_fault($s, which => 'new', state => 'completed', outcome => 'published');
-	settle_and_check($s, 'recover');
-}
+	# --- the endpoint restarts during publication ----------------------------------------
 
-# --- the EXCHANGE times out and runs later ----------------------------------------------
+	{
+		my $s = scenario("restart_pub_$m");
+		hold_exchange($s);
+		my $h = bg_psql(refresh_sql($s->{route}, $E2, $s->{inv}));
+		ok(wait_exchange_held($s), "$s->{tag}: the EXCHANGE is held on the server");
+		sandbox_cmd('restart-ch');
+		my ($rc, $out, $err) = bg_finish($h);
+		if ($mode eq 'visible')
+		{
+			# The log restarted with the endpoint: it holds what came after.
+			is($out, 'completed', "$s->{tag}: the refresh completes") or diag($err);
+			is(exchange_statuses($s, 0), '200', "$s->{tag}: dpwin exchanged once more, after the restart");
+			check_after_fault($s, which => 'new', state => 'completed', outcome => 'published');
+			settle_and_check($s, 'recover');
+		}
+		else
+		{
+			like($err, qr/HINT:.*dpwin\.recover\('\Q$s->{inv}\E'\)/, "$s->{tag}: the refresh fails, naming recover()")
+			  or diag($err);
+			check_after_fault($s, which => 'old', state => 'publishing', outcome => '');
+			my $seq = ch_log_seq();
+			settle_and_check($s, 'recover');
+			is(exchange_statuses($s, $seq), '200', "$s->{tag}: recover exchanged once");
+		}
+	}
 
-{
-	my $s = scenario('x_late', server => $slow);
-	my $seq = ch_log_seq();
-	exchange_fault($s, 2500);
-	# Were dpwin to exchange again at once, its next statement (renaming the
-	# old table to the backup) would run after the late EXCHANGE.
-	fault(pattern => "RENAME TABLE `$db`.`$s->{prefix}gen`", mode => 'delay', ms => 1200, count => 1);
-	my $err = psql_err(refresh_sql($s->{route}, $E2, $s->{inv}));
-	like($err, qr/^08006: .*EXCHANGE/, 'x_late: the refresh fails: the EXCHANGE got no answer') or diag($err);
-	is(scalar(exchanges($seq, $s->{t})), 0,
-		'x_late: no second EXCHANGE was sent while the first may still run');
-	ok(wait_answered($seq, exchange_re($s->{t})), 'x_late: the timed-out EXCHANGE has run');
-	ch_control('POST', '/faults/clear');
-	check_after_fault($s, which => 'new', state => 'publishing', outcome => '');
-	$seq = ch_log_seq();
-	settle_and_check($s, 'recover');
-	is(scalar(exchanges($seq, $s->{t})), 0, 'x_late: recover sent no EXCHANGE');
-}
+	# --- a staging INSERT times out -------------------------------------------------------
 
-# --- the EXCHANGE times out and never runs -----------------------------------------------
+	{
+		my $s = scenario("ins_timeout_$m", server => $slow);
+		my $seq = ch_log_seq();
+		my $stg = "$s->{prefix}stg_0_0";
+		my $re = qr/^INSERT INTO `\Q$db\E`\.`\Q$stg\E`/;
+		fault(pattern => "INSERT INTO `$db`.`$stg`", mode => 'hold', count => 1);
+		is(psql_ok(refresh_sql($s->{route}, $E2, $s->{inv})), 'completed', "$s->{tag}: the refresh completes");
+		if ($mode eq 'visible')
+		{
+			is(release($stg), 0, "$s->{tag}: the timed-out INSERT is not held any more");
+			is((grep { $_->{query} =~ $re } log_entries($seq))[0]{status}, '500',
+				"$s->{tag}: dpwin killed it before retrying the chunk");
+		}
+		else
+		{
+			is(release($stg), 1, "$s->{tag}: the timed-out INSERT is still held when the refresh completed");
+			ok(wait_answered($seq, $re), "$s->{tag}: released, it has ended");
+			is((grep { $_->{query} =~ $re } log_entries($seq))[0]{status}, '404',
+				"$s->{tag}: it found its attempt's staging table gone");
+		}
+		check_after_fault($s, which => 'new', state => 'completed', outcome => 'published');
+		is(psql_ok("SELECT attempt FROM dpwin.chunk WHERE invocation_id = '$s->{inv}' AND chunk_no = 0"), 1,
+			"$s->{tag}: chunk 0 was loaded by its second attempt");
+		settle_and_check($s, 'recover');
+	}
 
-{
-	my $s = scenario('x_never', server => $slow);
-	exchange_fault($s, 8000);
-	my $err = psql_err(refresh_sql($s->{route}, $E2, $s->{inv}));
-	like($err, qr/^08006: .*EXCHANGE/, 'x_never: the refresh fails: the EXCHANGE got no answer') or diag($err);
-	# The endpoint still holds the EXCHANGE: a restart drops it unrun.
-	sandbox_cmd('restart-ch');
-	check_after_fault($s, which => 'old', state => 'publishing', outcome => '');
-	my $seq = ch_log_seq();
-	settle_and_check($s, 'recover');
-	is(scalar(exchanges($seq, $s->{t})), 1, 'x_never: recover exchanged once');
-}
+	# --- a staging CREATE times out -------------------------------------------------------
 
-# --- recover()'s own EXCHANGE times out and runs later ------------------------------------
+	{
+		my $s = scenario("create_timeout_$m", server => $slow);
+		my $seq = ch_log_seq();
+		my $stg = "$s->{prefix}stg_0_0";
+		my $re = qr/^CREATE TABLE `\Q$db\E`\.`\Q$stg\E`/;
+		fault(pattern => "CREATE TABLE `$db`.`$stg`", mode => 'hold', count => 1);
+		is(psql_ok(refresh_sql($s->{route}, $E2, $s->{inv})), 'completed', "$s->{tag}: the refresh completes");
+		is(psql_ok("SELECT attempt FROM dpwin.chunk WHERE invocation_id = '$s->{inv}' AND chunk_no = 0"), 1,
+			"$s->{tag}: chunk 0 was loaded by its second attempt");
+		# Both ways: dpwin does not settle the CREATE (only the INSERT) before
+		# the retry, so it runs once released, after the refresh completed.
+		is(release($stg), 1, "$s->{tag}: the timed-out CREATE is still held when the refresh completed");
+		ok(wait_answered($seq, $re), "$s->{tag}: released, it has run");
+		is_deeply(leftovers(), [$stg], "$s->{tag}: and left its table behind");
+		check_after_fault($s, which => 'new', state => 'completed', outcome => 'published');
+		settle_and_check($s, 'recover');
+	}
 
-{
-	my $s = scenario('x_rec_late', server => $slow);
-	exchange_fault($s, 8000);
-	like(psql_err(refresh_sql($s->{route}, $E2, $s->{inv})), qr/^08006: .*EXCHANGE/,
-		'x_rec_late: the refresh fails: the EXCHANGE got no answer');
-	sandbox_cmd('restart-ch');
-	my $seq = ch_log_seq();
-	exchange_fault($s, 2500);
-	like(psql_err("SELECT * FROM dpwin.recover('$s->{inv}')"), qr/^08006: .*EXCHANGE/,
-		'x_rec_late: recover retries, and its EXCHANGE gets no answer either');
-	is(scalar(exchanges($seq, $s->{t})), 0,
-		'x_rec_late: recover did not exchange again');
-	ok(wait_answered($seq, exchange_re($s->{t})), 'x_rec_late: its EXCHANGE has run');
-	check_after_fault($s, which => 'new', state => 'publishing', outcome => '');
-	$seq = ch_log_seq();
-	settle_and_check($s, 'recover');
-	is(scalar(exchanges($seq, $s->{t})), 0, 'x_rec_late: the second recover sent no EXCHANGE');
-}
+	# --- the EXCHANGE times out --------------------------------------------------------------
+
+	{
+		my $s = scenario("x_late_$m", server => $slow);
+		my $seq = ch_log_seq();
+		hold_exchange($s);
+		if ($mode eq 'visible')
+		{
+			is(psql_ok(refresh_sql($s->{route}, $E2, $s->{inv})), 'completed', "$s->{tag}: the refresh completes");
+			is(exchange_statuses($s, $seq), '500,200',
+				"$s->{tag}: the timed-out EXCHANGE was killed, and the one more EXCHANGE ran");
+			check_after_fault($s, which => 'new', state => 'completed', outcome => 'published');
+			settle_and_check($s, 'recover');
+		}
+		else
+		{
+			my $err = psql_err(refresh_sql($s->{route}, $E2, $s->{inv}));
+			like($err, qr/^08006: .*EXCHANGE/, "$s->{tag}: the refresh fails: the EXCHANGE got no answer") or diag($err);
+			is(exchange_statuses($s, $seq), '',
+				"$s->{tag}: no second EXCHANGE was sent while the first may still run");
+			is(release("EXCHANGE TABLES `$db`.`$s->{t}`"), 1, "$s->{tag}: the first is still held");
+			ok(wait_answered($seq, exchange_re($s->{t})), "$s->{tag}: released, the timed-out EXCHANGE has run");
+			check_after_fault($s, which => 'new', state => 'publishing', outcome => '');
+			$seq = ch_log_seq();
+			settle_and_check($s, 'recover');
+			is(exchange_statuses($s, $seq), '', "$s->{tag}: recover sent no EXCHANGE");
+		}
+	}
+
+	{
+		my $s = scenario("x_never_$m", server => $slow);
+		my $seq = ch_log_seq();
+		hold_exchange($s, $mode eq 'visible' ? 2 : 1);
+		my $err = psql_err(refresh_sql($s->{route}, $E2, $s->{inv}));
+		like($err, $mode eq 'visible' ? qr/^08006: .*did not answer in time while exchanging the target/
+			: qr/^08006: .*EXCHANGE/, "$s->{tag}: the refresh fails: the EXCHANGE got no answer") or diag($err);
+		if ($mode eq 'visible')
+		{
+			is(exchange_statuses($s, $seq), '500,500', "$s->{tag}: both EXCHANGEs were killed, neither ran");
+			check_after_fault($s, which => 'old', state => 'failed', outcome => 'not_published');
+			settle_and_check($s, 'failed');
+		}
+		else
+		{
+			# The endpoint still holds the EXCHANGE: a restart drops it unrun.
+			sandbox_cmd('restart-ch');
+			check_after_fault($s, which => 'old', state => 'publishing', outcome => '');
+			$seq = ch_log_seq();
+			settle_and_check($s, 'recover');
+			is(exchange_statuses($s, $seq), '200', "$s->{tag}: recover exchanged once");
+		}
+	}
+
+	# --- recover()'s own EXCHANGE times out ---------------------------------------------------
+
+	{
+		my $s = scenario("x_rec_late_$m", server => $slow);
+		hold_exchange($s);
+		if ($mode eq 'visible')
+		{
+			# Only a coordinator that died leaves the invocation publishing
+			# here: a timed-out EXCHANGE is killed and retried at once.
+			my $h = bg_psql(refresh_sql($s->{route}, $E2, $s->{inv}));
+			ok(wait_exchange_held($s), "$s->{tag}: the EXCHANGE is held on the server");
+			sandbox_cmd('restart-pg');
+			bg_finish($h);
+			ok(wait_until(\&pg_up, 60), "$s->{tag}: PostgreSQL is back");
+		}
+		else
+		{
+			like(psql_err(refresh_sql($s->{route}, $E2, $s->{inv})), qr/^08006: .*EXCHANGE/,
+				"$s->{tag}: the refresh fails: the EXCHANGE got no answer");
+		}
+		sandbox_cmd('restart-ch');
+		my $seq = ch_log_seq();
+		hold_exchange($s);
+		my $err = psql_err("SELECT * FROM dpwin.recover('$s->{inv}')");
+		like($err, qr/^08006: .*EXCHANGE|^08006: .*retrying the exchange/,
+			"$s->{tag}: recover retries, and its EXCHANGE gets no answer either") or diag($err);
+		if ($mode eq 'visible')
+		{
+			is(exchange_statuses($s, $seq), '500', "$s->{tag}: recover killed its EXCHANGE, which never ran");
+			check_after_fault($s, which => 'old', state => 'failed', outcome => 'not_published');
+			settle_and_check($s, 'failed');
+		}
+		else
+		{
+			is(exchange_statuses($s, $seq), '', "$s->{tag}: recover did not exchange again");
+			is(release("EXCHANGE TABLES `$db`.`$s->{t}`"), 1, "$s->{tag}: its EXCHANGE is still held");
+			ok(wait_answered($seq, exchange_re($s->{t})), "$s->{tag}: released, its EXCHANGE has run");
+			check_after_fault($s, which => 'new', state => 'publishing', outcome => '');
+			$seq = ch_log_seq();
+			settle_and_check($s, 'recover');
+			is(exchange_statuses($s, $seq), '', "$s->{tag}: the second recover sent no EXCHANGE");
+		}
+	}
+});
 
 crash_teardown();
 psql_ok("DROP SERVER $slow CASCADE");

@@ -1,0 +1,579 @@
+/*
+ * run.c - running a statement in the engine: its session (the account's
+ * role, the server's defaults, GET's readonly mode, the URL settings, the
+ * database), injected delays and holds, the query_id carried in the visible
+ * mode (qidmap.c), and INSERTs whose data streams through a FIFO.
+ */
+#define _GNU_SOURCE
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include "chendpoint.h"
+
+static int
+valid_setting_name(const char *s)
+{
+	if (*s == '\0')
+		return 0;
+	for (; *s; s++)
+		if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
+		    (*s >= '0' && *s <= '9') || *s == '_'))
+			return 0;
+	return 1;
+}
+
+/*
+ * The server's defaults where clickhouse-local's differ (system.settings
+ * WHERE changed), readonly for GET, and in the visible mode the client's
+ * query_id in log_comment (qidmap.c).
+ */
+static char *
+defaults_sql(const struct request *r)
+{
+	struct buf sql = {0};
+
+	buf_puts(&sql, "SET implicit_select = 0, "
+	    "allow_introspection_functions = 0");
+	if (r->is_get)
+		buf_puts(&sql, ", readonly = 2");
+	if (qid_mode_get() == QID_VISIBLE && !r->client_log_comment) {
+		char *carrier = qid_carrier(r->query_id);
+
+		buf_puts(&sql, ", log_comment = ");
+		buf_put_literal(&sql, carrier, strlen(carrier));
+		free(carrier);
+	}
+	return sql.data;
+}
+
+/*
+ * Prepare a fresh engine session the way the server prepares a query
+ * context: the account's role, readonly for GET, then the URL settings,
+ * then the database.
+ */
+static int
+setup_session(struct engine_conn *ec, struct request *r)
+{
+	char *err = NULL;
+	int code = 0;
+	size_t i;
+	struct buf sql = {0};
+	int rc;
+
+	/* SET ROLE first: readonly = 2 would refuse it. */
+	if (r->role != NULL) {
+		buf_puts(&sql, "SET ROLE ");
+		buf_put_ident(&sql, r->role);
+		rc = engine_exec(ec, sql.data, &err, &code);
+		buf_free(&sql);
+		if (rc != 0)
+			goto fail;
+	}
+	sql.data = defaults_sql(r);
+	rc = engine_exec(ec, sql.data, &err, &code);
+	free(sql.data);
+	memset(&sql, 0, sizeof(sql));
+	if (rc != 0)
+		goto fail;
+	if (r->n_settings > 0) {
+		buf_puts(&sql, "SET ");
+		for (i = 0; i < r->n_settings; i++) {
+			const char *k = r->settings[i].key;
+			const char *v = r->settings[i].value;
+
+			if (!valid_setting_name(k)) {
+				buf_free(&sql);
+				set_error_fmt(r, 115, "Unknown setting '%s'", k);
+				return -1;
+			}
+			if (i > 0)
+				buf_puts(&sql, ", ");
+			buf_puts(&sql, k);
+			buf_puts(&sql, " = ");
+			buf_put_literal(&sql, v, strlen(v));
+		}
+		rc = engine_exec(ec, sql.data, &err, &code);
+		buf_free(&sql);
+		if (rc != 0)
+			goto fail;
+	}
+	if (r->database != NULL && r->database[0] != '\0') {
+		buf_puts(&sql, "USE ");
+		buf_put_ident(&sql, r->database);
+		rc = engine_exec(ec, sql.data, &err, &code);
+		buf_free(&sql);
+		if (rc != 0)
+			goto fail;
+	}
+	return 0;
+fail:
+	set_error(r, code, err);
+	return -1;
+}
+
+/* GET is readonly; the server explains that in its message. */
+static void
+explain_readonly(struct request *r)
+{
+	static const char what[] = "Cannot execute query in readonly mode.";
+	static const char why[] = " For queries over HTTP, method GET implies "
+	    "readonly. You should use method POST for modifying queries.";
+	char *at, *msg;
+	size_t pre;
+
+	if (!r->is_get || r->err_code != 164 || r->err_msg == NULL)
+		return;
+	at = strstr(r->err_msg, what);
+	if (at == NULL)
+		return;
+	pre = (size_t) (at - r->err_msg) + strlen(what);
+	msg = xasprintf("%.*s%s%s", (int) pre, r->err_msg, why,
+	    r->err_msg + pre);
+	free(r->err_msg);
+	r->err_msg = msg;
+}
+
+/*
+ * The engine's access errors name its user, `default`; the server names
+ * the account ("Code: 497. DB::Exception: dpwin_refresh: Not enough
+ * privileges...").  Takes msg, returns the message to keep.
+ */
+static char *
+name_user(const struct request *r, char *msg)
+{
+	static const char engine_user[] = "DB::Exception: default: ";
+	char *at = msg != NULL ? strstr(msg, engine_user) : NULL;
+	char *named;
+	size_t pre;
+
+	if (at == NULL || r->user == NULL || strcmp(r->user, "default") == 0)
+		return msg;
+	pre = (size_t) (at - msg) + strlen("DB::Exception: ");
+	named = xasprintf("%.*s%s: %s", (int) pre, msg, r->user,
+	    at + strlen(engine_user));
+	free(msg);
+	return named;
+}
+
+/*
+ * An injected delay or hold, in the statement's own session: a SELECT that
+ * sleeps and carries the statement's text, so that system.processes shows
+ * it (under the client's query_id in the visible mode) and KILL QUERY
+ * stops it, as on a server where the statement itself is slow.  Returns 0
+ * when the statement may run: the time is up or the hold was released.
+ * A KILL from a client fails the request (394) without running it.
+ */
+static int
+wait_fault(struct engine_conn *ec, struct request *r)
+{
+	int hold = r->fault.mode == FAULT_HOLD;
+	long ms = hold ? HOLD_MAX_MS : r->fault.ms;
+	long rows = ms >= 10 ? ms / 10 : 1;
+	struct buf lit = {0};
+	struct hold *h;
+	unsigned long token;
+	char *sql, *err = NULL;
+	int code = 0, rc = 0, released;
+
+	if ((r->fault.mode != FAULT_DELAY && !hold) || ms <= 0)
+		return 0;
+	h = hold_begin(r->log_text ? r->log_text : "", r->log_len, &token);
+	running_set_phase(r, hold ? PHASE_HOLDING : PHASE_WAITING);
+	buf_put_literal(&lit, r->log_text ? r->log_text : "", r->log_len);
+	sql = xasprintf("SELECT sleepEachRow(%.6f), 'chendpoint-hold-%lu', %s "
+	    "FROM system.numbers LIMIT %ld FORMAT Null SETTINGS "
+	    "max_block_size = 1, function_sleep_max_microseconds_per_block = 0, "
+	    "max_execution_time = 0, max_rows_to_read = 0",
+	    (double) ms / 1000.0 / (double) rows, token, lit.data, rows);
+	buf_free(&lit);
+	if (!hold_released(h))
+		rc = engine_exec(ec, sql, &err, &code);
+	free(sql);
+	released = hold_released(h);
+	hold_end(h);
+	if (rc == 0 || released) {
+		free(err);
+		return 0;
+	}
+	if (atomic_load(&g.shutting_down)) {
+		free(err);
+		set_error_fmt(r, 210, "Server is shutting down");
+		return -1;
+	}
+	set_error(r, code, err);
+	return -1;
+}
+
+static void
+execute(struct request *r, const char *query, size_t len)
+{
+	struct engine_conn *ec;
+	char *mapped = NULL;
+	size_t mapped_len = 0;
+
+	if (atomic_load(&g.shutting_down)) {
+		set_error_fmt(r, 210, "Server is shutting down");
+		return;
+	}
+	if (running_add(r) != 0) {
+		set_error_fmt(r, 216, "Query with id = %s is already running",
+		    r->query_id);
+		return;
+	}
+	ec = engine_connect();
+	if (ec == NULL) {
+		running_remove(r);
+		set_error_fmt(r, 1001, "cannot open an engine session");
+		return;
+	}
+	atomic_fetch_add(&g.executing, 1);
+	if (setup_session(ec, r) == 0 && wait_fault(ec, r) == 0) {
+		const char *fmt = r->format && r->format[0] ?
+		    r->format : "TabSeparated";
+
+		if (qid_mode_get() == QID_VISIBLE)
+			mapped = qid_rewrite(query, len, r->query_id,
+			    &mapped_len);
+		running_set_phase(r, PHASE_RUNNING);
+		if (engine_query(ec, mapped ? mapped : query,
+		    mapped ? mapped_len : len, fmt, &r->res) != 0) {
+			set_error(r, r->res.code, name_user(r, r->res.error));
+			r->res.error = NULL;
+			engine_result_free(&r->res);
+		}
+	}
+	atomic_fetch_sub(&g.executing, 1);
+	/* Closing the session takes the statement off system.processes. */
+	engine_close(ec);
+	running_set_phase(r, PHASE_ANSWERING);
+	running_remove(r);
+	free(mapped);
+	explain_readonly(r);
+}
+
+/* Decide the output format of a non-INSERT statement. */
+static void
+decide_output_format(struct request *r, const char *text, size_t len)
+{
+	static const char *const no_output[] = {
+		"INSERT", "CREATE", "DROP", "ALTER", "RENAME", "EXCHANGE",
+		"TRUNCATE", "SET", "USE", "OPTIMIZE", "SYSTEM", "ATTACH",
+		"DETACH", "GRANT", "REVOKE", "UNDROP", "DELETE", "UPDATE",
+		NULL
+	};
+	char kw[32], fmt[128];
+	int i;
+
+	sql_first_keyword(text, len, kw, sizeof(kw));
+	for (i = 0; no_output[i]; i++)
+		if (strcmp(kw, no_output[i]) == 0)
+			return;
+	if (sql_output_format(text, len, fmt, sizeof(fmt)))
+		r->out_format = xstrdup(fmt);
+	else
+		r->out_format = xstrdup(r->format && r->format[0] ?
+		    r->format : "TabSeparated");
+}
+
+/* Consume the fault registered for this statement, if any. */
+static void
+check_fault(struct request *r)
+{
+	if (r->fault_checked)
+		return;
+	r->fault_checked = 1;
+	fault_take(r->log_text ? r->log_text : "", r->log_len, r->idle_ms,
+	    &r->fault);
+	/* The server closed the idle connection as the request came in. */
+	if (r->fault.mode == FAULT_IDLE_CLOSE)
+		r->dropped = 1;
+	if (r->fault.mode == FAULT_ERROR)
+		set_error_fmt(r, r->fault.code, "injected fault (pattern "
+		    "'%s', mode error)", r->fault.pattern);
+}
+
+/*
+ * Run a statement whose text is complete (not a streamed INSERT).  The log
+ * shows its first log_len bytes (without a line break added after
+ * ?query= when no body followed).
+ */
+void
+run_buffered(struct request *r, const char *text, size_t len,
+	     size_t log_len)
+{
+	set_log_text(r, text, log_len);
+	check_fault(r);
+	if (r->failed || r->dropped)
+		return;
+	if (sql_is_empty(text, len)) {
+		set_error_fmt(r, 62, "Empty query");
+		return;
+	}
+	if (sql_is_multi_statement(text, len)) {
+		set_error_fmt(r, 62, "Syntax error (Multi-statements are not "
+		    "allowed)");
+		return;
+	}
+	decide_output_format(r, text, len);
+	execute(r, text, len);
+}
+
+/* ---- streaming INSERT through a FIFO ---- */
+
+static void *
+stream_thread(void *arg)
+{
+	struct request *r = arg;
+
+	execute(r, r->exec_query, strlen(r->exec_query));
+	atomic_store(&r->done, 1);
+	return NULL;
+}
+
+/*
+ * Open the FIFO's write end once the engine has opened the read end.
+ * Non-blocking open fails with ENXIO until a reader exists, so a statement
+ * that fails before reading (unknown table, say) cannot hang us.
+ * Returns 0 when open, -1 when the statement finished without reading.
+ */
+static int
+fifo_open_writer(struct request *r)
+{
+	long wait_us = 100;
+
+	while (r->fifo_fd < 0) {
+		int fd = open(r->fifo_path, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+
+		if (fd >= 0) {
+			r->fifo_fd = fd;
+			break;
+		}
+		if (errno != ENXIO && errno != EINTR)
+			return -1;
+		if (atomic_load(&r->done))
+			return -1;
+		usleep((useconds_t) wait_us);
+		if (wait_us < 10000)
+			wait_us *= 2;
+	}
+	return 0;
+}
+
+/* Write data to the engine; backpressure comes from the pipe. */
+static void
+fifo_write(struct request *r, const char *p, size_t n)
+{
+	if (r->sink_failed || n == 0)
+		return;
+	if (fifo_open_writer(r) != 0) {
+		r->sink_failed = 1;
+		return;
+	}
+	while (n > 0) {
+		ssize_t w = write(r->fifo_fd, p, n);
+
+		if (w > 0) {
+			p += w;
+			n -= (size_t) w;
+			continue;
+		}
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0 && errno == EAGAIN) {
+			struct pollfd pfd = {r->fifo_fd, POLLOUT, 0};
+
+			/* Wake up now and then: the reader may have died. */
+			if (atomic_load(&r->done) ||
+			    atomic_load(&g.shutting_down)) {
+				r->sink_failed = 1;
+				return;
+			}
+			if (poll(&pfd, 1, 200) < 0 && errno != EINTR) {
+				r->sink_failed = 1;
+				return;
+			}
+			continue;
+		}
+		/* EPIPE: the engine closed its end (it failed or is done). */
+		r->sink_failed = 1;
+		return;
+	}
+}
+
+/* Feed body bytes, honouring the data-start rule first. */
+void
+stream_body(struct request *r, const char *p, size_t n)
+{
+	size_t drop = sql_skip_data_prefix(&r->skip, p, n);
+
+	fifo_write(r, p + drop, n - drop);
+}
+
+static void
+join_stream(struct request *r)
+{
+	if (r->thread_started && !r->thread_joined) {
+		pthread_join(r->thread, NULL);
+		r->thread_joined = 1;
+	}
+}
+
+/* The body is complete: end the data (EOF) and wait for the statement. */
+void
+finish_stream(struct request *r)
+{
+	/* Even with no data the reader needs a writer to see EOF. */
+	if (fifo_open_writer(r) == 0) {
+		close(r->fifo_fd);
+		r->fifo_fd = -1;
+	}
+	join_stream(r);
+}
+
+/*
+ * The client went away before the body was complete.  A real server would
+ * fail the INSERT (the body ended early), so the statement must not commit
+ * the rows received so far: cancel it while it still waits for data, and
+ * only then let it see EOF.
+ */
+void
+abort_stream(struct request *r)
+{
+	if (!r->thread_started || r->thread_joined)
+		return;
+	if (fifo_open_writer(r) == 0) {
+		const char *base = strrchr(r->fifo_path, '/');
+		size_t half;
+		struct engine_conn *ec;
+
+		base = base ? base + 1 : r->fifo_path;
+		half = strlen(base) / 2;
+		ec = engine_connect();
+		if (ec != NULL) {
+			char *err = NULL;
+			int code = 0;
+			/*
+			 * Match the statement by its FIFO name, split in two so
+			 * that this KILL statement does not match itself.
+			 */
+			char *kill = xasprintf("KILL QUERY WHERE query LIKE "
+			    "concat('%%', '%.*s', '%s', '%%') ASYNC",
+			    (int) half, base, base + half);
+
+			if (engine_exec(ec, kill, &err, &code) != 0)
+				free(err);
+			free(kill);
+			engine_close(ec);
+		}
+		/* Give the cancellation a moment to land before EOF. */
+		sleep_ms(50);
+		close(r->fifo_fd);
+		r->fifo_fd = -1;
+	}
+	join_stream(r);
+}
+
+const char *
+compression_for(const char *encoding)
+{
+	static const char *const known[] = {
+		"gzip", "deflate", "br", "xz", "zstd", "lz4", "bz2", "snappy",
+		NULL
+	};
+	int i;
+
+	if (encoding == NULL || encoding[0] == '\0' ||
+	    strcasecmp(encoding, "identity") == 0)
+		return NULL;
+	for (i = 0; known[i]; i++)
+		if (strcasecmp(encoding, known[i]) == 0)
+			return known[i];
+	if (strcasecmp(encoding, "x-gzip") == 0)
+		return "gzip";
+	return "";
+}
+
+/*
+ * Start a streamed INSERT: 'text' holds the query head (from ?query= or
+ * the start of the body); its first 'len' bytes are known.  Bytes after
+ * the data start are written to the FIFO.
+ */
+void
+start_stream(struct request *r, const char *text, size_t len)
+{
+	const struct insert_split *sp = &r->split;
+	const char *comp = compression_for(r->content_encoding);
+	struct buf q = {0};
+	char name[64];
+	int err;
+
+	if (r->has_query_param)	/* without the line break added above */
+		set_log_text(r, r->qparam.data, r->qparam.len - 1);
+	else
+		set_log_text(r, text, sp->values ? sp->data_at : sp->head_end);
+	check_fault(r);
+	r->mode = BODY_STREAM;
+	if (r->failed || r->dropped) {
+		r->mode = BODY_DISCARD;
+		return;
+	}
+	if (comp != NULL && comp[0] == '\0') {
+		set_error_fmt(r, 48, "Unknown Content-Encoding '%s'",
+		    r->content_encoding);
+		r->mode = BODY_DISCARD;
+		return;
+	}
+
+	snprintf(name, sizeof(name), "insert-%lu.fifo",
+	    atomic_fetch_add(&g.fifo_seq, 1) + 1);
+	r->fifo_path = xasprintf("%s/%s", g.fifo_dir, name);
+	if (mkfifo(r->fifo_path, 0600) != 0) {
+		set_error_fmt(r, 1001, "cannot create a FIFO: %s",
+		    strerror(errno));
+		r->mode = BODY_DISCARD;
+		return;
+	}
+
+	/* INSERT INTO t [(cols)] FROM INFILE 'f' [COMPRESSION c] [SETTINGS ...] FORMAT f */
+	buf_append(&q, text, sp->infile_at);
+	buf_puts(&q, " FROM INFILE ");
+	buf_put_literal(&q, r->fifo_path, strlen(r->fifo_path));
+	if (comp != NULL) {
+		buf_puts(&q, " COMPRESSION ");
+		buf_put_literal(&q, comp, strlen(comp));
+	}
+	buf_puts(&q, " ");
+	buf_append(&q, text + sp->infile_at, sp->head_end - sp->infile_at);
+	if (sp->values)
+		buf_puts(&q, " FORMAT Values");
+	r->exec_query = q.data;
+	r->skip = sp->skip;
+
+	{
+		pthread_attr_t attr;
+
+		if (pthread_attr_init(&attr) != 0)
+			die_oom();
+		pthread_attr_setstacksize(&attr, THREAD_STACK);
+		err = pthread_create(&r->thread, &attr, stream_thread, r);
+		pthread_attr_destroy(&attr);
+	}
+	if (err != 0) {
+		set_error_fmt(r, 439, "cannot start a thread: %s",
+		    strerror(err));
+		r->mode = BODY_DISCARD;
+		return;
+	}
+	r->thread_started = 1;
+	/* Data already in hand after the head. */
+	fifo_write(r, text + sp->data_at, len - sp->data_at);
+}
