@@ -73,6 +73,7 @@ struct ChHttp
 	bool		body_oom;
 	bool		canceled;
 	bool		reader_failed;
+	bool		body_sent;		/* the read callback handed out bytes */
 	ChHttpBodyReader reader;
 	void	   *reader_arg;
 	const char *text;			/* statement sent as the body, or NULL */
@@ -484,6 +485,7 @@ chhttp_reset_request(ChHttp *http, const char *sql, ChHttpBodyReader reader,
 	http->body_oom = false;
 	http->canceled = false;
 	http->reader_failed = false;
+	http->body_sent = false;
 	http->reader = reader;
 	http->reader_arg = reader_arg;
 	http->text = reader != NULL ? NULL : sql;
@@ -609,6 +611,14 @@ chhttp_classify_failure(ChHttp *http, ChHttpReply *reply, CURLcode rc,
 		case CURLE_COULDNT_RESOLVE_HOST:
 		case CURLE_COULDNT_RESOLVE_PROXY:
 		case CURLE_COULDNT_CONNECT:
+
+			/*
+			 * After a reused connection died with the request sent, libcurl
+			 * reconnects to send it again; if that connect fails, the first
+			 * attempt may still have run.
+			 */
+			if (http->body_sent)
+				return CHHTTP_REPLY_LOST;
 			return CHHTTP_CONNECT_FAILED;
 
 		case CURLE_SSL_CONNECT_ERROR:
@@ -633,7 +643,7 @@ chhttp_classify_failure(ChHttp *http, ChHttpReply *reply, CURLcode rc,
 			 * resolving, connecting or in the TLS handshake) cannot have run
 			 * anything: report it as a failed connection.
 			 */
-			if (request_size <= 0)
+			if (request_size <= 0 && !http->body_sent)
 				return CHHTTP_CONNECT_FAILED;
 			return CHHTTP_TIMEOUT;
 
@@ -668,7 +678,7 @@ chhttp_classify_failure(ChHttp *http, ChHttpReply *reply, CURLcode rc,
 			 * The connection broke.  If not even the request line went out,
 			 * the server cannot have started anything.
 			 */
-			if (request_size <= 0 && http_code == 0)
+			if (request_size <= 0 && http_code == 0 && !http->body_sent)
 				return CHHTTP_CONNECT_FAILED;
 			return CHHTTP_REPLY_LOST;
 
@@ -778,34 +788,45 @@ chhttp_body_exception(ChHttp *http, ChHttpReply *reply)
 
 	if (http->exception_tag[0] != '\0')
 	{
-		char	   *open_marker = psprintf("__exception__%s", http->exception_tag);
-		size_t		olen = strlen(open_marker);
+		/*
+		 * "__exception__\r\n<tag>\r\n<message><length> <tag>\r\n__exception__\r\n"
+		 * (WriteBufferFromHTTP1ServerResponse::cancelWithException).
+		 */
+		const char *tag = http->exception_tag;
+		size_t		tlen = strlen(tag);
 		int			i;
 
-		/* the last opening marker in the tail */
-		for (i = len - (int) olen; i >= start; i--)
+		for (i = len - 13; i >= start && msg == NULL; i--)
 		{
-			if (memcmp(data + i, open_marker, olen) == 0)
-			{
-				msg = data + i + olen;
-				msglen = len - (i + (int) olen);
-				break;
-			}
+			char	   *p = data + i + 13;
+
+			if (memcmp(data + i, "__exception__", 13) != 0)
+				continue;
+			if (p < data + len && *p == '\r')
+				p++;
+			if (p < data + len && *p == '\n')
+				p++;
+			if (data + len - p < (long) tlen || memcmp(p, tag, tlen) != 0)
+				continue;
+			p += tlen;
+			if (p < data + len && *p == '\r')
+				p++;
+			if (p < data + len && *p == '\n')
+				p++;
+			msg = p;
+			msglen = data + len - p;
 		}
-		pfree(open_marker);
 		if (msg != NULL)
 		{
-			/* drop the trailing "<len> <tag>__exception__" line */
-			char	   *close_marker = psprintf("%s__exception__", http->exception_tag);
+			/* drop the trailing "<length> <tag>" line */
 			char	   *end = NULL;
 			char	   *p;
 
-			for (p = msg; (p = strstr(p, close_marker)) != NULL; p++)
-				end = p;
-			pfree(close_marker);
+			for (p = msg; p + tlen <= msg + msglen; p++)
+				if (memcmp(p, tag, tlen) == 0)
+					end = p;
 			if (end != NULL)
 			{
-				/* back up over " <len>" */
 				while (end > msg && end[-1] == ' ')
 					end--;
 				while (end > msg && isdigit((unsigned char) end[-1]))
@@ -817,19 +838,27 @@ chhttp_body_exception(ChHttp *http, ChHttpReply *reply)
 
 	if (msg == NULL)
 	{
-		const char *marker = "__exception__\n";
+		const char *marker = "__exception__";
 		size_t		mlen = strlen(marker);
 		int			i;
 
 		for (i = len - (int) mlen; i >= start; i--)
 		{
+			int			m = i + (int) mlen;
+
 			if ((i == 0 || data[i - 1] == '\n') &&
-				memcmp(data + i, marker, mlen) == 0 &&
-				strncmp(data + i + mlen, "Code: ", 6) == 0)
+				memcmp(data + i, marker, mlen) == 0)
 			{
-				msg = data + i + mlen;
-				msglen = len - (i + (int) mlen);
-				break;
+				if (m < len && data[m] == '\r')
+					m++;
+				if (m < len && data[m] == '\n')
+					m++;
+				if (strncmp(data + m, "Code: ", 6) == 0)
+				{
+					msg = data + m;
+					msglen = len - m;
+					break;
+				}
 			}
 		}
 	}
@@ -1036,6 +1065,8 @@ chhttp_read_cb(char *buffer, size_t size, size_t nitems, void *userdata)
 		if (n > 0)
 			memcpy(buffer, http->text + http->text_pos, n);
 		http->text_pos += n;
+		if (n > 0)
+			http->body_sent = true;
 		return n;
 	}
 
@@ -1051,6 +1082,8 @@ chhttp_read_cb(char *buffer, size_t size, size_t nitems, void *userdata)
 		http->reader_failed = true;
 		return CURL_READFUNC_ABORT;
 	}
+	if (n > 0)
+		http->body_sent = true;
 	return n;
 }
 

@@ -415,7 +415,12 @@ step_publish(Coordinator *c)
 	 * generation (step_build) and sent no EXCHANGE yet.
 	 */
 	if (c->recovering)
+	{
+		/* The intent's EXCHANGE may still be on its way: settle it first. */
+		if (pub->exchange_query_id != NULL)
+			ch_settle_query(c->client, pub->exchange_query_id);
 		outcome = reconcile(c, pub, &target_uuid, &generation_uuid);
+	}
 	else
 	{
 		outcome = DPWIN_OUTCOME_NOT_PUBLISHED;

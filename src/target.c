@@ -90,10 +90,8 @@ dpwin_target_create_like(ChClient *client, const DpwinTargetInfo *target,
 
 /*
  * Without SYNC: in an Atomic database the name is free at once and the
- * data goes after database_atomic_delay_before_drop_table_sec.  SYNC would
- * wait for the data to go, which never happens on the embedded engine of
- * the test endpoint while it has other sessions open (checked on chDB
- * 26.5: DROP ... SYNC hung until the request timed out).
+ * data goes after database_atomic_delay_before_drop_table_sec; waiting for
+ * the data to go would only hold the refresh up.
  */
 void
 dpwin_target_drop_table(ChClient *client, const char *database,
