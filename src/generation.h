@@ -40,6 +40,8 @@ typedef struct DpwinGeneration
 	bool		minmax_used;	/* partitions classified from minmax indexes */
 	char	   *minmax_why_not; /* why not, when not */
 	bool		deleted;		/* a DELETE removed ranges from the clone */
+	List	   *mixed;			/* partitions cloned via the scratch table */
+	char	   *scratch;		/* where the DELETE runs, until attached */
 	int64		target_kept_rows;	/* target rows outside the ranges */
 	int64		attached_parts; /* staged parts attached */
 	int			digest_checks;	/* checks that fell back to a digest */

@@ -114,7 +114,8 @@ psql_ok("CREATE TABLE $schema.ev_switch (fail boolean NOT NULL);
 sub hold_second_copy
 {
 	my ($gen) = @_;
-	fault(pattern => "DELETE FROM `$db`.`$gen`", mode => 'delay', ms => 3000, count => 1);
+	# (the window is deleted in a scratch table, <generation>_del)
+	fault(pattern => "DELETE FROM `$db`.`${gen}_del`", mode => 'delay', ms => 3000, count => 1);
 }
 
 sub wait_build_check

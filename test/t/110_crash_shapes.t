@@ -66,12 +66,12 @@ for my $shape (sort keys %shapes)
 		my $s = scenario("delete_$shape", engine => $shapes{$shape});
 		my $seq = ch_log_seq();
 		my $gen = "$s->{prefix}gen";
-		fault(pattern => "DELETE FROM `$db`.`$gen`", mode => 'delay', ms => 2500, count => 1);
+		fault(pattern => "DELETE FROM `$db`.`${gen}_del`", mode => 'delay', ms => 2500, count => 1);
 		my $h = start_e2($s);
 		ok(wait_answered($seq, qr/countIf\(.*FROM `\Q$db\E`\.`\Q$s->{t}\E`/s), "$s->{tag}: the clone was counted");
 		usleep(200_000);
 		crash([ coordinator_pid($s->{inv}) ], $h, $s->{tag});
-		ok(wait_answered($seq, qr/^DELETE FROM `\Q$db\E`\.`\Q$gen\E`/), "$s->{tag}: its last statement has ended");
+		ok(wait_answered($seq, qr/^DELETE FROM `\Q$db\E`\.`\Q$gen\E_del`/), "$s->{tag}: its last statement has ended");
 		check_after_fault($s, which => 'old', state => 'extracting', outcome => '');
 		settle_and_check($s, 'expired_new');
 	}
