@@ -30,13 +30,6 @@ export DPWIN_CH_CONTROL_PORT=${DPWIN_CH_CONTROL_PORT:-18991}
 
 log() { printf 'bench: %s\n' "$*" >&2; }
 
-if ! command -v gnuplot >/dev/null 2>&1; then
-	log "installing gnuplot-nox"
-	export DEBIAN_FRONTEND=noninteractive
-	apt-get update -qq
-	apt-get install -y -qq gnuplot-nox >/dev/null
-fi
-
 mkdir -p "$BENCH_OUT"
 started=0
 if "$ROOT/test/sandbox.sh" status | grep -q stopped; then
