@@ -49,8 +49,10 @@ sub run_of
 }
 
 # ratio(label, num => key, den => [keys] (the fastest of them), field =>
-# wall|stage|anon, goal => '<= x'): the ratio of the medians, and the
-# smallest and largest ratio of one round's runs.
+# wall|stage|anon, goal => '<= x'): the median, smallest and largest of
+# the ratios of one round's runs (variants of one round ran minutes apart
+# at most, so a load that drifts over the run cancels out); the ratio of
+# the medians when no round has them all.
 sub ratio
 {
 	my ($med, %o) = @_;
@@ -86,7 +88,12 @@ sub ratio
 		my @d = grep { defined } map { $get->(run_of($_, $round)) } @{ $o{den} };
 		push @per, $n / min(@d) if defined $n && @d == @{ $o{den} } && min(@d) > 0;
 	}
-	($x->{round_min}, $x->{round_max}) = (min(@per), max(@per)) if @per;
+	if (@per)
+	{
+		@per = sort { $a <=> $b } @per;
+		($x->{round_min}, $x->{round_max}) = ($per[0], $per[-1]);
+		$x->{value} = @per % 2 ? $per[ $#per / 2 ] : ($per[ @per / 2 - 1 ] + $per[ @per / 2 ]) / 2;
+	}
 	if ($x->{goal} =~ /^(<=|<) ([0-9.]+)$/)
 	{
 		$x->{verdict} = ($1 eq '<=' ? $x->{value} <= $2 : $x->{value} < $2) ? 'met' : 'missed';
@@ -250,21 +257,79 @@ sub write_csv
 sub bench_report
 {
 	%R = @_;
-	$R{meta}{cpus} = do { my $n = 0; open my $f, '<', '/proc/cpuinfo'; while (<$f>) { $n++ if /^processor\s*:/ } $n };
-	my $commit = `git -C '$R{root}' rev-parse --short HEAD 2>/dev/null` // '';
-	chomp $commit;
-	my $dirty = `git -C '$R{root}' status --porcelain --untracked-files=no -- src 2>/dev/null` // '';
-	$R{meta}{commit} = $commit . ($dirty ne '' ? ' (src modified)' : '');
+	if (!$R{meta}{commit})
+	{
+		$R{meta}{cpus} = do { my $n = 0; open my $f, '<', '/proc/cpuinfo'; while (<$f>) { $n++ if /^processor\s*:/ } $n };
+		my $commit = `git -C '$R{root}' rev-parse --short HEAD 2>/dev/null` // '';
+		chomp $commit;
+		my $dirty = `git -C '$R{root}' status --porcelain --untracked-files=no -- src 2>/dev/null` // '';
+		$R{meta}{commit} = $commit . ($dirty ne '' ? ' (src modified)' : '');
+	}
 	my $med = medians();
 	my @ratios = ratios($med);
 	my $table = text_table($med, \@ratios);
 	print "\n$table";
-	open my $txt, '>', "$R{out}/results.txt" or die;
-	print $txt $table;
-	close $txt;
-	write_csv("$R{out}/results.csv", $med, \@ratios);
+	if ($R{out})
+	{
+		open my $txt, '>', "$R{out}/results.txt" or die;
+		print $txt $table;
+		close $txt;
+		write_csv("$R{out}/results.csv", $med, \@ratios);
+	}
 	write_csv($R{csv}, $med, \@ratios) if $R{csv};
-	printf STDERR "bench: wrote %s/results.txt and results.csv%s\n", $R{out}, $R{csv} ? " and $R{csv}" : '';
+	printf STDERR "bench: wrote %s\n", join(' and ', ($R{out} ? ("$R{out}/results.txt", "$R{out}/results.csv") : ()),
+		$R{csv} // ());
 }
+
+# ---- the table again from a results CSV ------------------------------------------
+
+sub csv_split
+{
+	my ($line) = @_;
+	chomp $line;
+	my @f;
+	while ($line =~ /\G(?:"((?:[^"]|"")*)"|([^,]*))(,|$)/g)
+	{
+		my $v = defined $1 ? $1 =~ s/""/"/gr : $2;
+		push @f, $v;
+		last if $3 eq '';
+	}
+	return @f;
+}
+
+# perl test/bench/report.pl RESULTS.csv [OUT.csv]: the medians, ratios and
+# table of the runs a results CSV holds, computed by this version of the
+# report (to compare a committed CSV with a newer one).
+sub report_from_csv
+{
+	my ($in, $outcsv) = @_;
+	open my $f, '<', $in or die "$in: $!\n";
+	my @head = csv_split(scalar <$f>);
+	my (%meta, %wrows, %tables, @runs);
+	while (my $l = <$f>)
+	{
+		my %r;
+		@r{@head} = csv_split($l);
+		if ($r{record} eq 'meta') { $meta{ $r{label} } = $r{value}; }
+		elsif ($r{record} eq 'window') { $wrows{ $r{window_end} } = $r{rows}; }
+		elsif ($r{record} eq 'table') { $tables{ $r{label} } = { rows => $r{rows}, bytes => $r{bytes}, partitions => $r{value} }; }
+		elsif ($r{record} eq 'run')
+		{
+			my %mem = (coord_hwm => $r{coordinator_vmhwm_mb}, worker_hwm => $r{worker_vmhwm_mb},
+				worker_anon => $r{worker_rssanon_mb}, worker_shmem => $r{worker_rssshmem_mb});
+			push @runs, { round => $r{round}, end => $r{window_end}, days => $r{target_days}, shape => $r{shape},
+				variant => $r{variant}, par => $r{parallelism}, rows => $r{rows}, bytes => $r{bytes},
+				wall => $r{wall_s} eq '' ? undef : $r{wall_s}, stage => $r{stage_s}, build => $r{build_s},
+				verify => $r{verify_s}, publish => $r{publish_s}, other => $r{other_s}, cloned => $r{cloned_partitions},
+				check => $r{check}, ($r{worker_rssanon_mb} ne '' ? (mem => \%mem) : ()) };
+		}
+	}
+	close $f;
+	bench_report(runs => \@runs, meta => \%meta, window_rows => \%wrows, tables => \%tables,
+		sizes => [ split ' ', $meta{sizes} ], shapes => [ split ' ', $meta{shapes} ], ends => [ split ' ', $meta{ends} ],
+		par => $meta{parallelism}, wdays => $meta{window_days}, mem_wdays => $meta{memory_window_days}, csv => $outcsv);
+}
+
+report_from_csv(@ARGV) unless caller;
 
 1;
