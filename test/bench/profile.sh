@@ -20,7 +20,8 @@
 #
 #   PROFILE_ROWS_PER_DAY, PROFILE_SOURCE_DAYS  the dataset to use
 #     (default: the benchmark's defaults, 100000 and 70)
-#   PROFILE_CALLGRAPH=1  record call graphs (dwarf) as well
+#   PROFILE_CALLGRAPH=fp|dwarf  record call graphs as well (fp: kernel
+#     stacks only, as Debian builds PostgreSQL without frame pointers)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -78,7 +79,7 @@ settle
 postmaster=$(head -1 "$DPWIN_PGDATA/postmaster.pid")
 endpoint=$(cat "$DPWIN_SANDBOX_DIR/ch.pid")
 cg=()
-[ -n "${PROFILE_CALLGRAPH:-}" ] && cg=(--call-graph dwarf,16384)
+[ -n "${PROFILE_CALLGRAPH:-}" ] && cg=(--call-graph "$PROFILE_CALLGRAPH")
 # -p follows the processes the postmaster forks from now on (inherit).
 perf record -q -F 499 "${cg[@]}" -p "$postmaster" -o "$P/pg.data" 2>"$P/pg.record.log" &
 perf_pg=$!
