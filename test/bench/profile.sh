@@ -20,8 +20,9 @@
 #
 #   PROFILE_ROWS_PER_DAY, PROFILE_SOURCE_DAYS  the dataset to use
 #     (default: the benchmark's defaults, 100000 and 70)
-#   PROFILE_CALLGRAPH=fp|dwarf  record call graphs as well (fp: kernel
-#     stacks only, as Debian builds PostgreSQL without frame pointers)
+#   PROFILE_CALLGRAPH=fp|dwarf|none  call graphs [fp: enough for the
+#     kernel's stacks, which tell page faults from network; Debian builds
+#     PostgreSQL without frame pointers, dwarf unwinds it too, at a cost]
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -37,11 +38,20 @@ log() { printf 'profile: %s\n' "$*" >&2; }
 [ -f "$DPWIN_SANDBOX_DIR/env" ] || { log "no benchmark sandbox in $DPWIN_SANDBOX_DIR"; exit 1; }
 # shellcheck disable=SC1091
 . "$DPWIN_SANDBOX_DIR/env"
+export DPWIN_PGPORT=$PGPORT DPWIN_CH_PORT=${DPWIN_CH_URL##*:} DPWIN_CH_CONTROL_PORT=${DPWIN_CH_CONTROL_URL##*:}
 if ! command -v perf >/dev/null 2>&1; then
 	log "installing linux-perf"
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq linux-perf >/dev/null
 fi
 mkdir -p "$P"
+# A PostgreSQL that was already running keeps the dpwin.so it loaded when
+# it started (shared_preload_libraries), even after `make install` replaced
+# the file: restart it, so that the code measured is the code just built.
+pm=$(head -1 "$DPWIN_SANDBOX_DIR/pg/postmaster.pid")
+if grep -q 'dpwin\.so (deleted)' "/proc/$pm/maps" 2>/dev/null; then
+	log "restarting PostgreSQL: it runs an older dpwin.so than the one installed"
+	"$ROOT/test/sandbox.sh" restart-pg
+fi
 
 ch() {
 	curl -sS --fail-with-body -u "$DPWIN_CH_USER:$DPWIN_CH_PASSWORD" \
@@ -79,7 +89,7 @@ settle
 postmaster=$(head -1 "$DPWIN_PGDATA/postmaster.pid")
 endpoint=$(cat "$DPWIN_SANDBOX_DIR/ch.pid")
 cg=()
-[ -n "${PROFILE_CALLGRAPH:-}" ] && cg=(--call-graph "$PROFILE_CALLGRAPH")
+[ "${PROFILE_CALLGRAPH:-fp}" != none ] && cg=(--call-graph "${PROFILE_CALLGRAPH:-fp}")
 # -p follows the processes the postmaster forks from now on (inherit).
 perf record -q -F 499 "${cg[@]}" -p "$postmaster" -o "$P/pg.data" 2>"$P/pg.record.log" &
 perf_pg=$!
@@ -123,17 +133,20 @@ coords=$(awk '$1 == "coordinator" {print $2}' "$P/roles" | sort -u | paste -sd,)
 echo "== refreshes (phases in seconds; wall from psql)"
 grep -o '"[a-z_]*_seconds": [0-9.]*\|^wall [0-9.]*' "$P/runs" | paste -sd' ' | sed 's/wall/\nwall/g; s/"//g'
 echo
-perf report -i "$P/pg.data" --no-children --sort comm,pid -q 2>/dev/null >"$P/pg.bypid.txt" || true
-perf report -i "$P/pg.data" --no-children --pid "$workers" --sort dso,sym -q 2>/dev/null >"$P/workers.txt"
-perf report -i "$P/pg.data" --no-children --pid "$coords" --sort dso,sym -q 2>/dev/null >"$P/coordinator.txt" || true
-perf report -i "$P/ch.data" --no-children --sort dso,sym -q 2>/dev/null >"$P/endpoint.txt"
-perf report -i "$P/ch.data" --no-children --sort comm -q 2>/dev/null >"$P/endpoint.threads.txt"
+perf report -i "$P/pg.data" --no-children --sort comm,pid -q -g none 2>/dev/null >"$P/pg.bypid.txt" || true
+perf report -i "$P/pg.data" --no-children --pid "$workers" --sort dso,sym -q -g none 2>/dev/null >"$P/workers.txt"
+perf report -i "$P/pg.data" --no-children --pid "$coords" --sort dso,sym -q -g none 2>/dev/null >"$P/coordinator.txt" || true
+perf report -i "$P/ch.data" --no-children --sort dso,sym -q -g none 2>/dev/null >"$P/endpoint.txt"
+perf report -i "$P/ch.data" --no-children --sort comm -q -g none 2>/dev/null >"$P/endpoint.threads.txt"
 # CPU samples per role: every sample is 1/499 s of one CPU.
 perf script -i "$P/pg.data" -F pid 2>/dev/null | awk -v w=",$workers," -v c=",$coords," '
 	{ if (index(w, "," $1 ",")) nw++; else if (index(c, "," $1 ",")) nc++; else no++ }
 	END { printf "chunk workers %.2f s, coordinators %.2f s, other PostgreSQL processes %.2f s, ", nw/499, nc/499, no/499 }' >"$P/split"
 perf script -i "$P/ch.data" -F tid 2>/dev/null | awk '{ n++ } END { printf "endpoint %.2f s\n", n/499 }' >>"$P/split"
 echo "== CPU time over the $RUNS refreshes: $(cat "$P/split")"
+echo
+echo "== chunk workers, CPU by kind of work (self time; kernel time by its call chain)"
+perf script -i "$P/pg.data" -F pid,ip,sym,dso 2>/dev/null | perl "$ROOT/test/bench/profile-classify.pl" "$workers"
 echo
 echo "== chunk workers, self time by function (top 30)"
 head -30 "$P/workers.txt"

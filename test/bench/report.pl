@@ -196,6 +196,58 @@ sub text_table
 	return $t;
 }
 
+# The tables docs/benchmark.md quotes, in Markdown.
+sub markdown_tables
+{
+	my ($med, $ratios) = @_;
+	my %rx = map { $_->{label} => $_ } @$ratios;
+	my $w = sub { my $m = $med->{ join('|', @_) }; return !$m ? '' : $m->{check} ne 'ok' ? 'FAILED' : sprintf('%.2f', $m->{wall}); };
+	my $r = sub {
+		my $x = $rx{ $_[0] } or return '';
+		return $x->{verdict} // '' unless defined $x->{value};
+		my $v = sprintf('%.2f', $x->{value});
+		return $x->{verdict} && $x->{verdict} =~ /^(met|missed)$/ ? "$v $x->{verdict}" : $v;
+	};
+	my $t = '';
+	for my $e (@{ $R{ends} })
+	{
+		$t .= "Window ending $e; seconds, medians of $R{meta}{rounds} rounds; ratios: medians of the rounds' ratios.\n\n";
+		$t .= "| target | dpwin | naive | expert | serial COPY | parallel COPY | dpwin / faster peer | dpwin / expert | dpwin / serial COPY |\n";
+		$t .= "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+		for my $n (@{ $R{sizes} })
+		{
+			for my $s (@{ $R{shapes} })
+			{
+				my $p = "$e $s $n-day:";
+				$t .= "| $s, $n days | " . join(' | ', (map { $w->($e, $n, $s, $_) } qw(dpwin naive expert)),
+					$w->($e, '', '', 'copy serial'), $w->($e, '', '', 'copy parallel'),
+					$r->("$p dpwin / faster peer"), $r->("$p dpwin / expert peer"),
+					$r->("$p dpwin / serial COPY of the window")) . " |\n";
+			}
+		}
+		$t .= "\n";
+	}
+	$t .= "| window end | shape | dpwin 300-day / 30-day | dpwin stage / parallel COPY | dpwin stage / parallel sink | sink serial | sink parallel |\n";
+	$t .= "| --- | --- | ---: | ---: | ---: | ---: | ---: |\n";
+	my ($small, $large) = ($R{sizes}[0], $R{sizes}[-1]);
+	for my $e (@{ $R{ends} })
+	{
+		for my $s (@{ $R{shapes} })
+		{
+			$t .= "| $e | $s | " . join(' | ', $r->("$e $s: dpwin $large-day / $small-day target"),
+				$r->("$e $s $small-day: dpwin extraction (stage) / parallel COPY (source limit)"),
+				$r->("$e $s $small-day: dpwin extraction (stage) / parallel sink limit"),
+				$w->($e, '', $s, 'sink serial'), $w->($e, '', $s, 'sink parallel')) . " |\n";
+		}
+	}
+	$t .= "\n";
+	for my $x (grep { $_->{label} =~ /RssAnon|skip_unchanged/ } @$ratios)
+	{
+		$t .= "- $x->{label}: " . (defined $x->{value} ? sprintf('%.3f', $x->{value}) . " ($x->{goal}: $x->{verdict})" : $x->{verdict}) . "\n";
+	}
+	return $t;
+}
+
 sub csvq
 {
 	my ($v) = @_;
@@ -268,7 +320,7 @@ sub bench_report
 	my $med = medians();
 	my @ratios = ratios($med);
 	my $table = text_table($med, \@ratios);
-	print "\n$table";
+	print $R{markdown} ? markdown_tables($med, \@ratios) : "\n$table";
 	if ($R{out})
 	{
 		open my $txt, '>', "$R{out}/results.txt" or die;
@@ -297,12 +349,15 @@ sub csv_split
 	return @f;
 }
 
-# perl test/bench/report.pl RESULTS.csv [OUT.csv]: the medians, ratios and
-# table of the runs a results CSV holds, computed by this version of the
-# report (to compare a committed CSV with a newer one).
+# perl test/bench/report.pl [--markdown] RESULTS.csv [OUT.csv]: the
+# medians, ratios and table of the runs a results CSV holds, computed by
+# this version of the report (to compare a committed CSV with a newer
+# one); --markdown prints the tables docs/benchmark.md shows.
 sub report_from_csv
 {
+	my $markdown = @_ && $_[0] eq '--markdown' ? shift : undef;
 	my ($in, $outcsv) = @_;
+	die "usage: perl test/bench/report.pl [--markdown] RESULTS.csv [OUT.csv]\n" unless $in;
 	open my $f, '<', $in or die "$in: $!\n";
 	my @head = csv_split(scalar <$f>);
 	my (%meta, %wrows, %tables, @runs);
@@ -327,7 +382,8 @@ sub report_from_csv
 	close $f;
 	bench_report(runs => \@runs, meta => \%meta, window_rows => \%wrows, tables => \%tables,
 		sizes => [ split ' ', $meta{sizes} ], shapes => [ split ' ', $meta{shapes} ], ends => [ split ' ', $meta{ends} ],
-		par => $meta{parallelism}, wdays => $meta{window_days}, mem_wdays => $meta{memory_window_days}, csv => $outcsv);
+		par => $meta{parallelism}, wdays => $meta{window_days}, mem_wdays => $meta{memory_window_days}, csv => $outcsv,
+		markdown => $markdown);
 }
 
 report_from_csv(@ARGV) unless caller;

@@ -59,6 +59,14 @@ stop_sandbox() {
 }
 trap stop_sandbox EXIT
 "$ROOT/test/sandbox.sh" start
+# A PostgreSQL that was already running keeps the dpwin.so it loaded when
+# it started (shared_preload_libraries), even after `make install` replaced
+# the file: restart it, so that the code measured is the code just built.
+pm=$(head -1 "$DPWIN_SANDBOX_DIR/pg/postmaster.pid")
+if grep -q 'dpwin\.so (deleted)' "/proc/$pm/maps" 2>/dev/null; then
+	log "restarting PostgreSQL: it runs an older dpwin.so than the one installed"
+	"$ROOT/test/sandbox.sh" restart-pg
+fi
 
 # shellcheck disable=SC1091
 . "$DPWIN_SANDBOX_DIR/env"
