@@ -803,11 +803,11 @@ sub memory_variant
 {
 	my ($round) = @_;
 	my $n = max(@sizes);
-	return if $n < $mem_wdays + 1;
+	my %k = (round => $round, end => '00:00', days => $n, shape => 'day', variant => "dpwin ${mem_wdays}-day window", par => $par);
+	return record({}, %k, check => "not run: the largest target holds fewer than $mem_wdays days") if $n < $mem_wdays + 1;
 	my $hi = $end_epoch;
 	my $lo = $hi - $mem_wdays * 86400;
 	my $b = base_name('day', $n);
-	my %k = (round => $round, end => '00:00', days => $n, shape => 'day', variant => "dpwin ${mem_wdays}-day window", par => $par);
 	drop_leftovers();
 	clone_base($b, 't_mem');
 	settle();
