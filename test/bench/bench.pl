@@ -1,66 +1,110 @@
 #!/usr/bin/perl
 #
-# test/bench/bench.pl — the dpwin benchmark (run it through test/bench/run.sh;
-# docs/benchmark.md explains every line of its output).
+# test/bench/bench.pl — the dpwin benchmark.  Run it through
+# test/bench/run.sh; docs/benchmark.md explains every variant, parameter
+# and column.
 #
 # Against the sandbox whose environment is loaded (PGHOST, DPWIN_CH_URL,
-# ...), it generates a deterministic `events` table in PostgreSQL and the
-# matching ClickHouse targets, then measures, for one window of
-# BENCH_WINDOW_DAYS days:
-#
-#   dpwin    dpwin_refresh end to end at each parallelism, with its phases
-#   peer     the same refresh in plain ClickHouse SQL (postgresql() table
-#            function, INSERT of the kept rows, EXCHANGE TABLES)
-#   source   COPY (SELECT ... window) TO STDOUT (FORMAT binary) into a pipe
-#   sink     the window's RowBinary, pre-encoded in a file, POSTed with curl
-#   scaling  the same window on a short and on a long partitioned target
-#   window   dpwin with a window 10x longer (worker memory must stay flat)
-#
-# and prints one table, writes it as CSV, and draws the phase times with
-# gnuplot.
+# ...), it generates a deterministic source table in PostgreSQL and, in
+# ClickHouse, one pristine "base" target per shape (day-partitioned,
+# month-partitioned, unpartitioned) and size (30 and 300 days).  Every
+# measured variant runs on a fresh clone of a base (hard-linked parts, so
+# every variant starts from the same physical target), in rounds that
+# interleave all variants, timed by this script's own monotonic clock from
+# the first call to the visible result.  Every resulting target is
+# fingerprinted in ClickHouse (per day and window side: count, sum of
+# cityHash64 of all columns, column sums) and compared with every other
+# variant's result, with the base's rows outside the window and with
+# PostgreSQL's own sums of the window's rows; a variant whose result
+# differs is marked FAILED.
 use strict;
 use warnings;
 use File::Basename qw(dirname);
+use File::Copy qw(copy);
 use File::Path qw(make_path);
 use File::Spec;
-use IPC::Run qw(run timeout);
+use HTTP::Tiny;
+use IPC::Run qw(run start finish timeout);
 use JSON::PP qw(decode_json);
-use POSIX qw(ceil floor);
-use Time::HiRes qw(time usleep);
+use MIME::Base64 qw(encode_base64);
+use Encode qw(decode_utf8);
+use List::Util qw(max min first);
+use POSIX qw(ceil floor strftime);
+use Time::HiRes qw(clock_gettime CLOCK_MONOTONIC usleep);
+use Time::Local qw(timegm);
 
+$ENV{PGTZ} = 'UTC';
 my $root = File::Spec->rel2abs(dirname(__FILE__) . '/../..');
 my $out = $ENV{BENCH_OUT} // "$root/test/bench/out";
 make_path($out);
 
-# ---- parameters -------------------------------------------------------------
+# ---- parameters ---------------------------------------------------------------
 
-my $days = $ENV{BENCH_DAYS} // 100;
-my $rpd = $ENV{BENCH_ROWS_PER_DAY} // 100_000;
-my $wdays = $ENV{BENCH_WINDOW_DAYS} // 7;
-my $big_wdays = $ENV{BENCH_BIG_WINDOW_DAYS} // ($wdays * 10 <= $days ? $wdays * 10 : $days);
-my $srpd = $ENV{BENCH_SCALE_ROWS_PER_DAY} // $rpd;
-my $s_small = $ENV{BENCH_SCALE_SMALL_DAYS} // 30;
-my $s_large = $ENV{BENCH_SCALE_LARGE_DAYS} // 300;
-my @pars = split ' ', ($ENV{BENCH_PARALLELISM} // '1 2 4');
-my $repeat = $ENV{BENCH_REPEAT} // 3;
-my $only = $ENV{BENCH_ONLY};    # comma-separated variant groups, for development
+sub env_int
+{
+	my ($name, $default) = @_;
+	my $v = $ENV{$name} // $default;
+	die "$name must be a positive integer\n" unless $v =~ /^[0-9]+$/ && $v > 0;
+	return $v + 0;
+}
 
-die "BENCH_WINDOW_DAYS must be less than BENCH_DAYS\n" unless $wdays < $days;
-die "BENCH_BIG_WINDOW_DAYS must be at most BENCH_DAYS\n" if $big_wdays > $days;
-die "BENCH_SCALE_SMALL_DAYS must be at least the window\n" if $s_small < $wdays;
+my $rpd = env_int('BENCH_ROWS_PER_DAY', 100_000);
+my $wdays = env_int('BENCH_WINDOW_DAYS', 7);
+my $mem_wdays = env_int('BENCH_MEMORY_WINDOW_DAYS', 10 * $wdays);
+my $skip_days = env_int('BENCH_SKIP_DAYS', 30);
+my @sizes = sort { $a <=> $b } split ' ', ($ENV{BENCH_SIZES} // '30 300');
+my @shapes = split ' ', ($ENV{BENCH_SHAPES} // 'day month flat');
+my @ends = split ' ', ($ENV{BENCH_ENDS} // '00:00 13:37');
+my $par = env_int('BENCH_PARALLELISM', 2);
+my $rounds = env_int('BENCH_ROUNDS', 3);
+my @kinds = qw(dpwin naive expert copy sink memory skip);
+my %only = map { $_ => 1 } split /,/, ($ENV{BENCH_ONLY} // join(',', @kinds));
+my $src_days = env_int('BENCH_SOURCE_DAYS', max(30, $mem_wdays, $skip_days, $wdays + 1));
 
-my $start_ts = '2026-01-01 00:00:00';
-my $pgdb = $ENV{PGDATABASE} or die "no sandbox environment (PGDATABASE)\n";
-my $pgport = $ENV{PGPORT};
-my $chdb = 'dpwin_bench';
+for my $k (keys %only) { die "BENCH_ONLY: unknown kind $k (known: @kinds)\n" unless grep { $_ eq $k } @kinds; }
+for my $s (@shapes) { die "BENCH_SHAPES: unknown shape $s\n" unless $s =~ /^(day|month|flat)$/; }
+for my $e (@ends) { die "BENCH_ENDS: $e is not HH:MM\n" unless $e =~ /^([01][0-9]|2[0-3]):[0-5][0-9]$/; }
+for my $n (@sizes)
+{
+	die "BENCH_SIZES: $n is not a number of days\n" unless $n =~ /^[0-9]+$/;
+	die "BENCH_SIZES: $n days cannot hold a $wdays-day window ending before the last day\n" if $n < $wdays + 1;
+}
+die "BENCH_SOURCE_DAYS must exceed the window by a day\n" if $src_days < $wdays + 1;
+
+# A run with every default is the one whose CSV docs/benchmark.md quotes.
+my $is_default = !grep { defined $ENV{$_} } qw(BENCH_ROWS_PER_DAY BENCH_WINDOW_DAYS BENCH_MEMORY_WINDOW_DAYS
+  BENCH_SKIP_DAYS BENCH_SIZES BENCH_SHAPES BENCH_ENDS BENCH_PARALLELISM BENCH_ROUNDS BENCH_ONLY BENCH_SOURCE_DAYS);
+my $csv_path = $ENV{BENCH_CSV} // ($is_default ? "$root/docs/bench/results.csv" : undef);
+
+my $start_epoch = timegm(0, 0, 0, 1, 0, 2026);    # 2026-01-01 00:00:00 UTC
+my $end_epoch = $start_epoch + $src_days * 86400;  # the source's end: midnight
+my $tag = "r${rpd}_d${src_days}";
+my $pgs = "bench_$tag";                            # PostgreSQL schema
+my $db = "bench_$tag";                             # ClickHouse database
 my $server = 'sandbox_ch';
 my $cols = 'id, w, amount, note, qty, flag';
+my $ch_cols = "(id Int64, w Nullable(DateTime64(6, 'UTC')), amount Nullable(Decimal(18, 2)),"
+  . " note Nullable(String), qty Nullable(Int32), flag Nullable(Bool))";
+my %shape_ddl = (
+	day => "PARTITION BY toYYYYMMDD(w) ORDER BY id SETTINGS allow_nullable_key = 1",
+	month => "PARTITION BY toYYYYMM(w) ORDER BY id SETTINGS allow_nullable_key = 1",
+	flat => "ORDER BY id",
+);
 
-sub group_on { my ($g) = @_; return !$only || grep { $_ eq $g } split /,/, $only; }
-
+sub on { return $only{ $_[0] }; }
 sub logmsg { printf STDERR "bench: %s\n", join('', @_); }
+sub now { return clock_gettime(CLOCK_MONOTONIC); }
+sub ts { return strftime('%Y-%m-%d %H:%M:%S', gmtime($_[0])); }
 
-# ---- PostgreSQL and ClickHouse ------------------------------------------------
+sub timed
+{
+	my ($code) = @_;
+	my $t0 = now();
+	my @r = $code->();
+	return (now() - $t0, @r);
+}
+
+# ---- PostgreSQL and ClickHouse ------------------------------------------------------
 
 sub psql
 {
@@ -68,28 +112,8 @@ sub psql
 	my ($o, $e) = ('', '');
 	my @cmd = ('psql', '-X', '-q', '-A', '-t', '-v', 'ON_ERROR_STOP=1');
 	push @cmd, '-F', $o{sep} if $o{sep};
-	run \@cmd, '<', \$sql, '>', $o{to} // \$o, '2>', \$e, timeout($o{timeout} // 7200)
+	run \@cmd, '<', \$sql, '>', \$o, '2>', \$e, timeout($o{timeout} // 7200)
 	  or die "psql failed: $e\nSQL: " . substr($sql, 0, 500) . "\n";
-	chomp $o;
-	return $o;
-}
-
-# ch($sql, %o): the answer; dies on an error.  params: URL settings; data:
-# a file to POST as the body (then the query goes in the URL); to: a file
-# to write the answer to.
-sub ch
-{
-	my ($sql, %o) = @_;
-	my %p = (async_insert => 0, insert_deduplicate => 0, %{ $o{params} // {} }, query => $sql);
-	my $url = "$ENV{DPWIN_CH_URL}/?" . join('&', map { "$_=" . uri_escape($p{$_}) } sort keys %p);
-	my @cmd = ('curl', '-sS', '--fail-with-body', '-X', 'POST', '--max-time', $o{timeout} // 7200,
-		'-u', "$ENV{DPWIN_CH_USER}:$ENV{DPWIN_CH_PASSWORD}");
-	push @cmd, '-H', 'Transfer-Encoding: chunked', '--data-binary', "\@$o{data}" if $o{data};
-	push @cmd, '-o', $o{to} if $o{to};
-	push @cmd, $url;
-	my ($in, $o, $e) = ('', '', '');
-	run \@cmd, '<', \$in, '>', \$o, '2>', \$e, timeout(($o{timeout} // 7200) + 10)
-	  or die "ClickHouse failed: $e $o\nSQL: " . substr($sql, 0, 500) . "\n";
 	chomp $o;
 	return $o;
 }
@@ -101,26 +125,108 @@ sub uri_escape
 	return $s;
 }
 
-sub timed
+# One keep-alive HTTP client per process (forked children make their own).
+my %http;
+
+sub http
 {
-	my ($code) = @_;
-	my $t0 = time();
-	my @r = $code->();
-	return (time() - $t0, @r);
+	$http{$$} //= HTTP::Tiny->new(keep_alive => 1, timeout => 7200);
+	return $http{$$};
 }
 
-# ---- peak memory of dpwin's processes -----------------------------------------
+# ch($sql, %o): the answer, without its last line break; dies on an error.
+# params: more URL settings; body: the request body (INSERT data).
+sub ch
+{
+	my ($sql, %o) = @_;
+	my %p = (async_insert => 0, insert_deduplicate => 0, wait_end_of_query => 1,
+		%{ $o{params} // {} }, query => $sql);
+	my $url = "$ENV{DPWIN_CH_URL}/?" . join('&', map { "$_=" . uri_escape($p{$_}) } sort keys %p);
+	my $auth = 'Basic ' . encode_base64("$ENV{DPWIN_CH_USER}:$ENV{DPWIN_CH_PASSWORD}", '');
+	my $r = http()->request('POST', $url, { content => $o{body} // '', headers => { Authorization => $auth } });
+	die "ClickHouse failed ($r->{status}): $r->{content}\nSQL: " . substr($sql, 0, 500) . "\n"
+	  unless $r->{success};
+	return $r->{content} if $o{binary};
+	my $c = decode_utf8($r->{content});
+	chomp $c;
+	return $c;
+}
+
+sub ch_lines { my $a = ch(@_); return grep { length } split /\n/, $a; }
+
+sub ch_exists
+{
+	my ($t) = @_;
+	return ch("SELECT count() FROM system.tables WHERE database = '$db' AND name = '$t'") == 1;
+}
+
+sub ch_drop { ch("DROP TABLE IF EXISTS $db.`$_` SYNC") for @_; }
+
+# Wait until ClickHouse runs no merge and no mutation in the bench database.
+sub settle
+{
+	for (1 .. 2400)
+	{
+		return if ch("SELECT (SELECT count() FROM system.merges WHERE database = '$db')"
+			  . " + (SELECT count() FROM system.mutations WHERE database = '$db' AND NOT is_done)") == 0;
+		usleep(100_000);
+	}
+	logmsg("merges did not settle");
+}
+
+sub pg_source_fn
+{
+	return "postgresql('127.0.0.1:$ENV{PGPORT}', '$ENV{PGDATABASE}', 'events', 'postgres', '', '$pgs')";
+}
+
+sub ch_window
+{
+	my ($lo, $hi) = @_;
+	return "w >= toDateTime64('" . ts($lo) . "', 6, 'UTC') AND w < toDateTime64('" . ts($hi) . "', 6, 'UTC')";
+}
+
+# ---- peak memory of dpwin's processes -------------------------------------------------
 
 # A child process polls the postmaster's children every 20 ms and keeps,
 # for coordinators and chunk workers, the largest VmHWM (peak resident set,
-# including shared buffers the process touched) and the largest RssAnon
-# seen (private memory: palloc, libcurl, encode buffers).
+# shared buffers the process touched included), RssAnon (private memory:
+# palloc, libcurl, encode buffers) and RssShmem seen.
 my $postmaster = do {
 	open my $f, '<', "$ENV{DPWIN_PGDATA}/postmaster.pid" or die "no postmaster.pid: $!";
 	my $l = <$f>;
 	chomp $l;
 	$l;
 };
+
+sub rss_sample
+{
+	my ($peak, $seen) = @_;
+	open my $cf, '<', "/proc/$postmaster/task/$postmaster/children" or return;
+	my @pids = split ' ', (<$cf> // '');
+	close $cf;
+	for my $p (@pids)
+	{
+		my $role = $seen->{$p};
+		if (!defined $role)
+		{
+			open my $c, '<', "/proc/$p/cmdline" or next;
+			my $cmd = <$c> // '';
+			close $c;
+			$role = $cmd =~ /dpwin coordinator/ ? 'coord' : $cmd =~ /dpwin chunk worker/ ? 'worker' : '';
+			# a fresh child may not have its title yet
+			$seen->{$p} = $role if $role || $cmd =~ /^postgres: /;
+		}
+		next unless $role;
+		open my $s, '<', "/proc/$p/status" or next;
+		while (my $l = <$s>)
+		{
+			next unless $l =~ /^(VmHWM|RssAnon|RssShmem):\s+(\d+)/;
+			my $k = "${role}_" . { VmHWM => 'hwm', RssAnon => 'anon', RssShmem => 'shmem' }->{$1};
+			$peak->{$k} = $2 if $2 > ($peak->{$k} // 0);
+		}
+		close $s;
+	}
+}
 
 sub rss_start
 {
@@ -129,53 +235,21 @@ sub rss_start
 	my $pid = fork();
 	die "fork: $!" unless defined $pid;
 	return { pid => $pid, file => $file } if $pid;
-
-	# The sampler must not outlive the benchmark, nor hold its output open.
 	my $parent = getppid();
 	open STDOUT, '>', '/dev/null';
 	open STDIN, '<', '/dev/null';
-	my %peak = (coord_hwm => 0, coord_anon => 0, coord_shmem => 0, worker_hwm => 0, worker_anon => 0,
-		worker_shmem => 0, workers => 0);
-	my %seen;
+	my (%peak, %seen);
 	my $stop = 0;
 	local $SIG{TERM} = sub { $stop = 1 };
-	my $children = "/proc/$postmaster/task/$postmaster/children";
 	while (!$stop && getppid() == $parent)
 	{
-		if (open my $cf, '<', $children)
-		{
-			my @pids = split ' ', (<$cf> // '');
-			close $cf;
-			for my $p (@pids)
-			{
-				my $role = $seen{$p};
-				if (!defined $role)
-				{
-					open my $c, '<', "/proc/$p/cmdline" or next;
-					my $cmd = <$c> // '';
-					close $c;
-					$role = $cmd =~ /dpwin coordinator/ ? 'coord' : $cmd =~ /dpwin chunk worker/ ? 'worker' : '';
-					# a fresh child may not have its title yet
-					$seen{$p} = $role if $role || $cmd =~ /^postgres: /;
-					$peak{workers}++ if $role eq 'worker';
-				}
-				next unless $role;
-				open my $s, '<', "/proc/$p/status" or next;
-				while (my $l = <$s>)
-				{
-					if ($l =~ /^VmHWM:\s+(\d+)/) { $peak{"${role}_hwm"} = $1 if $1 > $peak{"${role}_hwm"}; }
-					elsif ($l =~ /^RssAnon:\s+(\d+)/) { $peak{"${role}_anon"} = $1 if $1 > $peak{"${role}_anon"}; }
-					elsif ($l =~ /^RssShmem:\s+(\d+)/) { $peak{"${role}_shmem"} = $1 if $1 > $peak{"${role}_shmem"}; }
-				}
-				close $s;
-			}
-		}
+		rss_sample(\%peak, \%seen);
 		usleep(20_000);
 	}
-	open my $f, '>', $file or exit 1;
+	open my $f, '>', $file or POSIX::_exit(1);
 	print $f join(' ', map { "$_=$peak{$_}" } sort keys %peak), "\n";
 	close $f;
-	exit 0;
+	POSIX::_exit(0);
 }
 
 sub rss_stop
@@ -184,467 +258,709 @@ sub rss_stop
 	kill 'TERM', $h->{pid};
 	waitpid($h->{pid}, 0);
 	open my $f, '<', $h->{file} or return {};
-	my %r = map { split /=/ } split ' ', scalar(<$f>);
+	my %r = map { split /=/ } split ' ', (scalar(<$f>) // '');
 	close $f;
 	unlink $h->{file};
-	$r{$_} = sprintf('%.1f', $r{$_} / 1024) for grep { /hwm|anon|shmem/ } keys %r;    # kB -> MB
+	$r{$_} = sprintf('%.1f', $r{$_} / 1024) for keys %r;    # kB -> MB
 	return \%r;
 }
 
-# ---- dataset --------------------------------------------------------------------
+# ---- the dataset ----------------------------------------------------------------------
 
-my $sig = "v1 days=$days rows_per_day=$rpd";
-my $end_sql = "timestamptz '$start_ts+00' + interval '$days days'";
-my $end = psql("SELECT to_char(($end_sql) AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS')");
-my $ch_end = "toDateTime64('$end', 6, 'UTC')";
-
-sub window_bounds
-{
-	my ($nd) = @_;
-	my $lo = psql("SELECT to_char(($end_sql - interval '$nd days') AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS')");
-	return ($lo, $end);
-}
-
-sub ch_window { my ($lo, $hi) = @_; return "w >= toDateTime64('$lo', 6, 'UTC') AND w < toDateTime64('$hi', 6, 'UTC')"; }
-
+# bench_<tag>.events: $rpd rows a day spread evenly over each day from
+# 2026-01-01, NULLs in every nullable column, 2.4 % identical duplicates.
 sub pg_dataset
 {
-	my $have = eval { psql("SELECT sig FROM bench.meta") } // '';
+	my $sig = "v2 rows_per_day=$rpd days=$src_days";
+	my $have = eval { psql("SELECT sig FROM $pgs.meta") } // '';
 	if ($have eq $sig)
 	{
-		logmsg("PostgreSQL dataset is there ($sig)");
+		logmsg("PostgreSQL dataset $pgs is there");
 		return;
 	}
-	logmsg("generating bench.events: $days days x $rpd rows (+ duplicates, NULLs)");
+	logmsg("generating $pgs.events: $src_days days x $rpd rows (+ duplicates, NULLs)");
 	my ($t) = timed(sub {
-		psql("DROP SCHEMA IF EXISTS bench CASCADE; CREATE SCHEMA bench;
-			CREATE TABLE bench.meta (sig text);
-			CREATE TABLE bench.events (id bigint NOT NULL, w timestamptz, amount numeric(18,2),
+		psql("DROP SCHEMA IF EXISTS $pgs CASCADE; CREATE SCHEMA $pgs;
+			CREATE TABLE $pgs.meta (sig text);
+			CREATE TABLE $pgs.events (id bigint NOT NULL, w timestamptz, amount numeric(18,2),
 				note text, qty integer, flag boolean);
-			INSERT INTO bench.events
+			INSERT INTO $pgs.events
 			SELECT g,
 				CASE WHEN g % 37 = 5 THEN NULL
-					 ELSE timestamptz '$start_ts+00' + interval '1 day' * (g / $rpd)
+					 ELSE timestamptz '" . ts($start_epoch) . "+00' + interval '1 day' * (g / $rpd)
 						  + interval '1 microsecond' * ((g % $rpd) * (86400000000 / $rpd)) END,
 				CASE WHEN g % 43 = 1 THEN NULL ELSE ((g * 7919) % 10000000000) / 100.0 END,
 				CASE WHEN g % 47 = 2 THEN NULL ELSE left(md5(g::text), 30) || '-' || lpad(g::text, 9, '0') END,
 				CASE WHEN g % 53 = 3 THEN NULL ELSE ((g * 31) % 2000000)::integer - 1000000 END,
 				CASE WHEN g % 59 = 4 THEN NULL ELSE g % 3 = 0 END
-			  FROM generate_series(0, ${days}::bigint * $rpd - 1) g;
-			-- duplicates: identical rows, about 2.4 %
-			INSERT INTO bench.events SELECT * FROM bench.events WHERE id % 41 = 6;
-			CREATE INDEX events_w ON bench.events (w);
-			VACUUM ANALYZE bench.events;
-			INSERT INTO bench.meta VALUES ('$sig');");
+			  FROM generate_series(0, ${src_days}::bigint * $rpd - 1) g;
+			INSERT INTO $pgs.events SELECT * FROM $pgs.events WHERE id % 41 = 6;
+			CREATE INDEX events_w ON $pgs.events (w);
+			VACUUM ANALYZE $pgs.events;
+			INSERT INTO $pgs.meta VALUES ('$sig');");
 	});
 	logmsg(sprintf("generated in %.1f s", $t));
 }
 
-my $ch_cols = "(id Int64, w Nullable(DateTime64(6, 'UTC')), amount Nullable(Decimal(18, 2)),"
-  . " note Nullable(String), qty Nullable(Int32), flag Nullable(Bool))";
-my $by_day = "PARTITION BY toYYYYMMDD(w) ORDER BY id SETTINGS allow_nullable_key = 1";
+sub base_name { my ($shape, $n) = @_; return "base_${shape}_$n"; }
 
-sub pg_source
+# The base target of a shape and size: the last $n days of the source
+# (shifted copies of it, with new ids, before its first day when $n is
+# larger), NULL-window rows in proportion, then merged to one part per
+# partition.  Never modified afterwards: variants run on clones.
+sub ch_base
 {
-	return "postgresql('127.0.0.1:$pgport', '$pgdb', 'events', 'postgres', '', 'bench')";
-}
-
-# Wait until ClickHouse has no merge running in the bench database.
-sub settle
-{
-	for (1 .. 1200)
+	my ($shape, $n) = @_;
+	my $b = base_name($shape, $n);
+	my $sig = "v2 $tag shape=$shape days=$n";
+	my $have = ch("SELECT any(sig) FROM $db.meta WHERE name = '$b'");
+	return if $have eq $sig && ch_exists($b);
+	logmsg("loading $db.$b");
+	ch_drop($b);
+	ch("CREATE TABLE $db.$b $ch_cols ENGINE = MergeTree $shape_ddl{$shape}");
+	my $end = "toDateTime64('" . ts($end_epoch) . "', 6, 'UTC')";
+	for my $k (0 .. ceil($n / $src_days) - 1)
 	{
-		return if ch("SELECT count() FROM system.merges WHERE database = '$chdb'") == 0;
-		usleep(250_000);
-	}
-	logmsg("merges did not settle");
-}
-
-sub ch_table_exists
-{
-	my ($t) = @_;
-	return ch("SELECT count() FROM system.tables WHERE database = '$chdb' AND name = '$t'") == 1;
-}
-
-sub ch_targets
-{
-	my $chsig = "$sig small=$s_small large=$s_large scale_rows_per_day=$srpd";
-	ch("CREATE DATABASE IF NOT EXISTS $chdb ENGINE = Atomic");
-	my $have = ch_table_exists('meta') ? ch("SELECT any(sig) FROM $chdb.meta") : '';
-	if ($have eq $chsig)
-	{
-		logmsg("ClickHouse targets are there");
-		return;
-	}
-	logmsg("loading the ClickHouse targets");
-	ch("DROP TABLE IF EXISTS $chdb.$_") for qw(meta events_flat events_day events_small events_large);
-	my ($t) = timed(sub {
-		ch("CREATE TABLE $chdb.events_flat $ch_cols ENGINE = MergeTree ORDER BY id");
-		ch("CREATE TABLE $chdb.events_day $ch_cols ENGINE = MergeTree $by_day");
-		ch("INSERT INTO $chdb.events_flat SELECT $cols FROM " . pg_source());
-		ch("INSERT INTO $chdb.events_day SELECT * FROM $chdb.events_flat", params => { max_partitions_per_insert_block => 0 });
-
-		# The scaling pair: the last $s_small and $s_large days, the days
-		# before the dataset's first one made of shifted copies of it (new
-		# ids), $srpd rows a day outside the real data's window-independent
-		# sample, NULL-window rows in proportion.
-		ch("CREATE TABLE $chdb.events_small $ch_cols ENGINE = MergeTree $by_day");
-		ch("CREATE TABLE $chdb.events_large $ch_cols ENGINE = MergeTree $by_day");
-		my $sample = $srpd < $rpd ? " AND intHash32(id) % $rpd < $srpd" : '';
-		ch("INSERT INTO $chdb.events_small SELECT * FROM $chdb.events_flat WHERE"
-			  . " (w >= $ch_end - toIntervalDay($s_small) OR (w IS NULL AND intHash32(id) % $days < $s_small))$sample",
+		my $shift = $k * $src_days;
+		ch("INSERT INTO $db.$b SELECT id + $k * 1000000000000, w - toIntervalDay($shift), amount, note, qty, flag"
+			  . " FROM $db.src WHERE (w - toIntervalDay($shift) >= $end - toIntervalDay($n)"
+			  . " OR (w IS NULL AND intHash32(id) % $src_days < least($src_days, $n - $shift)))",
 			params => { max_partitions_per_insert_block => 0 });
-		for my $k (0 .. ceil($s_large / $days) - 1)
-		{
-			my $shift = $k * $days;
-			ch("INSERT INTO $chdb.events_large SELECT id + $k * 1000000000000, w - toIntervalDay($shift), amount, note, qty, flag"
-				  . " FROM $chdb.events_flat WHERE (w - toIntervalDay($shift) >= $ch_end - toIntervalDay($s_large)"
-				  . " OR (w IS NULL AND intHash32(id) % $days < least($days, $s_large - $shift)))$sample",
-				params => { max_partitions_per_insert_block => 0 });
-		}
-		for my $tb (qw(events_flat events_day events_small events_large))
-		{
-			ch("OPTIMIZE TABLE $chdb.$tb FINAL", timeout => 7200);
-		}
-		settle();
-		ch("CREATE TABLE $chdb.meta (sig String) ENGINE = MergeTree ORDER BY tuple()");
-		ch("INSERT INTO $chdb.meta VALUES ('$chsig')");
-	});
-	logmsg(sprintf("loaded in %.1f s", $t));
-}
-
-# Between measurements: no backups, the window partitions merged again, no
-# merge running.
-sub reset_targets
-{
-	for my $b (split /\n/, ch("SELECT name FROM system.tables WHERE database = '$chdb' AND startsWith(name, '_dpwin_')"))
-	{
-		ch("DROP TABLE $chdb.`$b`");
 	}
-	ch("DROP TABLE IF EXISTS $chdb.peer_gen");
-	ch("DROP TABLE IF EXISTS $chdb.sink");
-	for my $tb (qw(events_day events_small events_large))
-	{
-		next unless ch_table_exists($tb);
-		for my $p (split /\n/, ch("SELECT partition_id FROM system.parts WHERE database = '$chdb' AND table = '$tb' AND active"
-				  . " GROUP BY partition_id HAVING count() > 1"))
-		{
-			ch("OPTIMIZE TABLE $chdb.$tb PARTITION ID '$p' FINAL");
-		}
-	}
+	ch("OPTIMIZE TABLE $db.$b FINAL");
 	settle();
+	ch("ALTER TABLE $db.meta DELETE WHERE name = '$b'", params => { mutations_sync => 2 });
+	ch("INSERT INTO $db.meta VALUES ('$b', '$sig')");
 }
 
-# ---- routes ------------------------------------------------------------------------
+sub ch_dataset
+{
+	ch("CREATE DATABASE IF NOT EXISTS $db ENGINE = Atomic");
+	ch("CREATE TABLE IF NOT EXISTS $db.meta (name String, sig String) ENGINE = MergeTree ORDER BY name");
+	my $srcsig = "v2 $tag";
+	if (ch("SELECT any(sig) FROM $db.meta WHERE name = 'src'") ne $srcsig || !ch_exists('src'))
+	{
+		logmsg("copying the source into $db.src");
+		ch_drop('src');
+		ch("CREATE TABLE $db.src $ch_cols ENGINE = MergeTree ORDER BY id");
+		ch("INSERT INTO $db.src SELECT $cols FROM " . pg_source_fn());
+		ch("ALTER TABLE $db.meta DELETE WHERE name = 'src'", params => { mutations_sync => 2 });
+		ch("INSERT INTO $db.meta VALUES ('src', '$srcsig')");
+	}
+	my @need = map { my $n = $_; map { [ $_, $n ] } @shapes } @sizes;
+	push @need, [ 'day', max(@sizes) ] if (on('memory') || on('skip')) && !grep { $_ eq 'day' } @shapes;
+	my ($t) = timed(sub { ch_base(@$_) for @need; });
+	logmsg(sprintf("ClickHouse bases ready in %.1f s", $t));
+}
+
+# A fresh target $t: a clone of base $b by hard links, so every variant
+# starts from the same parts (one per partition) and nothing is copied.
+sub clone_base
+{
+	my ($b, $t) = @_;
+	ch_drop($t);
+	ch("CREATE TABLE $db.$t AS $db.$b");
+	my @ids = ch_lines("SELECT DISTINCT partition_id FROM system.parts"
+		  . " WHERE database = '$db' AND table = '$b' AND active ORDER BY partition_id");
+	while (my @batch = splice(@ids, 0, 100))
+	{
+		ch("ALTER TABLE $db.$t " . join(', ', map { "ATTACH PARTITION ID '$_' FROM $db.$b" } @batch));
+	}
+}
+
+# Drop what runs leave behind: dpwin's backups and any stray table of a
+# failed run, peers' old generations, sinks.
+sub drop_leftovers
+{
+	ch_drop(ch_lines("SELECT name FROM system.tables WHERE database = '$db'"
+		  . " AND (startsWith(name, '_dpwin_') OR startsWith(name, 'gen_') OR startsWith(name, 'sink_'))"));
+}
+
+# ---- fingerprints and checks -------------------------------------------------------------
+
+# Per UTC day and window side (1 inside, 0 outside, \N for a NULL window
+# value): count, sum of cityHash64 of all columns, and column sums.
+sub fingerprint
+{
+	my ($from, $lo, $hi, $where) = @_;
+	return ch("SELECT toDate(w) AS d, " . ch_window($lo, $hi) . " AS inw, count(),"
+		  . " sum(cityHash64(tuple(id, w, amount, note, qty, flag))), sum(id), sum(toInt64(amount * 100)),"
+		  . " sum(qty), countIf(flag), sum(length(note)) FROM $from" . ($where ? " WHERE $where" : '')
+		  . " GROUP BY d, inw ORDER BY d, inw FORMAT TSV");
+}
+
+# PostgreSQL's own sums of the window's rows, per UTC day, in the
+# fingerprint's column order without the hash.
+my %pg_ref;
+
+sub pg_window_ref
+{
+	my ($table, $lo, $hi) = @_;
+	my $k = "$table $lo $hi";
+	return $pg_ref{$k} if !defined $_[3] && exists $pg_ref{$k};
+	my %r = map { my @f = split /\t/; (shift(@f) => join("\t", @f)) } split /\n/,
+	  psql("SELECT to_char(w, 'YYYY-MM-DD'), count(*), sum(id), coalesce(sum((amount * 100)::bigint), 0),"
+		  . " coalesce(sum(qty), 0), count(*) FILTER (WHERE flag), coalesce(sum(octet_length(note)), 0)"
+		  . " FROM $pgs.$table WHERE w >= '" . ts($lo) . "+00' AND w < '" . ts($hi) . "+00' GROUP BY 1 ORDER BY 1",
+		sep => "\t");
+	return $pg_ref{$k} = \%r;
+}
+
+my %base_ref;
+
+sub base_outside_ref
+{
+	my ($b, $lo, $hi) = @_;
+	my $k = "$b $lo $hi";
+	$base_ref{$k} //= join("\n", grep { (split /\t/)[1] ne '1' } split /\n/, fingerprint("$db.$b", $lo, $hi));
+	return $base_ref{$k};
+}
+
+# The window's rows as ClickHouse reads them from PostgreSQL through the
+# postgresql() table function: the expected inside of every result.
+my %source_ref;
+
+sub source_window_ref
+{
+	my ($table, $lo, $hi, $fresh) = @_;
+	my $k = "$table $lo $hi";
+	return $source_ref{$k} if !$fresh && exists $source_ref{$k};
+	(my $fn = pg_source_fn()) =~ s/'events'/'$table'/;
+	return $source_ref{$k} = join("\n", grep { (split /\t/)[1] eq '1' } split /\n/,
+		fingerprint($fn, $lo, $hi, ch_window($lo, $hi)));
+}
+
+# 'ok' or 'FAILED: why'.  The result's fingerprint must be the base's rows
+# outside the window plus the source's rows inside it, both as ClickHouse
+# fingerprints them (so every variant's result is compared with the same
+# multiset), and the window's rows must have the sums PostgreSQL computes
+# itself.
+sub check_result
+{
+	my ($fp, $inside, $pgref, $outside) = @_;
+	my (@in, @rest);
+	for my $l (split /\n/, $fp)
+	{
+		my @f = split /\t/, $l;
+		if ($f[1] eq '1') { push @in, $l; }
+		else { push @rest, $l; }
+	}
+	return 'FAILED: rows outside the window differ from the base target' if join("\n", @rest) ne $outside;
+	my %seen;
+	for my $l (@in)
+	{
+		my @f = split /\t/, $l;
+		my $pg = $pgref->{ $f[0] } // '';
+		my $mine = join("\t", @f[ 2, 4 .. 8 ]);
+		return "FAILED: window day $f[0] has ($mine), PostgreSQL ($pg)" if $mine ne $pg;
+		$seen{ $f[0] } = 1;
+	}
+	for my $d (keys %$pgref) { return "FAILED: window day $d is missing" unless $seen{$d}; }
+	return join("\n", @in) eq $inside ? 'ok' : "FAILED: the window's rows differ from the source's";
+}
+
+# ---- routes ------------------------------------------------------------------------------
 
 sub route
 {
-	my ($name, $table, $nd, $par) = @_;
+	my ($name, $table, $lookback, %o) = @_;
+	my $p = $o{par} // $par;
+	my $src = $o{source} // 'events';
 	psql("SELECT dpwin.drop_route('$name') FROM dpwin.route WHERE route_name = '$name';
-		SELECT dpwin.create_route('$name', 'bench.events', 'w', '$server', '$chdb', '$table',
-			interval '$nd days', interval '1 day', parallelism => $par)");
+		SELECT dpwin.create_route('$name', '$pgs.$src', 'w', '$server', '$db', '$table',
+			interval '$lookback days', interval '1 day', parallelism => $p)");
 }
 
-# ---- measurements -----------------------------------------------------------------
-
-my @results;
-my %window_rows;      # days -> rows of that window
-my %window_bytes;     # days -> RowBinary bytes of that window
-
-sub window_facts
+sub have_skip_option
 {
-	my ($nd) = @_;
-	return if exists $window_rows{$nd};
-	my ($lo, $hi) = window_bounds($nd);
-	$window_rows{$nd} = psql("SELECT count(*) FROM bench.events WHERE w >= '$lo+00' AND w < '$hi+00'");
+	return psql("SELECT count(*) FROM pg_attribute WHERE attrelid = 'dpwin.routes'::regclass"
+		  . " AND attname = 'skip_unchanged' AND NOT attisdropped") == 1;
 }
 
-sub median_of
+# ---- variants ------------------------------------------------------------------------------
+#
+# Each returns a hash: wall (the clock), rows, bytes, phases (stage, build,
+# verify, publish; other = wall - their sum), mem, cloned, and leaves the
+# result for the caller to check.
+
+sub v_dpwin
 {
-	my @runs = sort { $a->{wall} <=> $b->{wall} } @_;
-	return $runs[ floor($#runs / 2) ];
+	my ($routename, $hi) = @_;
+	my $rss = rss_start();
+	my ($wall, $json) = eval { timed(sub { psql("SELECT details->'evidence' FROM dpwin_refresh('$routename', '" . ts($hi) . "+00')") }) };
+	my $err = $@;
+	my $mem = rss_stop($rss);
+	die $err if $err;
+	my $ev = decode_json($json);
+	my $ph = $ev->{phases};
+	my $part = $ev->{partitions};
+	return {
+		wall => $wall, rows => $ev->{source_rows}, bytes => $ev->{encoded_bytes},
+		stage => $ph->{stage_seconds}, build => $ph->{build_seconds},
+		verify => $ph->{verify_seconds}, publish => $ph->{publish_seconds}, mem => $mem,
+		cloned => $part && $part->{cloning} ? $part->{cloned_partitions} : '',
+	};
 }
 
-sub dpwin_run
+# The refresh as a ClickHouse user writes it without dpwin: copy every kept
+# row into a new table, pull the window through postgresql(), EXCHANGE.
+sub v_naive
 {
-	my (%o) = @_;
-	my $route = "bench_$o{table}_$o{days}";
-	route($route, $o{table}, $o{days}, $o{par});
-	window_facts($o{days});
-	my @runs;
-	for (1 .. $repeat)
-	{
-		reset_targets();
-		my $rss = rss_start();
-		my ($wall, $res) = eval {
-			timed(sub { psql("SELECT details->'evidence' FROM dpwin_refresh('$route', '$end+00')") });
-		};
-		my $mem = rss_stop($rss);
-		die $@ if $@;
-		my $ev = decode_json($res);
-		my $ph = $ev->{phases};
-		die "dpwin copied $ev->{source_rows} rows, expected $window_rows{$o{days}}\n"
-		  unless $ev->{source_rows} == $window_rows{ $o{days} };
-		$window_bytes{ $o{days} } = $ev->{encoded_bytes};
-		push @runs, {
-			wall => $wall, stage => $ph->{stage_seconds}, build => $ph->{build_seconds},
-			verify => $ph->{verify_seconds}, publish => $ph->{publish_seconds},
-			rows => $ev->{source_rows}, bytes => $ev->{encoded_bytes}, mem => $mem,
-			partitions => $ev->{partitions},
-		};
-		logmsg(sprintf("%s p%d: %.2f s (stage %.2f build %.2f verify %.2f publish %.2f) worker VmHWM %s MB",
-				$o{table}, $o{par}, $wall, $ph->{stage_seconds}, $ph->{build_seconds},
-				$ph->{verify_seconds}, $ph->{publish_seconds}, $mem->{worker_hwm}));
-	}
-	my $m = median_of(@runs);
-	$m->{other} = $m->{wall} - $m->{stage} - $m->{build} - $m->{verify} - $m->{publish};
-	push @results, { %$m, name => $o{name}, kind => 'dpwin', target => $o{table}, par => $o{par} };
-	return $m;
-}
-
-sub peer_run
-{
-	my (%o) = @_;
-	my $t = "$chdb.$o{table}";
-	my ($lo, $hi) = window_bounds($wdays);
-	window_facts($wdays);
-	my @runs;
-	for (1 .. $repeat)
-	{
-		reset_targets();
-		my ($t_create) = timed(sub { ch("CREATE TABLE $chdb.peer_gen AS $t") });
-		my ($t_window) = timed(sub {
-			ch("INSERT INTO $chdb.peer_gen SELECT $cols FROM " . pg_source() . " WHERE " . ch_window($lo, $hi));
-		});
-		my ($t_keep) = timed(sub {
-			ch("INSERT INTO $chdb.peer_gen SELECT $cols FROM $t WHERE w < toDateTime64('$lo', 6, 'UTC')"
-				  . " OR w >= toDateTime64('$hi', 6, 'UTC') OR w IS NULL",
+	my ($t, $lo, $hi) = @_;
+	my $g = "gen_$t";
+	ch_drop($g);
+	my %ph;
+	my ($wall) = timed(sub {
+		($ph{other}) = timed(sub { ch("CREATE TABLE $db.$g AS $db.$t") });
+		($ph{stage}) = timed(sub { ch("INSERT INTO $db.$g SELECT $cols FROM " . pg_source_fn() . " WHERE " . ch_window($lo, $hi)) });
+		($ph{build}) = timed(sub {
+			ch("INSERT INTO $db.$g SELECT $cols FROM $db.$t WHERE NOT (" . ch_window($lo, $hi) . ") OR w IS NULL",
 				params => { max_partitions_per_insert_block => 0 });
 		});
-		my $n = ch("SELECT count() FROM $chdb.peer_gen WHERE " . ch_window($lo, $hi));
-		die "the peer loaded $n window rows, expected $window_rows{$wdays}\n" unless $n == $window_rows{$wdays};
-		my ($t_exchange) = timed(sub { ch("EXCHANGE TABLES $t AND $chdb.peer_gen") });
-		my ($t_drop) = timed(sub { ch("DROP TABLE $chdb.peer_gen") });
-		my $wall = $t_create + $t_window + $t_keep + $t_exchange + $t_drop;
-		push @runs, { wall => $wall, stage => $t_window, build => $t_keep, verify => 0,
-			publish => $t_exchange, other => $t_create + $t_drop, rows => $window_rows{$wdays} };
-		logmsg(sprintf("peer %s: %.2f s (window insert %.2f, keep insert %.2f, exchange %.3f)",
-				$o{table}, $wall, $t_window, $t_keep, $t_exchange));
-	}
-	my $m = median_of(@runs);
-	push @results, { %$m, name => $o{name}, kind => 'peer', target => $o{table}, par => 1 };
+		($ph{publish}) = timed(sub { ch("EXCHANGE TABLES $db.$t AND $db.$g") });
+	});
+	return { wall => $wall, %ph, verify => 0 };
 }
 
-sub source_run
+# Where a partition of the day or month shape lies: [start, end) epochs.
+sub partition_range
 {
-	my ($lo, $hi) = window_bounds($wdays);
-	my @runs;
-	for (1 .. $repeat)
+	my ($shape, $value) = @_;
+	# the partition of NULL window values: printed as NULL, \N or the
+	# engine's pretty NULL sign, depending on the version
+	return () if $value !~ /^[0-9]+$/ && $value =~ /^(NULL|\\N|\x{1d3a}\x{1d41}\x{1d38}\x{1d38})$/;
+	if ($shape eq 'day' && $value =~ /^(\d{4})(\d\d)(\d\d)$/)
 	{
-		my $bytes = '';
-		my ($wall) = timed(sub {
-			my ($e) = ('');
-			run [ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-c',
-				"COPY (SELECT $cols FROM bench.events WHERE w >= '$lo+00' AND w < '$hi+00') TO STDOUT (FORMAT binary)" ],
-			  '|', [ 'wc', '-c' ], '>', \$bytes, '2>', \$e
-			  or die "COPY failed: $e";
-		});
-		chomp $bytes;
-		push @runs, { wall => $wall, stage => $wall, build => 0, verify => 0, publish => 0, other => 0,
-			rows => $window_rows{$wdays}, bytes => $bytes + 0 };
-		logmsg(sprintf("source limit: %.2f s, %d bytes", $wall, $bytes));
+		my $s = timegm(0, 0, 0, $3, $2 - 1, $1);
+		return ($s, $s + 86400);
 	}
-	push @results, { %{ median_of(@runs) }, name => 'source limit', kind => 'source', target => 'bench.events', par => 1 };
-}
-
-sub sink_run
-{
-	my ($lo, $hi) = window_bounds($wdays);
-	my $file = "$out/window.rowbinary";
-	ch("SELECT $cols FROM $chdb.events_day WHERE " . ch_window($lo, $hi) . " FORMAT RowBinary", to => $file);
-	my $bytes = -s $file;
-	my @runs;
-	for (1 .. $repeat)
+	if ($shape eq 'month' && $value =~ /^(\d{4})(\d\d)$/)
 	{
-		reset_targets();
-		ch("CREATE TABLE $chdb.sink AS $chdb.events_day");
-		my ($wall) = timed(sub {
-			ch("INSERT INTO $chdb.sink ($cols) FORMAT RowBinary", data => $file);
-		});
-		my $n = ch("SELECT count() FROM $chdb.sink");
-		die "the sink holds $n rows, expected $window_rows{$wdays}\n" unless $n == $window_rows{$wdays};
-		push @runs, { wall => $wall, stage => $wall, build => 0, verify => 0, publish => 0, other => 0,
-			rows => $n, bytes => $bytes };
-		logmsg(sprintf("sink limit: %.2f s, %d bytes", $wall, $bytes));
+		my ($y, $m) = ($1, $2);
+		return (timegm(0, 0, 0, 1, $m - 1, $y), $m == 12 ? timegm(0, 0, 0, 1, 0, $y + 1) : timegm(0, 0, 0, 1, $m, $y));
 	}
-	unlink $file;
-	push @results, { %{ median_of(@runs) }, name => 'sink limit', kind => 'sink', target => 'empty MergeTree', par => 1 };
+	die "unexpected partition $value of shape $shape\n";
 }
 
-# ---- run ----------------------------------------------------------------------------
-
-logmsg("parameters: BENCH_DAYS=$days BENCH_ROWS_PER_DAY=$rpd BENCH_WINDOW_DAYS=$wdays"
-	  . " BENCH_BIG_WINDOW_DAYS=$big_wdays BENCH_SCALE_ROWS_PER_DAY=$srpd"
-	  . " BENCH_SCALE_SMALL_DAYS=$s_small BENCH_SCALE_LARGE_DAYS=$s_large"
-	  . " BENCH_PARALLELISM='@pars' BENCH_REPEAT=$repeat");
-pg_dataset();
-ch_targets();
-my $load_start = do { open my $f, '<', '/proc/loadavg'; join(' ', (split ' ', scalar <$f>)[0 .. 2]) };
-window_facts($wdays);
-logmsg("window [" . join(', ', window_bounds($wdays)) . "): $window_rows{$wdays} rows");
-
-if (group_on('dpwin'))
+# The refresh as a ClickHouse expert writes it: clone every partition not
+# wholly inside the window (the whole table when it has no partition key)
+# by ATTACH PARTITION ... FROM, remove the window's rows from the clones of
+# partitions that straddle a window bound with a lightweight DELETE, pull
+# the window through postgresql(), EXCHANGE.  The DELETE runs in a scratch
+# table holding only the straddling partitions, whose clean parts are then
+# attached: a lightweight DELETE costs time for every part of its table
+# (IN PARTITION included), about 0.13 s a part here.
+sub v_expert
 {
-	dpwin_run(name => "dpwin p$_ partitioned", table => 'events_day', days => $wdays, par => $_) for @pars;
-	dpwin_run(name => 'dpwin p2 unpartitioned', table => 'events_flat', days => $wdays, par => 2);
+	my ($shape, $t, $lo, $hi) = @_;
+	my ($g, $x) = ("gen_$t", "gen_${t}_x");
+	ch_drop($g, $x);
+	my %ph = (other => 0, build => 0);
+	my $attach = sub {
+		my ($into, $from, @ids) = @_;
+		while (my @batch = splice(@ids, 0, 100))
+		{
+			ch("ALTER TABLE $db.$into " . join(', ', map { "ATTACH PARTITION ID '$_' FROM $db.$from" } @batch));
+		}
+	};
+	my ($wall) = timed(sub {
+		($ph{other}) = timed(sub { ch("CREATE TABLE $db.$g AS $db.$t") });
+		($ph{build}) = timed(sub {
+			my (@keep, @straddle);
+			for my $l (ch_lines("SELECT partition_id, partition FROM system.parts WHERE database = '$db'"
+					  . " AND table = '$t' AND active GROUP BY partition_id, partition"))
+			{
+				my ($id, $value) = split /\t/, $l;
+				my ($a, $b) = $shape eq 'flat' ? ($lo - 1, $hi + 1) : partition_range($shape, $value);
+				if (!defined $a || $b <= $lo || $a >= $hi) { push @keep, $id; }
+				elsif ($a < $lo || $b > $hi) { push @straddle, $id; }
+			}
+			$attach->($g, $t, @keep);
+			if ($shape eq 'flat')
+			{
+				$attach->($g, $t, @straddle);
+				ch("DELETE FROM $db.$g WHERE " . ch_window($lo, $hi));
+			}
+			elsif (@straddle)
+			{
+				ch("CREATE TABLE $db.$x AS $db.$t");
+				$attach->($x, $t, @straddle);
+				ch("DELETE FROM $db.$x WHERE " . ch_window($lo, $hi));
+				$attach->($g, $x, @straddle);
+			}
+		});
+		($ph{stage}) = timed(sub { ch("INSERT INTO $db.$g SELECT $cols FROM " . pg_source_fn() . " WHERE " . ch_window($lo, $hi)) });
+		($ph{publish}) = timed(sub { ch("EXCHANGE TABLES $db.$t AND $db.$g") });
+	});
+	ch_drop($x);
+	return { wall => $wall, %ph, verify => 0 };
 }
-if (group_on('peer'))
+
+# The chunks dpwin reads for a window ending at $hi: [lo, hi) epochs.
+sub chunks_of
 {
-	peer_run(name => 'peer partitioned', table => 'events_day');
-	peer_run(name => 'peer unpartitioned', table => 'events_flat');
+	my ($hi, $days) = @_;
+	return map { [ $hi - ($days - $_) * 86400, $hi - ($days - $_ - 1) * 86400 ] } 0 .. $days - 1;
 }
-source_run() if group_on('limits');
-sink_run() if group_on('limits');
-if (group_on('scaling'))
+
+sub copy_sql
 {
-	dpwin_run(name => "dpwin p2 ${s_small}-day", table => 'events_small', days => $wdays, par => 2);
-	dpwin_run(name => "dpwin p2 ${s_large}-day", table => 'events_large', days => $wdays, par => 2);
+	my ($lo, $hi) = @_;
+	return "COPY (SELECT $cols FROM $pgs.events WHERE w >= '" . ts($lo) . "+00' AND w < '" . ts($hi)
+	  . "+00') TO STDOUT (FORMAT binary)";
 }
-if (group_on('window'))
+
+# $n psql processes, chunk i on process i mod $n, each COPY's binary output
+# counted by wc; returns the bytes.
+sub copy_streams
 {
-	dpwin_run(name => "dpwin p2 ${big_wdays}-day window", table => 'events_day', days => $big_wdays, par => 2);
+	my ($n, @chunks) = @_;
+	my (@h, @bytes, @err);
+	for my $k (0 .. $n - 1)
+	{
+		my @mine = map { $chunks[$_] } grep { $_ % $n == $k } 0 .. $#chunks;
+		next unless @mine;
+		my @cmd = ('psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', map { ('-c', copy_sql(@$_)) } @mine);
+		$bytes[$k] = '';
+		$err[$k] = '';
+		push @h, start(\@cmd, '|', [ 'wc', '-c' ], '>', \$bytes[$k], '2>', \$err[$k]);
+	}
+	for my $k (0 .. $#h) { finish($h[$k]) or die "COPY failed: $err[$k]\n"; }
+	my $sum = 0;
+	$sum += $_ for grep { defined && length } @bytes;
+	return $sum;
 }
-reset_targets();
 
-# ---- report -------------------------------------------------------------------------
-
-sub find { my ($n) = @_; my ($r) = grep { $_->{name} eq $n } @results; return $r; }
-
-for my $r (@results)
+# The source limit: the same chunks as COPY ... (FORMAT binary) out of
+# PostgreSQL, one stream ("serial") or $par streams ("parallel").
+sub v_copy
 {
-	$r->{bytes} //= $window_bytes{$wdays} // 0;
-	$r->{rows_per_s} = $r->{wall} > 0 ? $r->{rows} / $r->{wall} : 0;
-	$r->{mb_per_s} = $r->{wall} > 0 ? $r->{bytes} / 1e6 / $r->{wall} : 0;
+	my ($n, $lo, $hi) = @_;
+	my @chunks = $n == 1 ? ([ $lo, $hi ]) : chunks_of($hi, ($hi - $lo) / 86400);
+	my ($wall, $bytes) = timed(sub { copy_streams($n, @chunks) });
+	return { wall => $wall, stage => $wall, build => 0, verify => 0, publish => 0, bytes => $bytes, copies => scalar @chunks };
 }
 
-my @ratios;
-sub ratio
+# The window's rows as RowBinary, one file per chunk, written by ClickHouse
+# from the smallest base (the bytes dpwin sends, checked by their size).
+my %rowbinary;
+
+sub rowbinary_files
 {
-	my ($label, $num, $den, $goal, $cmp) = @_;
-	return unless defined $num && defined $den && $den > 0;
-	my $v = $num / $den;
-	my $ok = !defined $goal ? '' : ($cmp eq '<=' ? ($v <= $goal ? 'met' : 'missed') : ($v < $goal ? 'met' : 'missed'));
-	push @ratios, { label => $label, value => $v, goal => defined $goal ? "$cmp $goal" : '', verdict => $ok };
+	my ($hi) = @_;
+	return $rowbinary{$hi} if $rowbinary{$hi};
+	my $b = base_name('flat', $sizes[0]);
+	$b = base_name($shapes[0], $sizes[0]) unless ch_exists($b);
+	my @f;
+	for my $c (chunks_of($hi, $wdays))
+	{
+		my $data = ch("SELECT $cols FROM $db.$b WHERE " . ch_window(@$c) . " ORDER BY w FORMAT RowBinary", binary => 1);
+		push @f, $data;
+	}
+	return $rowbinary{$hi} = \@f;
 }
 
-my $d2 = find('dpwin p2 partitioned');
-my $d1 = find('dpwin p1 partitioned');
-my $df = find('dpwin p2 unpartitioned');
-my $pp = find('peer partitioned');
-my $pf = find('peer unpartitioned');
-my $src = find('source limit');
-my $snk = find('sink limit');
-my $ss = find("dpwin p2 ${s_small}-day");
-my $sl = find("dpwin p2 ${s_large}-day");
-my $bw = find("dpwin p2 ${big_wdays}-day window");
+# The sink limit: the window's pre-encoded RowBinary inserted into empty
+# tables of the target's shape, as one INSERT ("serial") or one INSERT per
+# chunk into a table per chunk from $par processes ("parallel").
+sub v_sink
+{
+	my ($n, $shape, $hi) = @_;
+	my $files = rowbinary_files($hi);
+	my @bodies = $n == 1 ? (join('', @$files)) : @$files;
+	my $b = base_name($shape, $sizes[0]);
+	my @tables = map { "sink_$_" } 0 .. $#bodies;
+	ch_drop(@tables);
+	ch("CREATE TABLE $db.$_ AS $db.$b") for @tables;
+	my $insert = sub {
+		my ($k) = @_;
+		ch("INSERT INTO $db.$tables[$k] ($cols) FORMAT RowBinary", body => $bodies[$k],
+			params => { max_partitions_per_insert_block => 0 });
+	};
+	my ($wall) = timed(sub {
+		if ($n == 1) { $insert->(0); return; }
+		my @pids;
+		for my $w (0 .. $n - 1)
+		{
+			my $pid = fork() // die "fork: $!";
+			if (!$pid)
+			{
+				my $ok = eval { $insert->($_) for grep { $_ % $n == $w } 0 .. $#bodies; 1 };
+				print STDERR $@ unless $ok;
+				POSIX::_exit($ok ? 0 : 1);
+			}
+			push @pids, $pid;
+		}
+		for (@pids) { waitpid($_, 0); die "a sink insert failed\n" if $?; }
+	});
+	my $bytes = 0;
+	$bytes += length for @bodies;
+	return { wall => $wall, stage => $wall, build => 0, verify => 0, publish => 0, bytes => $bytes };
+}
 
-ratio('dpwin p2 / peer, partitioned (end to end)', $d2 && $d2->{wall}, $pp && $pp->{wall}, 0.5, '<=');
-ratio('dpwin p2 / peer, unpartitioned (end to end)', $df && $df->{wall}, $pf && $pf->{wall});
-ratio('dpwin p2 extract+stage / source limit', $d2 && $d2->{stage}, $src && $src->{wall}, 1.5, '<=');
-ratio('dpwin p1 extract+stage / source limit', $d1 && $d1->{stage}, $src && $src->{wall});
-ratio('dpwin p2 extract+stage / sink limit', $d2 && $d2->{stage}, $snk && $snk->{wall});
-ratio("${s_large}-day / ${s_small}-day target, p2 (end to end)", $sl && $sl->{wall}, $ss && $ss->{wall}, 1.25, '<=');
-ratio("${s_large}-day / ${s_small}-day target, p2 (build+verify+publish)",
-	$sl && $sl->{build} + $sl->{verify} + $sl->{publish}, $ss && $ss->{build} + $ss->{verify} + $ss->{publish});
-ratio("worker peak VmHWM, ${big_wdays}-day / ${wdays}-day window", $bw && $bw->{mem}{worker_hwm}, $d2 && $d2->{mem}{worker_hwm}, 1.25, '<=');
-ratio("worker peak RssAnon, ${big_wdays}-day / ${wdays}-day window", $bw && $bw->{mem}{worker_anon}, $d2 && $d2->{mem}{worker_anon}, 1.25, '<=');
-my ($max_hwm) = sort { $b <=> $a } map { $_->{mem} ? $_->{mem}{worker_hwm} : 0 } @results;
-push @ratios, { label => 'worker peak VmHWM over all dpwin runs (MB)', value => $max_hwm // 0, goal => '< 64',
-	verdict => defined $max_hwm ? ($max_hwm < 64 ? 'met' : 'missed') : '' };
+# ---- one round ---------------------------------------------------------------------------
 
-my @cols = (
-	[ 'variant', '%-28s', sub { $_[0]{name} } ],
-	[ 'rows', '%9s', sub { $_[0]{rows} } ],
-	[ 'wall_s', '%8s', sub { sprintf('%.2f', $_[0]{wall}) } ],
-	[ 'rows/s', '%9s', sub { sprintf('%.0f', $_[0]{rows_per_s}) } ],
-	[ 'MB/s', '%6s', sub { sprintf('%.1f', $_[0]{mb_per_s}) } ],
-	[ 'stage', '%6s', sub { sprintf('%.2f', $_[0]{stage}) } ],
-	[ 'build', '%6s', sub { sprintf('%.2f', $_[0]{build}) } ],
-	[ 'verify', '%6s', sub { sprintf('%.2f', $_[0]{verify}) } ],
-	[ 'publish', '%7s', sub { sprintf('%.3f', $_[0]{publish}) } ],
-	[ 'other', '%6s', sub { sprintf('%.2f', $_[0]{other}) } ],
-	[ 'coord_MB', '%8s', sub { $_[0]{mem} ? "$_[0]{mem}{coord_hwm}" : '' } ],
-	[ 'wrk_MB', '%6s', sub { $_[0]{mem} ? "$_[0]{mem}{worker_hwm}" : '' } ],
-	[ 'wrk_anon', '%8s', sub { $_[0]{mem} ? "$_[0]{mem}{worker_anon}" : '' } ],
-	[ 'wrk_shm', '%7s', sub { $_[0]{mem} ? "$_[0]{mem}{worker_shmem}" : '' } ],
-	[ 'cloned', '%6s', sub { $_[0]{partitions} && $_[0]{partitions}{cloning} ? $_[0]{partitions}{cloned_partitions} : '' } ],
-);
+my @runs;
+my %window_rows;
+my %copy_payload;
+
+sub record
+{
+	my ($r, %k) = @_;
+	$r = { %$r, %k };
+	for my $p (qw(stage build verify publish))
+	{
+		$r->{$p} //= 0;
+	}
+	$r->{other} //= $r->{wall} - $r->{stage} - $r->{build} - $r->{verify} - $r->{publish} if defined $r->{wall};
+	push @runs, $r;
+	logmsg(sprintf("round %d %-5s %4s %-5s %-14s %7s s  %s", $r->{round}, $r->{end}, $r->{days} // '',
+			$r->{shape} // '', $r->{variant}, defined $r->{wall} ? sprintf('%.3f', $r->{wall}) : '-', $r->{check}));
+	return $r;
+}
+
+# Run one variant on a fresh clone of its base and check its result.
+sub target_variant
+{
+	my ($round, $end, $n, $shape, $variant) = @_;
+	my ($lo, $hi) = ($end->{hi} - $wdays * 86400, $end->{hi});
+	my $b = base_name($shape, $n);
+	my $t = "t_${shape}_$n";
+	my %k = (round => $round, end => $end->{label}, days => $n, shape => $shape, variant => $variant, par => $par);
+	drop_leftovers();
+	clone_base($b, $t);
+	settle();
+	my $r = eval {
+		$variant eq 'dpwin' ? v_dpwin("b_${shape}_$n", $hi)
+		  : $variant eq 'naive' ? v_naive($t, $lo, $hi)
+		  : v_expert($shape, $t, $lo, $hi);
+	};
+	if (!$r)
+	{
+		logmsg("$variant on $t failed: $@");
+		return record({}, %k, check => 'FAILED: ' . (split /\n/, $@)[0]);
+	}
+	$r->{rows} //= $window_rows{ $end->{label} };
+	my $fp = fingerprint("$db.$t", $lo, $hi);
+	$r->{check} = check_result($fp, source_window_ref('events', $lo, $hi), pg_window_ref('events', $lo, $hi),
+		base_outside_ref($b, $lo, $hi));
+	drop_leftovers();
+	return record($r, %k);
+}
+
+sub limit_variants
+{
+	my ($round, $end) = @_;
+	my ($lo, $hi) = ($end->{hi} - $wdays * 86400, $end->{hi});
+	my @items;
+	if (on('copy'))
+	{
+		push @items, [ 'copy serial', undef, sub { v_copy(1, $lo, $hi) } ], [ 'copy parallel', undef, sub { v_copy($par, $lo, $hi) } ];
+	}
+	if (on('sink'))
+	{
+		for my $s (@shapes)
+		{
+			push @items, [ 'sink serial', $s, sub { v_sink(1, $s, $hi) } ], [ 'sink parallel', $s, sub { v_sink($par, $s, $hi) } ];
+		}
+	}
+	@items = (@items[ $round % @items .. $#items ], @items[ 0 .. $round % @items - 1 ]) if @items;
+	for my $it (@items)
+	{
+		my ($name, $shape, $code) = @$it;
+		drop_leftovers();
+		settle();
+		my %k = (round => $round, end => $end->{label}, shape => $shape // '', variant => $name,
+			par => $name =~ /parallel/ ? $par : 1, rows => $window_rows{ $end->{label} });
+		my $r = eval { $code->() };
+		if (!$r)
+		{
+			record({}, %k, check => 'FAILED: ' . (split /\n/, $@)[0]);
+			next;
+		}
+		if ($name =~ /^sink/)
+		{
+			my $n = ch("SELECT count() FROM merge('$db', '^sink_')");
+			$r->{check} = $n == $window_rows{ $end->{label} } ? check_result(fingerprint("merge('$db', '^sink_')", $lo, $hi),
+				source_window_ref('events', $lo, $hi), pg_window_ref('events', $lo, $hi), '') : "FAILED: the sink holds $n rows";
+		}
+		else
+		{
+			# A binary COPY adds a 19-byte header and a 2-byte trailer per
+			# statement; the rest must be the same bytes every time.
+			my $payload = $r->{bytes} - 21 * $r->{copies};
+			$copy_payload{ $end->{label} } //= $payload;
+			$r->{check} = $payload == $copy_payload{ $end->{label} } ? 'ok'
+			  : "FAILED: COPY produced $payload bytes of rows, another COPY $copy_payload{$end->{label}}";
+		}
+		drop_leftovers();
+		record($r, %k);
+	}
+}
+
+# dpwin with a 10x longer window, for the worker's memory.
+sub memory_variant
+{
+	my ($round) = @_;
+	my $n = max(@sizes);
+	my %k = (round => $round, end => '00:00', days => $n, shape => 'day', variant => "dpwin ${mem_wdays}-day window", par => $par);
+	return record({}, %k, check => "not run: the largest target holds fewer than $mem_wdays days") if $n < $mem_wdays + 1;
+	my $hi = $end_epoch;
+	my $lo = $hi - $mem_wdays * 86400;
+	my $b = base_name('day', $n);
+	drop_leftovers();
+	clone_base($b, 't_mem');
+	settle();
+	my $r = eval { v_dpwin('b_mem', $hi) };
+	return record({}, %k, check => 'FAILED: ' . (split /\n/, $@)[0]) unless $r;
+	$r->{check} = check_result(fingerprint("$db.t_mem", $lo, $hi), source_window_ref('events', $lo, $hi),
+		pg_window_ref('events', $lo, $hi), base_outside_ref($b, $lo, $hi));
+	drop_leftovers();
+	record($r, %k);
+}
+
+# skip_unchanged: a $skip_days-day lookback with 1-day chunks where one
+# day of the source changed since the last refresh; the same refresh with
+# and without the route option, on two clones of the same base, after an
+# unmeasured refresh that brought both in line with the source.
+sub skip_variants
+{
+	my ($round) = @_;
+	my $hi = $end_epoch;
+	my $lo = $hi - $skip_days * 86400;
+	my $b = base_name('day', max(@sizes));
+	my %k = (round => $round, end => '00:00', days => max(@sizes), shape => 'day', par => $par);
+	if (!have_skip_option())
+	{
+		record({}, %k, variant => 'dpwin skip_unchanged', check => 'not run: dpwin.routes has no skip_unchanged column');
+		return;
+	}
+	for my $v (qw(on off)) { drop_leftovers(); clone_base($b, "t_skip_$v"); v_dpwin("b_skip_$v", $hi); }
+	drop_leftovers();
+	my $day = $lo + (($round * 7 + 3) % $skip_days) * 86400;
+	psql("UPDATE $pgs.events_skip SET qty = coalesce(qty, 0) + 1 WHERE w >= '" . ts($day) . "+00' AND w < '"
+		  . ts($day + 86400) . "+00' AND id % 50 = 0");
+	my $pgref = pg_window_ref('events_skip', $lo, $hi, 'fresh');
+	my $inside = source_window_ref('events_skip', $lo, $hi, 'fresh');
+	for my $v ($round % 2 ? qw(on off) : qw(off on))
+	{
+		settle();
+		my $name = $v eq 'on' ? 'dpwin skip_unchanged' : 'dpwin skip reference';
+		my $r = eval { v_dpwin("b_skip_$v", $hi) };
+		if (!$r) { record({}, %k, variant => $name, check => 'FAILED: ' . (split /\n/, $@)[0]); next; }
+		$r->{check} = check_result(fingerprint("$db.t_skip_$v", $lo, $hi), $inside, $pgref, base_outside_ref($b, $lo, $hi));
+		drop_leftovers();
+		record($r, %k, variant => $name);
+	}
+}
+
+sub skip_setup
+{
+	return unless on('skip') && have_skip_option();
+	my $n = max(@sizes);
+	my $hi = $end_epoch;
+	my $lo = $hi - $skip_days * 86400;
+	psql("DROP TABLE IF EXISTS $pgs.events_skip;
+		CREATE TABLE $pgs.events_skip (LIKE $pgs.events INCLUDING ALL);
+		INSERT INTO $pgs.events_skip SELECT * FROM $pgs.events WHERE w >= '" . ts($lo) . "+00';
+		VACUUM ANALYZE $pgs.events_skip;");
+	for my $v (qw(on off))
+	{
+		clone_base(base_name('day', $n), "t_skip_$v");
+		route("b_skip_$v", "t_skip_$v", $skip_days, source => 'events_skip');
+	}
+	psql("SELECT dpwin.alter_route('b_skip_on', skip_unchanged => true)");
+}
+
+sub one_round
+{
+	my ($round, @endlist) = @_;
+	for my $end (@endlist)
+	{
+		limit_variants($round, $end);
+		for my $n (@sizes)
+		{
+			for my $s (@shapes)
+			{
+				my @v = grep { on($_) } qw(dpwin naive expert);
+				next unless @v;
+				@v = (@v[ $round % @v .. $#v ], @v[ 0 .. $round % @v - 1 ]);
+				target_variant($round, $end, $n, $s, $_) for @v;
+			}
+		}
+	}
+	memory_variant($round) if on('memory');
+	skip_variants($round) if on('skip');
+}
+
+# ---- run -------------------------------------------------------------------------------------
 
 sub loadavg { open my $f, '<', '/proc/loadavg' or return '?'; my $l = <$f>; return join(' ', (split ' ', $l)[0 .. 2]); }
-my $cpus = do { my $n = 0; open my $f, '<', '/proc/cpuinfo'; while (<$f>) { $n++ if /^processor\s*:/ } $n };
-my $table = sprintf("%d days x %d rows/day (%d rows), %d-day window (%d rows, %.1f MB RowBinary); %d CPUs;"
-	  . " median of %d; load average at start %s, at end %s\n\n",
-	$days, $rpd, psql("SELECT count(*) FROM bench.events"), $wdays, $window_rows{$wdays},
-	($window_bytes{$wdays} // 0) / 1e6, $cpus, $repeat, $load_start, loadavg());
-$table .= join(' ', map { sprintf($_->[1], $_->[0]) } @cols) . "\n";
-for my $r (@results)
-{
-	$table .= join(' ', map { sprintf($_->[1], $_->[2]->($r)) } @cols) . "\n";
-}
-$table .= "\n";
-for my $x (@ratios)
-{
-	$table .= sprintf("%-62s %8.3f  %-8s %s\n", $x->{label}, $x->{value}, $x->{goal}, $x->{verdict});
-}
-print "\n$table";
 
-open my $csv, '>', "$out/results.csv" or die "$out/results.csv: $!";
-print $csv "kind,variant,target,parallelism,rows,wall_s,rows_per_s,mb_per_s,stage_s,build_s,verify_s,publish_s,other_s,"
-  . "coordinator_vmhwm_mb,worker_vmhwm_mb,worker_rssanon_mb,worker_rssshmem_mb,cloned_partitions,ratio,goal,verdict\n";
-for my $r (@results)
+my %meta = (
+	rows_per_day => $rpd, source_days => $src_days, window_days => $wdays, memory_window_days => $mem_wdays,
+	skip_days => $skip_days, sizes => "@sizes", shapes => "@shapes", ends => "@ends", parallelism => $par,
+	rounds => $rounds, only => join(',', grep { on($_) } @kinds),
+);
+logmsg('parameters: ' . join(' ', map { "$_=$meta{$_}" } sort keys %meta));
+pg_dataset();
+ch_dataset();
+my @endlist = map {
+	my ($h, $m) = split /:/;
+	my $hi = $h == 0 && $m == 0 ? $end_epoch : $end_epoch - 86400 + $h * 3600 + $m * 60;
+	{ label => $_, hi => $hi };
+} @ends;
+for my $e (@endlist)
 {
-	printf $csv "%s,%s,%s,%d,%d,%.3f,%.0f,%.2f,%.3f,%.3f,%.3f,%.3f,%.3f,%s,%s,%s,%s,%s,,,\n",
-	  $r->{kind}, $r->{name}, $r->{target}, $r->{par}, $r->{rows}, $r->{wall}, $r->{rows_per_s}, $r->{mb_per_s},
-	  $r->{stage}, $r->{build}, $r->{verify}, $r->{publish}, $r->{other},
-	  $r->{mem} ? ($r->{mem}{coord_hwm}, $r->{mem}{worker_hwm}, $r->{mem}{worker_anon}, $r->{mem}{worker_shmem}) : ('', '', '', ''),
-	  $r->{partitions} && $r->{partitions}{cloning} ? $r->{partitions}{cloned_partitions} : '';
+	my $lo = $e->{hi} - $wdays * 86400;
+	$window_rows{ $e->{label} } = psql("SELECT count(*) FROM $pgs.events WHERE w >= '" . ts($lo) . "+00' AND w < '" . ts($e->{hi}) . "+00'");
+	logmsg("window ending $e->{label}: [" . ts($lo) . ', ' . ts($e->{hi}) . "), $window_rows{$e->{label}} rows");
 }
-printf $csv "ratio,\"%s\",,,,,,,,,,,,,,,,,%.4f,%s,%s\n", $_->{label}, $_->{value}, $_->{goal}, $_->{verdict} for @ratios;
-close $csv;
-open my $txt, '>', "$out/results.txt" or die;
-print $txt $table;
-close $txt;
+for my $n (@sizes)
+{
+	for my $s (@shapes)
+	{
+		clone_base(base_name($s, $n), "t_${s}_$n");
+		route("b_${s}_$n", "t_${s}_$n", $wdays);
+	}
+}
+if (on('memory') && max(@sizes) >= $mem_wdays + 1)
+{
+	clone_base(base_name('day', max(@sizes)), 't_mem');
+	route('b_mem', 't_mem', $mem_wdays);
+}
+skip_setup();
+$meta{load_start} = loadavg();
+$meta{started} = strftime('%Y-%m-%d %H:%M:%S UTC', gmtime());
+my $t0 = now();
+for my $round (0 .. $rounds - 1)
+{
+	logmsg("round $round");
+	one_round($round, @endlist);
+}
+$meta{load_end} = loadavg();
+$meta{run_seconds} = sprintf('%.0f', now() - $t0);
+ch_drop(map { "t_$_" } 'mem', 'skip_on', 'skip_off', map { my $s = $_; map { "${s}_$_" } @sizes } @shapes);
+drop_leftovers();
 
-# Phase chart: one stacked bar per variant.
-open my $dat, '>', "$out/phases.dat" or die;
-for my $r (@results)
+require "$root/test/bench/report.pl";
+bench_report(
+	runs => \@runs, meta => \%meta, window_rows => \%window_rows, sizes => \@sizes, shapes => \@shapes,
+	ends => \@ends, par => $par, wdays => $wdays, mem_wdays => $mem_wdays, out => $out, csv => $csv_path,
+	root => $root, tables => table_sizes(),
+);
+
+# The sizes of what the run measured against, for docs/benchmark.md.
+sub table_sizes
 {
-	printf $dat "\"%s\"\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\n", $r->{name}, $r->{stage}, $r->{build}, $r->{verify},
-	  $r->{publish}, $r->{other} > 0 ? $r->{other} : 0;
+	my %s;
+	for my $l (ch_lines("SELECT table, sum(rows), sum(bytes_on_disk), uniqExact(partition_id) FROM system.parts"
+			  . " WHERE database = '$db' AND active AND startsWith(table, 'base_') GROUP BY table ORDER BY table"))
+	{
+		my ($t, $r, $b, $p) = split /\t/, $l;
+		$s{"clickhouse $t"} = { rows => $r, bytes => $b, partitions => $p };
+	}
+	my ($r, $b) = split /\|/, psql("SELECT count(*), pg_total_relation_size('$pgs.events') FROM $pgs.events");
+	$s{"postgresql $pgs.events"} = { rows => $r, bytes => $b, partitions => '' };
+	return \%s;
 }
-close $dat;
-my $plot = <<"GP";
-set terminal pngcairo size 1300,750 noenhanced font ',10'
-set output '$out/phases.png'
-set title "dpwin benchmark: time per phase ($days days x $rpd rows/day, ${wdays}-day window = $window_rows{$wdays} rows)"
-set style data histograms
-set style histogram rowstacked
-set style fill solid 0.85 border -1
-set boxwidth 0.7
-set ylabel 'seconds'
-set xtics rotate by -30 left
-set key outside top center horizontal maxrows 2
-set grid ytics
-set bmargin 9
-plot '$out/phases.dat' using 2:xtic(1) title 'stage (extract+stage; peer: INSERT from postgresql(); limits: all)', \\
-     '' using 3 title 'build (peer: INSERT of kept rows)', \\
-     '' using 4 title 'verify', \\
-     '' using 5 title 'publish (EXCHANGE)', \\
-     '' using 6 title 'other (admission, evidence, start-up, DDL)'
-GP
-open my $gp, '>', "$out/phases.gp" or die;
-print $gp $plot;
-close $gp;
-my $gperr = '';
-run [ 'gnuplot', "$out/phases.gp" ], '2>', \$gperr or logmsg("gnuplot failed: $gperr");
-logmsg("wrote $out/results.csv, $out/results.txt, $out/phases.png");

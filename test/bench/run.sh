@@ -4,19 +4,21 @@
 #
 # Starts a sandbox of its own (test/bench/out/sb, PostgreSQL port 54990,
 # ClickHouse endpoint ports 18990/18991) unless one is already running
-# there, generates the dataset, measures, prints the table, writes
-# test/bench/out/results.csv and test/bench/out/phases.png, and stops the
-# sandbox it started.  Not part of CI.
+# there, generates the dataset (or reuses it), runs every variant in
+# interleaved rounds, checks every result, prints the table, writes
+# test/bench/out/results.csv and results.txt (and docs/bench/results.csv
+# when every parameter is at its default), and stops the sandbox it
+# started.  Not part of CI.
 #
-# Parameters (environment; defaults in brackets):
-#   BENCH_DAYS [100]  BENCH_ROWS_PER_DAY [100000]  BENCH_WINDOW_DAYS [7]
-#   BENCH_BIG_WINDOW_DAYS [10 x window]  BENCH_PARALLELISM ["1 2 4"]
-#   BENCH_SCALE_SMALL_DAYS [30]  BENCH_SCALE_LARGE_DAYS [300]
-#   BENCH_SCALE_ROWS_PER_DAY [BENCH_ROWS_PER_DAY]  BENCH_REPEAT [3]
-#   BENCH_ONLY [all: dpwin,peer,limits,scaling,window]
+# Parameters (environment; defaults in brackets; docs/benchmark.md):
+#   BENCH_ROWS_PER_DAY [100000]  BENCH_SOURCE_DAYS [70]  BENCH_WINDOW_DAYS [7]
+#   BENCH_SIZES ["30 300"]  BENCH_SHAPES ["day month flat"]
+#   BENCH_ENDS ["00:00 13:37"]  BENCH_PARALLELISM [2]  BENCH_ROUNDS [3]
+#   BENCH_MEMORY_WINDOW_DAYS [10 x window]  BENCH_SKIP_DAYS [30]
+#   BENCH_ONLY [all: dpwin,naive,expert,copy,sink,memory,skip]
+#   BENCH_OUT [test/bench/out]  BENCH_CSV [see above]
 #   BENCH_KEEP_SANDBOX=1 leaves the sandbox running (the dataset is reused
-#   by the next run with the same parameters either way: it lives in the
-#   sandbox's folder).
+#   by the next run either way: it lives in the sandbox's folder).
 #   DPWIN_SANDBOX_DIR, DPWIN_PGPORT, DPWIN_CH_PORT, DPWIN_CH_CONTROL_PORT
 #   choose another sandbox.
 set -euo pipefail
@@ -30,22 +32,15 @@ export DPWIN_CH_CONTROL_PORT=${DPWIN_CH_CONTROL_PORT:-18991}
 
 log() { printf 'bench: %s\n' "$*" >&2; }
 
-if ! command -v gnuplot >/dev/null 2>&1; then
-	log "installing gnuplot-nox"
-	export DEBIAN_FRONTEND=noninteractive
-	apt-get update -qq
-	apt-get install -y -qq gnuplot-nox >/dev/null
-fi
-
 mkdir -p "$BENCH_OUT"
 started=0
 if "$ROOT/test/sandbox.sh" status | grep -q stopped; then
 	started=1
 fi
-# Tables dropped during a run (staging tables, backups, the peer's old
-# targets: several GB at the defaults) wait in the engine's trash for 8
-# minutes, as Atomic databases delay the removal.  Once the endpoint is
-# down, finish that removal here, as the engine would.
+# The benchmark drops its own tables with SYNC, but the tables dpwin drops
+# itself (staging tables, generations of failed runs) wait in the engine's
+# trash for 8 minutes, as Atomic databases delay the removal.  Once the
+# endpoint is down, finish that removal here, as the engine would.
 reclaim_dropped() {
 	local ch="$DPWIN_SANDBOX_DIR/ch" f u
 	for f in "$ch"/metadata_dropped/*.sql; do
@@ -66,6 +61,14 @@ stop_sandbox() {
 }
 trap stop_sandbox EXIT
 "$ROOT/test/sandbox.sh" start
+# A PostgreSQL that was already running keeps the dpwin.so it loaded when
+# it started (shared_preload_libraries), even after `make install` replaced
+# the file: restart it, so that the code measured is the code just built.
+pm=$(head -1 "$DPWIN_SANDBOX_DIR/pg/postmaster.pid")
+if grep -q 'dpwin\.so (deleted)' "/proc/$pm/maps" 2>/dev/null; then
+	log "restarting PostgreSQL: it runs an older dpwin.so than the one installed"
+	"$ROOT/test/sandbox.sh" restart-pg
+fi
 
 # shellcheck disable=SC1091
 . "$DPWIN_SANDBOX_DIR/env"

@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+#
+# test/bench/profile.sh — where a refresh's extraction spends its CPU
+# (docs/benchmark.md, "Profiling the extraction").
+#
+# Needs the benchmark's sandbox running with its dataset (run
+# `BENCH_KEEP_SANDBOX=1 test/bench/run.sh` once, or a quick run).  Clones
+# the day-partitioned 30-day base into a scratch target, runs
+# PROFILE_RUNS [5] refreshes of a 7-day window at parallelism
+# PROFILE_PARALLELISM [2] while perf (linux-perf, installed when missing)
+# samples every process of the sandbox's PostgreSQL and the ClickHouse
+# endpoint, and prints:
+#   - the wall and phase times of every refresh (stage_seconds is the
+#     extraction),
+#   - where the chunk workers spend their CPU, by function (self time),
+#   - where the endpoint spends its CPU, by function,
+#   - how the CPU of the whole run splits between chunk workers, the
+#     coordinator, the endpoint and the rest.
+# perf's data and full reports stay in test/bench/out/prof.
+#
+#   PROFILE_ROWS_PER_DAY, PROFILE_SOURCE_DAYS  the dataset to use
+#     (default: the benchmark's defaults, 100000 and 70)
+#   PROFILE_CALLGRAPH=fp|dwarf|none  call graphs [fp: enough for the
+#     kernel's stacks, which tell page faults from network; Debian builds
+#     PostgreSQL without frame pointers, dwarf unwinds it too, at a cost]
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+OUT=${BENCH_OUT:-$ROOT/test/bench/out}
+export DPWIN_SANDBOX_DIR=${DPWIN_SANDBOX_DIR:-$OUT/sb}
+RUNS=${PROFILE_RUNS:-5}
+PAR=${PROFILE_PARALLELISM:-2}
+TAG="r${PROFILE_ROWS_PER_DAY:-100000}_d${PROFILE_SOURCE_DAYS:-70}"
+DB=bench_$TAG
+P=$OUT/prof
+log() { printf 'profile: %s\n' "$*" >&2; }
+
+[ -f "$DPWIN_SANDBOX_DIR/env" ] || { log "no benchmark sandbox in $DPWIN_SANDBOX_DIR"; exit 1; }
+# shellcheck disable=SC1091
+. "$DPWIN_SANDBOX_DIR/env"
+export DPWIN_PGPORT=$PGPORT DPWIN_CH_PORT=${DPWIN_CH_URL##*:} DPWIN_CH_CONTROL_PORT=${DPWIN_CH_CONTROL_URL##*:}
+if ! command -v perf >/dev/null 2>&1; then
+	log "installing linux-perf"
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq linux-perf >/dev/null
+fi
+mkdir -p "$P"
+# A PostgreSQL that was already running keeps the dpwin.so it loaded when
+# it started (shared_preload_libraries), even after `make install` replaced
+# the file: restart it, so that the code measured is the code just built.
+pm=$(head -1 "$DPWIN_SANDBOX_DIR/pg/postmaster.pid")
+if grep -q 'dpwin\.so (deleted)' "/proc/$pm/maps" 2>/dev/null; then
+	log "restarting PostgreSQL: it runs an older dpwin.so than the one installed"
+	"$ROOT/test/sandbox.sh" restart-pg
+fi
+
+ch() {
+	curl -sS --fail-with-body -u "$DPWIN_CH_USER:$DPWIN_CH_PASSWORD" \
+		"$DPWIN_CH_URL/?wait_end_of_query=1" --data-binary "$1"
+}
+pgq() { psql -X -q -A -t -v ON_ERROR_STOP=1 -c "$1"; }
+
+[ "$(ch "SELECT count() FROM system.tables WHERE database = '$DB' AND name = 'base_day_30'")" = 1 ] ||
+	{ log "no $DB.base_day_30: run the benchmark first"; exit 1; }
+end=$(pgq "SELECT to_char(max(w)::date + 1, 'YYYY-MM-DD') FROM bench_$TAG.events")
+
+clone() {
+	ch "DROP TABLE IF EXISTS $DB.t_prof SYNC"
+	ch "CREATE TABLE $DB.t_prof AS $DB.base_day_30"
+	ch "ALTER TABLE $DB.t_prof $(ch "SELECT arrayStringConcat(groupArray(concat('ATTACH PARTITION ID ''', partition_id, ''' FROM $DB.base_day_30')), ', ') FROM (SELECT DISTINCT partition_id FROM system.parts WHERE database = '$DB' AND table = 'base_day_30' AND active) FORMAT TSVRaw")"
+}
+drop_backups() {
+	for t in $(ch "SELECT name FROM system.tables WHERE database = '$DB' AND startsWith(name, '_dpwin_')"); do
+		ch "DROP TABLE $DB.\`$t\` SYNC"
+	done
+}
+settle() {
+	while [ "$(ch "SELECT count() FROM system.merges WHERE database = '$DB'")" != 0 ]; do sleep 0.1; done
+}
+
+clone
+pgq "SELECT dpwin.drop_route('prof') FROM dpwin.route WHERE route_name = 'prof';
+	SELECT dpwin.create_route('prof', 'bench_$TAG.events', 'w', 'sandbox_ch', '$DB', 't_prof',
+		interval '7 days', interval '1 day', parallelism => $PAR)" >/dev/null
+# one unmeasured refresh: caches warm, as in the benchmark
+pgq "SELECT state FROM dpwin_refresh('prof', '$end 00:00:00+00')" >/dev/null
+drop_backups
+settle
+
+postmaster=$(head -1 "$DPWIN_PGDATA/postmaster.pid")
+endpoint=$(cat "$DPWIN_SANDBOX_DIR/ch.pid")
+cg=()
+[ "${PROFILE_CALLGRAPH:-fp}" != none ] && cg=(--call-graph "${PROFILE_CALLGRAPH:-fp}")
+# -p follows the processes the postmaster forks from now on (inherit).
+perf record -q -F 499 "${cg[@]}" -p "$postmaster" -o "$P/pg.data" 2>"$P/pg.record.log" &
+perf_pg=$!
+perf record -q -F 499 "${cg[@]}" -p "$endpoint" -o "$P/ch.data" 2>"$P/ch.record.log" &
+perf_ch=$!
+sleep 1
+
+# The chunk workers' and coordinators' pids, from their titles.
+: >"$P/roles"
+(
+	while kill -0 $perf_pg 2>/dev/null; do
+		for c in $(cat "/proc/$postmaster/task/$postmaster/children" 2>/dev/null); do
+			t=$( (tr "\\0" " " <"/proc/$c/cmdline") 2>/dev/null || true)
+			case "$t" in
+			*"dpwin chunk worker"*) echo "worker $c" ;;
+			*"dpwin coordinator"*) echo "coordinator $c" ;;
+			esac
+		done >>"$P/roles"
+		sleep 0.02
+	done
+) &
+watcher=$!
+
+: >"$P/runs"
+for i in $(seq 1 "$RUNS"); do
+	t0=$(date +%s.%N)
+	pgq "SELECT details->'evidence'->'phases' FROM dpwin_refresh('prof', '$end 00:00:00+00')" >>"$P/runs"
+	t1=$(date +%s.%N)
+	echo "wall $(echo "$t1 - $t0" | bc)" >>"$P/runs"
+	drop_backups
+	settle
+done
+kill -INT $perf_pg $perf_ch
+wait $perf_pg $perf_ch 2>/dev/null || true
+wait $watcher 2>/dev/null || true
+ch "DROP TABLE IF EXISTS $DB.t_prof SYNC"
+pgq "SELECT dpwin.drop_route('prof')" >/dev/null
+
+workers=$(awk '$1 == "worker" {print $2}' "$P/roles" | sort -u | paste -sd,)
+coords=$(awk '$1 == "coordinator" {print $2}' "$P/roles" | sort -u | paste -sd,)
+echo "== refreshes (phases in seconds; wall from psql)"
+grep -o '"[a-z_]*_seconds": [0-9.]*\|^wall [0-9.]*' "$P/runs" | paste -sd' ' | sed 's/wall/\nwall/g; s/"//g'
+echo
+perf report -i "$P/pg.data" --no-children --sort comm,pid -q -g none 2>/dev/null >"$P/pg.bypid.txt" || true
+perf report -i "$P/pg.data" --no-children --pid "$workers" --sort dso,sym -q -g none 2>/dev/null >"$P/workers.txt"
+perf report -i "$P/pg.data" --no-children --pid "$coords" --sort dso,sym -q -g none 2>/dev/null >"$P/coordinator.txt" || true
+perf report -i "$P/ch.data" --no-children --sort dso,sym -q -g none 2>/dev/null >"$P/endpoint.txt"
+perf report -i "$P/ch.data" --no-children --sort comm -q -g none 2>/dev/null >"$P/endpoint.threads.txt"
+# CPU samples per role: every sample is 1/499 s of one CPU.
+perf script -i "$P/pg.data" -F pid 2>/dev/null | awk -v w=",$workers," -v c=",$coords," '
+	{ if (index(w, "," $1 ",")) nw++; else if (index(c, "," $1 ",")) nc++; else no++ }
+	END { printf "chunk workers %.2f s, coordinators %.2f s, other PostgreSQL processes %.2f s, ", nw/499, nc/499, no/499 }' >"$P/split"
+perf script -i "$P/ch.data" -F tid 2>/dev/null | awk '{ n++ } END { printf "endpoint %.2f s\n", n/499 }' >>"$P/split"
+echo "== CPU time over the $RUNS refreshes: $(cat "$P/split")"
+echo
+echo "== chunk workers, CPU by kind of work (self time; kernel time by its call chain)"
+perf script -i "$P/pg.data" -F pid,ip,sym,dso 2>/dev/null | perl "$ROOT/test/bench/profile-classify.pl" "$workers"
+echo
+echo "== chunk workers, self time by function (top 30)"
+head -30 "$P/workers.txt"
+echo
+echo "== endpoint, self time by function (top 30)"
+head -30 "$P/endpoint.txt"
+echo
+echo "== endpoint threads"
+head -15 "$P/endpoint.threads.txt"

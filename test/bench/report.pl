@@ -1,0 +1,391 @@
+#
+# test/bench/report.pl — medians, ratios, the printed table and the CSV of
+# the dpwin benchmark (loaded by bench.pl; docs/benchmark.md describes the
+# output).
+use strict;
+use warnings;
+use File::Basename qw(dirname);
+use File::Path qw(make_path);
+use List::Util qw(min max);
+use POSIX qw(floor);
+
+my %R;    # the run's facts: runs, meta, sizes, ...
+
+sub rkey { my ($r) = @_; return join('|', $r->{end}, $r->{days} // '', $r->{shape} // '', $r->{variant}); }
+
+# The median run of every variant, by wall time, over its rounds that
+# passed their check; a variant with any failed round is FAILED.
+sub medians
+{
+	my (%by, @order);
+	for my $r (@{ $R{runs} })
+	{
+		my $k = rkey($r);
+		push @order, $k unless $by{$k};
+		push @{ $by{$k} }, $r;
+	}
+	my %med;
+	for my $k (@order)
+	{
+		my @all = @{ $by{$k} };
+		my @ok = sort { $a->{wall} <=> $b->{wall} } grep { $_->{check} eq 'ok' } @all;
+		my @bad = grep { $_->{check} ne 'ok' } @all;
+		my $m = @ok ? { %{ $ok[ floor(($#ok) / 2) ] } } : { %{ $all[0] } };
+		$m->{rounds_ok} = scalar @ok;
+		$m->{wall_min} = @ok ? $ok[0]{wall} : undef;
+		$m->{wall_max} = @ok ? $ok[-1]{wall} : undef;
+		$m->{check} = @bad ? $bad[0]{check} : 'ok';
+		$m->{order} = scalar keys %med;
+		$med{$k} = $m;
+	}
+	return \%med;
+}
+
+sub run_of
+{
+	my ($key, $round) = @_;
+	my ($r) = grep { rkey($_) eq $key && $_->{round} == $round } @{ $R{runs} };
+	return $r;
+}
+
+# ratio(label, num => key, den => [keys] (the fastest of them), field =>
+# wall|stage|anon, goal => '<= x'): the median, smallest and largest of
+# the ratios of one round's runs (variants of one round ran minutes apart
+# at most, so a load that drifts over the run cancels out); the ratio of
+# the medians when no round has them all.
+sub ratio
+{
+	my ($med, %o) = @_;
+	my $field = $o{field} // 'wall';
+	my $get = sub {
+		my ($r) = @_;
+		return undef unless $r && $r->{check} eq 'ok';
+		return $field eq 'anon' ? $r->{mem}{worker_anon} : $r->{$field};
+	};
+	my @keys = ($o{num}, @{ $o{den} });
+	my @missing = grep { !$med->{$_} } @keys;
+	my $x = { label => $o{label}, goal => $o{goal} // '' };
+	if (@missing)
+	{
+		return if !$o{always};
+		$x->{verdict} = 'not run';
+		return $x;
+	}
+	my ($fail) = grep { $med->{$_}{check} ne 'ok' } @keys;
+	if ($fail)
+	{
+		$x->{verdict} = $med->{$fail}{check} =~ /^not run/ ? 'not run' : 'FAILED';
+		return $x;
+	}
+	my $num = $get->($med->{ $o{num} });
+	my $den = min(map { $get->($med->{$_}) } @{ $o{den} });
+	return $x unless defined $num && defined $den && $den > 0;
+	$x->{value} = $num / $den;
+	my @per;
+	for my $round (0 .. $R{meta}{rounds} - 1)
+	{
+		my $n = $get->(run_of($o{num}, $round));
+		my @d = grep { defined } map { $get->(run_of($_, $round)) } @{ $o{den} };
+		push @per, $n / min(@d) if defined $n && @d == @{ $o{den} } && min(@d) > 0;
+	}
+	if (@per)
+	{
+		@per = sort { $a <=> $b } @per;
+		($x->{round_min}, $x->{round_max}) = ($per[0], $per[-1]);
+		$x->{value} = @per % 2 ? $per[ $#per / 2 ] : ($per[ @per / 2 - 1 ] + $per[ @per / 2 ]) / 2;
+	}
+	if ($x->{goal} =~ /^(<=|<) ([0-9.]+)$/)
+	{
+		$x->{verdict} = ($1 eq '<=' ? $x->{value} <= $2 : $x->{value} < $2) ? 'met' : 'missed';
+	}
+	return $x;
+}
+
+sub ratios
+{
+	my ($med) = @_;
+	my @x;
+	my @sizes = @{ $R{sizes} };
+	my ($small, $large) = ($sizes[0], $sizes[-1]);
+	my $k = sub { join('|', @_) };
+	for my $e (@{ $R{ends} })
+	{
+		my $cs = $k->($e, '', '', 'copy serial');
+		my $cp = $k->($e, '', '', 'copy parallel');
+		for my $n (@sizes)
+		{
+			for my $s (@{ $R{shapes} })
+			{
+				my ($d, $nv, $ex) = map { $k->($e, $n, $s, $_) } qw(dpwin naive expert);
+				my $p = "$e $s $n-day:";
+				my $g30 = $n == 30;
+				push @x, ratio($med, label => "$p dpwin / naive peer", num => $d, den => [$nv]);
+				push @x, ratio($med, label => "$p dpwin / expert peer", num => $d, den => [$ex],
+					goal => $g30 && $s ne 'day' ? '<= 0.8' : undef);
+				push @x, ratio($med, label => "$p dpwin / faster peer", num => $d, den => [ $nv, $ex ],
+					goal => $g30 && $s eq 'day' ? '<= 0.40' : undef);
+				push @x, ratio($med, label => "$p dpwin / serial COPY of the window", num => $d, den => [$cs],
+					goal => $g30 ? ($s eq 'day' ? '<= 1.3' : '<= 1.6') : undef);
+				push @x, ratio($med, label => "$p dpwin / parallel COPY (source limit)", num => $d, den => [$cp]);
+			}
+		}
+		for my $s (@{ $R{shapes} })
+		{
+			next if $small == $large;
+			push @x, ratio($med, label => "$e $s: dpwin $large-day / $small-day target", num => $k->($e, $large, $s, 'dpwin'),
+				den => [ $k->($e, $small, $s, 'dpwin') ], goal => $small == 30 && $large == 300 ? '<= 1.15' : undef);
+		}
+		for my $s (@{ $R{shapes} })
+		{
+			my $d = $k->($e, $small, $s, 'dpwin');
+			push @x, ratio($med, label => "$e $s $small-day: dpwin extraction (stage) / parallel COPY (source limit)",
+				num => $d, den => [$cp], field => 'stage');
+			push @x, ratio($med, label => "$e $s $small-day: dpwin extraction (stage) / parallel sink limit",
+				num => $d, den => [ $k->($e, '', $s, 'sink parallel') ], field => 'stage');
+			push @x, ratio($med, label => "$e $s: parallel / serial sink", num => $k->($e, '', $s, 'sink parallel'),
+				den => [ $k->($e, '', $s, 'sink serial') ]);
+		}
+		push @x, ratio($med, label => "$e: parallel / serial COPY", num => $cp, den => [$cs]);
+	}
+	my $mem = $k->('00:00', $large, 'day', "dpwin $R{mem_wdays}-day window");
+	push @x, ratio($med, label => "worker RssAnon, $R{mem_wdays}-day / $R{wdays}-day window", num => $mem,
+		den => [ $k->('00:00', $large, 'day', 'dpwin') ], field => 'anon', goal => '<= 1.25');
+	if ($med->{$mem} && $med->{$mem}{check} eq 'ok')
+	{
+		my $a = max(map { $_->{mem}{worker_anon} // 0 } grep { $_->{variant} =~ /^dpwin/ && $_->{mem} } @{ $R{runs} });
+		push @x, { label => 'worker RssAnon, largest of every dpwin run (MB)', value => $a, goal => '< 16',
+			verdict => $a < 16 ? 'met' : 'missed' };
+	}
+	push @x, ratio($med, label => 'skip_unchanged: one day changed, with / without the option',
+		num => $k->('00:00', $large, 'day', 'dpwin skip_unchanged'),
+		den => [ $k->('00:00', $large, 'day', 'dpwin skip reference') ], goal => '<= 0.3', always => 1);
+	return grep { defined } @x;
+}
+
+sub fmt { my ($f, $v) = @_; return defined $v && $v ne '' ? sprintf($f, $v) : ''; }
+
+sub text_table
+{
+	my ($med, $ratios) = @_;
+	my $m = $R{meta};
+	my $t = sprintf("dpwin benchmark, %s; %s rows/day, source %s days, %s-day window, parallelism %s, median of %s rounds;"
+		  . " %d CPUs; load average at start %s, at end %s; %s s\n",
+		$m->{started}, $m->{rows_per_day}, $m->{source_days}, $m->{window_days}, $m->{parallelism}, $m->{rounds},
+		$m->{cpus}, $m->{load_start}, $m->{load_end}, $m->{run_seconds});
+	$t .= "window rows: " . join(', ', map { "end $_: $R{window_rows}{$_}" } sort keys %{ $R{window_rows} }) . "\n\n";
+	my @h = ([ 'end', '%-5s' ], [ 'days', '%4s' ], [ 'shape', '%-5s' ], [ 'variant', '%-22s' ], [ 'wall_s', '%7s' ],
+		[ 'min', '%6s' ], [ 'max', '%6s' ], [ 'stage', '%6s' ], [ 'build', '%6s' ], [ 'verify', '%6s' ],
+		[ 'publish', '%7s' ], [ 'other', '%6s' ], [ 'anon_MB', '%7s' ], [ 'hwm_MB', '%6s' ], [ 'cloned', '%6s' ],
+		[ 'check', '%s' ]);
+	$t .= join(' ', map { sprintf($_->[1], $_->[0]) } @h) . "\n";
+	for my $r (sort { $a->{order} <=> $b->{order} } values %$med)
+	{
+		my @v = ($r->{end}, $r->{days} // '', $r->{shape} // '', $r->{variant}, fmt('%.3f', $r->{wall}),
+			fmt('%.2f', $r->{wall_min}), fmt('%.2f', $r->{wall_max}), fmt('%.2f', $r->{stage}), fmt('%.2f', $r->{build}),
+			fmt('%.2f', $r->{verify}), fmt('%.3f', $r->{publish}), fmt('%.2f', $r->{other}),
+			$r->{mem} ? $r->{mem}{worker_anon} // '' : '', $r->{mem} ? $r->{mem}{worker_hwm} // '' : '',
+			$r->{cloned} // '', $r->{check});
+		$t .= join(' ', map { sprintf($h[$_][1], $v[$_]) } 0 .. $#h) . "\n";
+	}
+	$t .= "\n";
+	for my $x (@$ratios)
+	{
+		$t .= sprintf("%-78s %7s  [%s .. %s]  %-8s %s\n", $x->{label}, fmt('%.3f', $x->{value}),
+			fmt('%.3f', $x->{round_min}), fmt('%.3f', $x->{round_max}), $x->{goal}, $x->{verdict} // '');
+	}
+	return $t;
+}
+
+# The tables docs/benchmark.md quotes, in Markdown.
+sub markdown_tables
+{
+	my ($med, $ratios) = @_;
+	my %rx = map { $_->{label} => $_ } @$ratios;
+	my $w = sub { my $m = $med->{ join('|', @_) }; return !$m ? '' : $m->{check} ne 'ok' ? 'FAILED' : sprintf('%.2f', $m->{wall}); };
+	my $r = sub {
+		my $x = $rx{ $_[0] } or return '';
+		return $x->{verdict} // '' unless defined $x->{value};
+		my $v = sprintf('%.2f', $x->{value});
+		return $x->{verdict} && $x->{verdict} =~ /^(met|missed)$/ ? "$v $x->{verdict}" : $v;
+	};
+	my $t = '';
+	for my $e (@{ $R{ends} })
+	{
+		$t .= "Window ending $e; seconds, medians of $R{meta}{rounds} rounds; ratios: medians of the rounds' ratios.\n\n";
+		$t .= "| target | dpwin | naive | expert | serial COPY | parallel COPY | dpwin / faster peer | dpwin / expert | dpwin / serial COPY |\n";
+		$t .= "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+		for my $n (@{ $R{sizes} })
+		{
+			for my $s (@{ $R{shapes} })
+			{
+				my $p = "$e $s $n-day:";
+				$t .= "| $s, $n days | " . join(' | ', (map { $w->($e, $n, $s, $_) } qw(dpwin naive expert)),
+					$w->($e, '', '', 'copy serial'), $w->($e, '', '', 'copy parallel'),
+					$r->("$p dpwin / faster peer"), $r->("$p dpwin / expert peer"),
+					$r->("$p dpwin / serial COPY of the window")) . " |\n";
+			}
+		}
+		$t .= "\n";
+	}
+	$t .= "| window end | shape | dpwin 300-day / 30-day | dpwin stage / parallel COPY | dpwin stage / parallel sink | sink serial | sink parallel |\n";
+	$t .= "| --- | --- | ---: | ---: | ---: | ---: | ---: |\n";
+	my ($small, $large) = ($R{sizes}[0], $R{sizes}[-1]);
+	for my $e (@{ $R{ends} })
+	{
+		for my $s (@{ $R{shapes} })
+		{
+			$t .= "| $e | $s | " . join(' | ', $r->("$e $s: dpwin $large-day / $small-day target"),
+				$r->("$e $s $small-day: dpwin extraction (stage) / parallel COPY (source limit)"),
+				$r->("$e $s $small-day: dpwin extraction (stage) / parallel sink limit"),
+				$w->($e, '', $s, 'sink serial'), $w->($e, '', $s, 'sink parallel')) . " |\n";
+		}
+	}
+	$t .= "\n";
+	for my $x (grep { $_->{label} =~ /RssAnon|skip_unchanged/ } @$ratios)
+	{
+		$t .= "- $x->{label}: " . (defined $x->{value} ? sprintf('%.3f', $x->{value}) . " ($x->{goal}: $x->{verdict})" : $x->{verdict}) . "\n";
+	}
+	return $t;
+}
+
+sub csvq
+{
+	my ($v) = @_;
+	return '' unless defined $v;
+	return $v unless $v =~ /[",\n]/;
+	$v =~ s/"/""/g;
+	return "\"$v\"";
+}
+
+my @csv_cols = qw(record round window_end target_days shape variant parallelism rows bytes wall_s wall_min_s wall_max_s
+  stage_s build_s verify_s publish_s other_s coordinator_vmhwm_mb worker_vmhwm_mb worker_rssanon_mb worker_rssshmem_mb
+  cloned_partitions check label value round_min round_max goal verdict);
+
+sub csv_row
+{
+	my (%f) = @_;
+	return join(',', map { csvq($f{$_}) } @csv_cols) . "\n";
+}
+
+sub run_fields
+{
+	my ($rec, $r) = @_;
+	my $n3 = sub { defined $_[0] && $_[0] ne '' ? sprintf('%.4f', $_[0]) : undef };
+	return (record => $rec, round => $rec eq 'run' ? $r->{round} : undef, window_end => $r->{end},
+		target_days => $r->{days}, shape => $r->{shape}, variant => $r->{variant}, parallelism => $r->{par},
+		rows => $r->{rows}, bytes => $r->{bytes}, wall_s => $n3->($r->{wall}),
+		wall_min_s => $rec eq 'median' ? $n3->($r->{wall_min}) : undef,
+		wall_max_s => $rec eq 'median' ? $n3->($r->{wall_max}) : undef,
+		stage_s => $n3->($r->{stage}), build_s => $n3->($r->{build}), verify_s => $n3->($r->{verify}),
+		publish_s => $n3->($r->{publish}), other_s => $n3->($r->{other}),
+		coordinator_vmhwm_mb => $r->{mem} && $r->{mem}{coord_hwm}, worker_vmhwm_mb => $r->{mem} && $r->{mem}{worker_hwm},
+		worker_rssanon_mb => $r->{mem} && $r->{mem}{worker_anon}, worker_rssshmem_mb => $r->{mem} && $r->{mem}{worker_shmem},
+		cloned_partitions => $r->{cloned}, check => $r->{check});
+}
+
+sub write_csv
+{
+	my ($path, $med, $ratios) = @_;
+	make_path(dirname($path));
+	open my $f, '>', $path or die "$path: $!";
+	print $f join(',', @csv_cols), "\n";
+	print $f csv_row(record => 'meta', label => $_, value => $R{meta}{$_}) for sort keys %{ $R{meta} };
+	print $f csv_row(record => 'window', window_end => $_, rows => $R{window_rows}{$_}) for sort keys %{ $R{window_rows} };
+	for my $t (sort keys %{ $R{tables} })
+	{
+		my $s = $R{tables}{$t};
+		print $f csv_row(record => 'table', label => $t, rows => $s->{rows}, bytes => $s->{bytes}, value => $s->{partitions});
+	}
+	print $f csv_row(run_fields('run', $_)) for @{ $R{runs} };
+	print $f csv_row(run_fields('median', $_)) for sort { $a->{order} <=> $b->{order} } values %$med;
+	for my $x (@$ratios)
+	{
+		my %v = map { ($_ => defined $x->{$_} ? sprintf('%.4f', $x->{$_}) : undef) } qw(value round_min round_max);
+		print $f csv_row(record => 'ratio', label => $x->{label}, %v, goal => $x->{goal}, verdict => $x->{verdict});
+	}
+	close $f;
+}
+
+sub bench_report
+{
+	%R = @_;
+	if (!$R{meta}{commit})
+	{
+		$R{meta}{cpus} = do { my $n = 0; open my $f, '<', '/proc/cpuinfo'; while (<$f>) { $n++ if /^processor\s*:/ } $n };
+		my $commit = `git -C '$R{root}' rev-parse --short HEAD 2>/dev/null` // '';
+		chomp $commit;
+		my $dirty = `git -C '$R{root}' status --porcelain --untracked-files=no -- src 2>/dev/null` // '';
+		$R{meta}{commit} = $commit . ($dirty ne '' ? ' (src modified)' : '');
+	}
+	my $med = medians();
+	my @ratios = ratios($med);
+	my $table = text_table($med, \@ratios);
+	print $R{markdown} ? markdown_tables($med, \@ratios) : "\n$table";
+	if ($R{out})
+	{
+		open my $txt, '>', "$R{out}/results.txt" or die;
+		print $txt $table;
+		close $txt;
+		write_csv("$R{out}/results.csv", $med, \@ratios);
+	}
+	write_csv($R{csv}, $med, \@ratios) if $R{csv};
+	printf STDERR "bench: wrote %s\n", join(' and ', ($R{out} ? ("$R{out}/results.txt", "$R{out}/results.csv") : ()),
+		$R{csv} // ());
+}
+
+# ---- the table again from a results CSV ------------------------------------------
+
+sub csv_split
+{
+	my ($line) = @_;
+	chomp $line;
+	my @f;
+	while ($line =~ /\G(?:"((?:[^"]|"")*)"|([^,]*))(,|$)/g)
+	{
+		my $v = defined $1 ? $1 =~ s/""/"/gr : $2;
+		push @f, $v;
+		last if $3 eq '';
+	}
+	return @f;
+}
+
+# perl test/bench/report.pl [--markdown] RESULTS.csv [OUT.csv]: the
+# medians, ratios and table of the runs a results CSV holds, computed by
+# this version of the report (to compare a committed CSV with a newer
+# one); --markdown prints the tables docs/benchmark.md shows.
+sub report_from_csv
+{
+	my $markdown = @_ && $_[0] eq '--markdown' ? shift : undef;
+	my ($in, $outcsv) = @_;
+	die "usage: perl test/bench/report.pl [--markdown] RESULTS.csv [OUT.csv]\n" unless $in;
+	open my $f, '<', $in or die "$in: $!\n";
+	my @head = csv_split(scalar <$f>);
+	my (%meta, %wrows, %tables, @runs);
+	while (my $l = <$f>)
+	{
+		my %r;
+		@r{@head} = csv_split($l);
+		if ($r{record} eq 'meta') { $meta{ $r{label} } = $r{value}; }
+		elsif ($r{record} eq 'window') { $wrows{ $r{window_end} } = $r{rows}; }
+		elsif ($r{record} eq 'table') { $tables{ $r{label} } = { rows => $r{rows}, bytes => $r{bytes}, partitions => $r{value} }; }
+		elsif ($r{record} eq 'run')
+		{
+			my %mem = (coord_hwm => $r{coordinator_vmhwm_mb}, worker_hwm => $r{worker_vmhwm_mb},
+				worker_anon => $r{worker_rssanon_mb}, worker_shmem => $r{worker_rssshmem_mb});
+			push @runs, { round => $r{round}, end => $r{window_end}, days => $r{target_days}, shape => $r{shape},
+				variant => $r{variant}, par => $r{parallelism}, rows => $r{rows}, bytes => $r{bytes},
+				wall => $r{wall_s} eq '' ? undef : $r{wall_s}, stage => $r{stage_s}, build => $r{build_s},
+				verify => $r{verify_s}, publish => $r{publish_s}, other => $r{other_s}, cloned => $r{cloned_partitions},
+				check => $r{check}, ($r{worker_rssanon_mb} ne '' ? (mem => \%mem) : ()) };
+		}
+	}
+	close $f;
+	bench_report(runs => \@runs, meta => \%meta, window_rows => \%wrows, tables => \%tables,
+		sizes => [ split ' ', $meta{sizes} ], shapes => [ split ' ', $meta{shapes} ], ends => [ split ' ', $meta{ends} ],
+		par => $meta{parallelism}, wdays => $meta{window_days}, mem_wdays => $meta{memory_window_days}, csv => $outcsv,
+		markdown => $markdown);
+}
+
+report_from_csv(@ARGV) unless caller;
+
+1;
