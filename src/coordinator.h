@@ -98,6 +98,7 @@ extern char *coordinator_plan_json(Coordinator *c);
 /* publish.c: the steps of verified and publishing (or unknown) */
 extern List *coordinator_window_ranges(Coordinator *c);
 extern List *coordinator_staged_ranges(Coordinator *c);
+extern void coordinator_check_skipped_rows(Coordinator *c);
 extern void coordinator_prepare_generation(Coordinator *c, List *ranges);
 extern DpwinState step_build(Coordinator *c);
 extern DpwinState step_publish(Coordinator *c);

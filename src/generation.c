@@ -595,19 +595,6 @@ dpwin_generation_clone(ChClient *client, const DpwinTargetInfo *target,
 }
 
 void
-dpwin_generation_set_ranges(ChClient *client, const DpwinTargetInfo *target,
-							DpwinGeneration *gen, List *ranges)
-{
-	int64		inside;
-
-	gen->ranges = ranges;
-	gen->deleted = ranges != NIL;
-	count_ranges(client, target->database, target->table,
-				 dpwin_generation_ranges_sql(gen->window_column, ranges),
-				 &inside, &gen->target_kept_rows);
-}
-
-void
 dpwin_generation_remove_ranges(ChClient *client, const DpwinTargetInfo *target,
 							   DpwinGeneration *gen)
 {
@@ -771,6 +758,18 @@ dpwin_generation_check_target(ChClient *client, const DpwinTargetInfo *target,
 				 errdetail("Rows outside the window are %s in the target and %s in the generation.",
 						   dpwin_digest_to_text(&t), dpwin_digest_to_text(&g)),
 				 errhint("The changed target is kept as it is. Hold dpwin.lock_target() in other writers, then start a new invocation.")));
+}
+
+List *
+dpwin_generation_target_parts(ChClient *client, const DpwinTargetInfo *target)
+{
+	return read_parts(client, target->database, list_make1(target->table), NIL);
+}
+
+bool
+dpwin_generation_parts_equal(List *a, List *b)
+{
+	return parts_differ(a, b, false) == NIL;
 }
 
 char *

@@ -63,15 +63,6 @@ extern DpwinGeneration *dpwin_generation_clone(ChClient *client,
 											   const DpwinDigestKey *key);
 
 /*
- * Replace the ranges of a clone made with none (every partition cloned):
- * what a refresh that skips unchanged chunks re-stages, known only once
- * the chunks are digested.  Counts the target's rows outside them.
- */
-extern void dpwin_generation_set_ranges(ChClient *client,
-										const DpwinTargetInfo *target,
-										DpwinGeneration *gen, List *ranges);
-
-/*
  * Remove the rows inside the ranges from the clone (a lightweight DELETE,
  * waited for), then check by counting that exactly they went.
  */
@@ -117,6 +108,14 @@ extern char *dpwin_generation_ranges_sql(const char *window_column, List *ranges
  * contiguous ranges.
  */
 extern List *dpwin_generation_merge_ranges(List *chunks);
+
+/*
+ * The target's active parts now, as dpwin_generation_clone() records them,
+ * and whether two such records are the same parts, file for file.
+ */
+extern List *dpwin_generation_target_parts(ChClient *client,
+										   const DpwinTargetInfo *target);
+extern bool dpwin_generation_parts_equal(List *a, List *b);
 
 /* How the generation was built, as a jsonb object text, for evidence. */
 extern char *dpwin_generation_json(const DpwinGeneration *gen);

@@ -99,11 +99,12 @@ coordinator_staged_ranges(Coordinator *c)
 }
 
 /*
- * A recovered invocation that skipped chunks keeps their rows from a new
- * clone of the target: they must still be what the source had.
+ * Chunks that were skipped keep their rows from a clone of the target made
+ * after they were compared (by a recovering process, or after the target's
+ * parts changed): those rows must still be what the source had.
  */
-static void
-check_skipped_rows(Coordinator *c)
+void
+coordinator_check_skipped_rows(Coordinator *c)
 {
 	DpwinDigest *now = palloc(sizeof(DpwinDigest) * c->nchunks);
 
@@ -159,7 +160,7 @@ step_build(Coordinator *c)
 	{
 		coordinator_prepare_generation(c, coordinator_staged_ranges(c));
 		if (c->skipped_chunks > 0)
-			check_skipped_rows(c);
+			coordinator_check_skipped_rows(c);
 	}
 
 	started = GetCurrentTimestamp();

@@ -221,31 +221,23 @@ coordinator_extract_chunks(Coordinator *c, DpwinExtractMode mode,
 
 /*
  * A refresh that skips unchanged chunks compares each chunk with the
- * target's rows of [lo, hi) in the clone: the very generation whose rows
- * a skipped chunk keeps.  The clone is made first, with every partition,
- * and its window removed only where chunks were re-staged.
+ * target's rows of [lo, hi), all chunks in one statement, and records the
+ * target's parts: the generation is cloned once the chunks are known, and
+ * the skipped chunks' rows are kept from that clone only if the target's
+ * parts are still the same (else they are digested again in the clone).
  */
-static void
+static List *
 prepare_skipping(Coordinator *c)
 {
 	DpwinDigest *target = palloc(sizeof(DpwinDigest) * list_length(c->chunks));
 
 	c->nchunks = list_length(c->chunks);
 	c->slots = palloc0(sizeof(DpwinChunkSlot) * c->nchunks);
-	coordinator_prepare_generation(c, NIL);
-	dpwin_target_chunk_digests(c->client, c->target, c->generation,
+	dpwin_target_chunk_digests(c->client, c->target, c->route->target_table,
 							   c->route->window_column, c->chunks, &c->key, target);
 	for (int i = 0; i < c->nchunks; i++)
 		c->slots[i].target_digest = target[i];
-}
-
-/* The chunks that were re-staged, removed from the clone. */
-static void
-remove_restaged(Coordinator *c)
-{
-	dpwin_generation_set_ranges(c->client, c->target, c->gen,
-								coordinator_staged_ranges(c));
-	dpwin_generation_remove_ranges(c->client, c->target, c->gen);
+	return dpwin_generation_target_parts(c->client, c->target);
 }
 
 /*
@@ -300,9 +292,13 @@ step_extract(Coordinator *c)
 
 	if (c->route->skip_unchanged)
 	{
-		prepare_skipping(c);
+		List	   *parts = prepare_skipping(c);
+
 		coordinator_extract_chunks(c, DPWIN_EXTRACT_SKIP_UNCHANGED, NULL);
-		remove_restaged(c);
+		coordinator_prepare_generation(c, coordinator_staged_ranges(c));
+		if (c->skipped_chunks > 0 &&
+			!dpwin_generation_parts_equal(parts, c->gen->target_parts))
+			coordinator_check_skipped_rows(c);
 	}
 	else
 		coordinator_extract_chunks(c, DPWIN_EXTRACT_STAGE, overlap_clone);
