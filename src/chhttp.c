@@ -98,7 +98,7 @@ static bool chhttp_body_exception(ChHttp *http, ChHttpReply *reply);
 static int	chhttp_parse_code(const char *s);
 static char *chhttp_strdup_or_null(const char *s);
 static char *chhttp_scrub(char *s, const char *secret);
-static ChHttpStatus chhttp_post_inner(ChHttp *http, bool fresh, const char *sql,
+static ChHttpStatus chhttp_post_inner(ChHttp *http, const char *sql,
 									  const char *query_id, const char *settings,
 									  ChHttpBodyReader reader, void *reader_arg,
 									  int timeout_ms, ChHttpReply *reply);
@@ -315,22 +315,9 @@ chhttp_post(ChHttp *http, const char *sql, const char *query_id,
 {
 	ChHttpStatus status;
 
-	status = chhttp_post_inner(http, false, sql, query_id, settings, reader,
+	status = chhttp_post_inner(http, sql, query_id, settings, reader,
 							   reader_arg, timeout_ms, reply);
 
-	/*
-	 * A kept-alive connection that the server closed while it was idle (a
-	 * restarted server, an idle timeout) fails before any byte of the
-	 * request went out: nothing ran.  A statement of our own text goes
-	 * again, once, on a new connection; a streamed body cannot be replayed
-	 * and is left to its caller.
-	 */
-	if (status == CHHTTP_CONNECT_FAILED && reader == NULL)
-	{
-		pfree(reply->body.data);
-		status = chhttp_post_inner(http, true, sql, query_id, settings, NULL,
-								   NULL, timeout_ms, reply);
-	}
 	return chhttp_finish(http, reply, status);
 }
 
@@ -386,7 +373,7 @@ chhttp_scrub(char *s, const char *secret)
 }
 
 static ChHttpStatus
-chhttp_post_inner(ChHttp *http, bool fresh, const char *sql, const char *query_id,
+chhttp_post_inner(ChHttp *http, const char *sql, const char *query_id,
 				  const char *settings, ChHttpBodyReader reader, void *reader_arg,
 				  int timeout_ms, ChHttpReply *reply)
 {
@@ -425,8 +412,6 @@ chhttp_post_inner(ChHttp *http, bool fresh, const char *sql, const char *query_i
 		reply->transport_error = pstrdup("could not configure the libcurl handle");
 		return CHHTTP_CLIENT_ERROR;
 	}
-	if (fresh)
-		curl_easy_setopt(curl, CURLOPT_FRESH_CONNECT, 1L);
 
 	/* the callbacks watch for cancellation while this runs */
 	rc = curl_easy_perform(curl);

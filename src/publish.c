@@ -438,7 +438,8 @@ step_publish(Coordinator *c)
 
 		/*
 		 * The exchange; after a lost reply whose statement is known to have
-		 * ended without publishing, the one permitted retry.
+		 * ended without publishing, the one permitted retry.  Recovery's
+		 * EXCHANGE is that retry already.
 		 */
 		do
 		{
@@ -448,7 +449,8 @@ step_publish(Coordinator *c)
 			outcome = exchange(c, pub, query_id, &target_uuid, &generation_uuid,
 							   &status, &reply);
 		} while (outcome == DPWIN_OUTCOME_NOT_PUBLISHED &&
-				 ch_status_outcome_unknown(status) && ++tries < 2);
+				 ch_status_outcome_unknown(status) && !c->recovering &&
+				 ++tries < 2);
 	}
 
 	switch (outcome)
@@ -477,7 +479,8 @@ step_publish(Coordinator *c)
 			c->not_published = true;
 			RESUME_CANCEL_INTERRUPTS();
 			if (status != CHHTTP_OK)
-				ch_report(status, &reply, "exchanging the target with its new generation");
+				ch_report(status, &reply, c->recovering ? "retrying the exchange" :
+						  "exchanging the target with its new generation");
 			ereport(ERROR,
 					(errcode(ERRCODE_INTERNAL_ERROR),
 					 errmsg("EXCHANGE reported success but the target's UUID did not change")));

@@ -70,12 +70,12 @@ EOF
     <dpwin_refresh>
       <grants>
         <query>GRANT SHOW ROW POLICIES ON *.*</query>
-        <query>GRANT SELECT, INSERT, CREATE TABLE, DROP TABLE, ALTER DELETE ON *.*</query>
+        <query>GRANT SELECT, INSERT, CREATE TABLE, DROP TABLE, ALTER DELETE, ALTER UPDATE ON *.*</query>
       </grants>
     </dpwin_refresh>
     <dpwin_refresh_noshow>
       <grants>
-        <query>GRANT SELECT, INSERT, CREATE TABLE, DROP TABLE, ALTER DELETE ON *.*</query>
+        <query>GRANT SELECT, INSERT, CREATE TABLE, DROP TABLE, ALTER DELETE, ALTER UPDATE ON *.*</query>
       </grants>
     </dpwin_refresh_noshow>
   </roles>

@@ -1,6 +1,6 @@
 # Refreshes as a least-privileged ClickHouse user: the account
 # dpwin_refresh holds exactly the grants docs/admission.md lists (SHOW ROW
-# POLICIES, and SELECT, INSERT, CREATE TABLE, DROP TABLE and ALTER DELETE
+# POLICIES, and SELECT, INSERT, CREATE TABLE, DROP TABLE, ALTER DELETE and ALTER UPDATE
 # on the target databases), dpwin_refresh_noshow the same without SHOW
 # ROW POLICIES (test/ch_config.sh; the endpoint runs each account's
 # statements with its role, docs/endpoint.md "Accounts").
