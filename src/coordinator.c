@@ -996,8 +996,8 @@ coordinator_query_ids_visible(Coordinator *c)
  * now could be undone when it runs after all.  Stop in publishing, with
  * every table kept, for dpwin.recover() to settle once it has ended.
  */
-static void coordinator_report_pending(Coordinator *c, const char *query_id,
-									   ChHttpStatus status) pg_attribute_noreturn();
+pg_noreturn static void coordinator_report_pending(Coordinator *c, const char *query_id,
+												   ChHttpStatus status);
 
 static void
 coordinator_report_pending(Coordinator *c, const char *query_id,

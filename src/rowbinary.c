@@ -40,6 +40,7 @@
 #include "utils/uuid.h"
 
 #include "chtype.h"
+#include "pg_compat.h"
 #include "rowbinary.h"
 
 /* Representable range of DateTime64 and Date32, 1900-01-01 .. 2299-12-31 */
@@ -272,7 +273,7 @@ rb_row_detail(RbEncoder *enc)
 					 rb_value_text(enc->window_typid, enc->cur_values[w]));
 }
 
-static void pg_attribute_noreturn()
+pg_noreturn static void
 rb_value_error(RbEncoder *enc, const RbCol *col, Datum value, int sqlstate,
 			   const char *why)
 {
@@ -285,7 +286,7 @@ rb_value_error(RbEncoder *enc, const RbCol *col, Datum value, int sqlstate,
 	pg_unreachable();
 }
 
-static void pg_attribute_noreturn()
+pg_noreturn static void
 rb_null_error(RbEncoder *enc, const RbCol *col, bool element)
 {
 	if (element)
@@ -786,7 +787,7 @@ enc_array(RbEncoder *enc, const RbCol *col, Datum value, StringInfo out)
 	if (nitems > 0)
 	{
 		/* walk the flat array: data after the header, dims and bitmap */
-		bits8	   *bitmap = ARR_NULLBITMAP(arr);
+		uint8	   *bitmap = ARR_NULLBITMAP(arr);
 		char	   *p = (char *) arr + (ARR_HASNULL(arr) ? (Size) arr->dataoffset :
 										(Size) ARR_OVERHEAD_NONULLS(ndim));
 
