@@ -7,9 +7,12 @@ use File::Temp qw(tempdir);
 use IPC::Run qw(run timeout);
 
 my $pgbin = $ENV{DPWIN_PGBIN} // '/usr/lib/postgresql/15/bin';
-my $dir = tempdir(CLEANUP => 1);
+# The server binaries run as postgres where the sandbox's server runs (for
+# 17 and later, a chroot that sees only the sandbox's folder of this machine).
+my $dir = tempdir(DIR => sandbox_root(), CLEANUP => 1);
 chmod 0777, $dir;
-my $as = $> == 0 ? [ 'su', 'postgres', '-s', '/bin/bash', '-c' ] : [ 'bash', '-c' ];
+$ENV{DPWIN_SANDBOX_DIR} = sandbox_root();
+my $as = [ repo_root() . '/test/sandbox.sh', 'pg-exec' ];
 my $port = 54400 + ($$ % 500);
 
 ok(run([ @$as, "$pgbin/initdb -D $dir/data -U postgres -A trust >/dev/null" ]), 'initdb');
