@@ -84,13 +84,10 @@ log() { printf 'sandbox: %s\n' "$*" >&2; }
 
 # What the machine needs whatever the major: the psql the tests and these
 # scripts use, the endpoint's build, the TAP suite's tools.  PostgreSQL 15
-# itself comes from the machine's Debian, the later majors from a chroot.
+# itself comes from the machine's Debian, the later majors from a chroot
+# (test/pg/chroot.sh installs debootstrap for it).
 host_packages="postgresql-client-15 libmicrohttpd-dev libipc-run-perl curl make gcc pkg-config openssl socat"
-if [ -z "$PG_SUITE" ]; then
-	host_packages="$host_packages $PG_PACKAGES libcurl4-openssl-dev libssl-dev"
-else
-	host_packages="$host_packages debootstrap"
-fi
+[ -n "$PG_SUITE" ] || host_packages="$host_packages $PG_PACKAGES libcurl4-openssl-dev libssl-dev"
 
 install_deps() {
 	local missing=()

@@ -114,7 +114,6 @@ make_chroot() {
 	local major=$1 dir=$2 mirror new
 	mirror=$(debian_mirror)
 	[ -n "$mirror" ] || die "no Debian mirror in /etc/apt/sources.list*; set DPWIN_DEBIAN_MIRROR"
-	command -v debootstrap >/dev/null || die "debootstrap is missing (apt-get install debootstrap)"
 	new=$dir.new
 	if [ -e "$new" ]; then
 		check_unused "$new"
@@ -175,12 +174,27 @@ in_ns_debootstrap() {
 	rm -f "$out"
 }
 
+# debootstrap on the machine, installed once even when several majors'
+# chroots are made side by side.
+need_debootstrap() {
+	command -v debootstrap >/dev/null && return 0
+	(
+		flock 8
+		command -v debootstrap >/dev/null && exit 0
+		log "installing debootstrap"
+		export DEBIAN_FRONTEND=noninteractive
+		apt-get update -qq
+		apt-get install -y -qq debootstrap >/dev/null
+	) 8>"$ROOT/test/.pg/apt.lock"
+}
+
 cmd_ensure() {
 	local major=$1 dir
 	pg_major_spec "$major"
 	[ -n "$PG_SUITE" ] || die "PostgreSQL $major runs on the machine itself, not in a chroot"
 	dir=$ROOT/test/.pg/$major
 	mkdir -p "$ROOT/test/.pg"
+	need_debootstrap
 	# one maker at a time per major: sandboxes may start side by side
 	exec 9>"$ROOT/test/.pg/$major.lock"
 	flock 9
