@@ -6,7 +6,7 @@
 #   ensure MAJOR
 #       create the chroot of MAJOR under test/.pg/MAJOR (git-ignored) if it
 #       is missing or was made from other pins, and print its path; reused
-#       as it is otherwise.  About two minutes and 2 GB per major.
+#       as it is otherwise.  One to two minutes and 1.5 GB per major.
 #   run MAJOR [--user USER] [--bind DIR]... -- COMMAND [ARG...]
 #       run COMMAND in the chroot of MAJOR, as root or as USER, with each
 #       DIR of the machine visible inside at the same path (so that a
