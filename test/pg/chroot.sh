@@ -244,6 +244,8 @@ cmd_run() {
 		HOME="$home" LANG=C.UTF-8 "${envs[@]}" "$@"
 }
 
+[ "$(id -u)" = 0 ] || die "PostgreSQL 17 and later run in a chroot, which needs root (chroot, mount namespaces)"
+
 case "${1:-}" in
 	ensure)
 		[ $# -eq 2 ] || die "usage: $0 ensure MAJOR"
