@@ -18,7 +18,7 @@
 #   status      whether each of the two runs
 #   pg-exec CMD run the shell command CMD as the postgres OS user where the
 #               sandbox's PostgreSQL runs (in its chroot for 17 and later,
-#               where the sandbox folder is the only folder of the machine)
+#               which sees the machine's sandbox folder and /tmp only)
 #   make ARG... run make ARG... in the sandbox's build of dpwin, with the
 #               sandbox's PostgreSQL (test/check.sh: regress, isolation)
 #
@@ -124,10 +124,16 @@ make_pgroot() {
 	ln -s "/usr/include/postgresql/$PGMAJOR" "$PGROOT/usr/include/postgresql/$PGMAJOR"
 }
 
+# What of the machine a chroot's server sees, at the same paths: the
+# sandbox folder, and the temporary folder, where the tests put files that
+# they name to the server (a ca_file, say), as they would on one machine.
+pg_binds=(--bind "$SB" --bind /tmp)
+if [ -n "${TMPDIR:-}" ] && [ -d "$TMPDIR" ] && [ "$TMPDIR" != /tmp ]; then pg_binds+=(--bind "$TMPDIR"); fi
+
 # in_pg COMMAND...: run COMMAND as root where PostgreSQL runs.
 in_pg() {
 	if [ -n "$PGCHROOT" ]; then
-		"$ROOT/test/pg/chroot.sh" run "$PGMAJOR" --bind "$SB" -- "$@"
+		"$ROOT/test/pg/chroot.sh" run "$PGMAJOR" "${pg_binds[@]}" -- "$@"
 	else
 		"$@"
 	fi
@@ -136,7 +142,7 @@ in_pg() {
 as_pg() {
 	# initdb and the postmaster refuse to run as root
 	if [ -n "$PGCHROOT" ]; then
-		"$ROOT/test/pg/chroot.sh" run "$PGMAJOR" --user postgres --bind "$SB" -- /bin/bash -c "$*"
+		"$ROOT/test/pg/chroot.sh" run "$PGMAJOR" --user postgres "${pg_binds[@]}" -- /bin/bash -c "$*"
 	elif [ "$(id -u)" = 0 ]; then
 		su postgres -s /bin/bash -c "$*"
 	else

@@ -7,11 +7,9 @@ use File::Temp qw(tempdir);
 use IPC::Run qw(run timeout);
 
 my $pgbin = $ENV{DPWIN_PGBIN} // '/usr/lib/postgresql/15/bin';
-# The server binaries run as postgres where the sandbox's server runs (for
-# 17 and later, a chroot that sees only the sandbox's folder of this machine).
-my $dir = tempdir(DIR => sandbox_root(), CLEANUP => 1);
+my $dir = tempdir(CLEANUP => 1);
 chmod 0777, $dir;
-$ENV{DPWIN_SANDBOX_DIR} = sandbox_root();
+# as postgres, where the sandbox's server runs (in a chroot for 17 and later)
 my $as = [ repo_root() . '/test/sandbox.sh', 'pg-exec' ];
 my $port = 54400 + ($$ % 500);
 
