@@ -33,6 +33,11 @@ TAP_SUITE = $(sort $(wildcard test/t/*.t))
 
 EXTRA_CLEAN = output_iso
 
+# PostgreSQL 16 and later build modules with -fvisibility=hidden.  dpwin's
+# functions stay visible to other modules, as they are on 15: the test
+# module (test/modules/dpwin_test) calls them through the dynamic linker.
+override CFLAGS_SL_MODULE =
+
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)

@@ -12,6 +12,7 @@
 #define DPWIN_CHCLIENT_H
 
 #include "chhttp.h"
+#include "pg_compat.h"
 #include "nodes/pg_list.h"
 
 typedef struct ChClient
@@ -58,8 +59,8 @@ extern ChHttpStatus ch_try(ChClient *client, const char *sql,
 						   void *reader_arg, ChHttpReply *reply);
 
 /* ereport for a failed ch_try; what names the operation. */
-extern void ch_report(ChHttpStatus status, const ChHttpReply *reply,
-					  const char *what) pg_attribute_noreturn();
+pg_noreturn extern void ch_report(ChHttpStatus status, const ChHttpReply *reply,
+								  const char *what);
 
 /* Could retrying this failure succeed (connection error, 5xx, timeout)? */
 extern bool ch_status_transient(ChHttpStatus status, const ChHttpReply *reply);

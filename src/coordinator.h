@@ -80,7 +80,7 @@ extern void coordinator_load(Coordinator *c, int32 route_id);
 extern void coordinator_transition(Coordinator *c, DpwinState to,
 								   const char *message, const char *sqlstate);
 extern void coordinator_drop_own_tables(Coordinator *c);
-extern void coordinator_expire_snapshot(Coordinator *c) pg_attribute_noreturn();
+pg_noreturn extern void coordinator_expire_snapshot(Coordinator *c);
 extern double coordinator_seconds_since(TimestampTz start);
 extern void coordinator_json_text(StringInfo buf, const char *key,
 								  const char *value, bool comma);

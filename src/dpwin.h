@@ -11,6 +11,8 @@
 
 #include "postgres.h"
 
+#include "pg_compat.h"
+
 #define DPWIN_VERSION_STR "0.1.0"
 
 extern void _PG_init(void);

@@ -169,7 +169,7 @@ lease_lock_wait(int32 target_id)
 }
 
 /* The lease is busy: say who holds it.  Needs a transaction with SPI. */
-static void lease_report_busy(int32 target_id) pg_attribute_noreturn();
+pg_noreturn static void lease_report_busy(int32 target_id);
 
 static void
 lease_report_busy(int32 target_id)
@@ -308,7 +308,7 @@ dpwin_lease_held(int32 target_id)
 	LOCKTAG		tag;
 
 	lease_locktag(&tag, target_id);
-	return LockHeldByMe(&tag, ExclusiveLock);
+	return dpwin_lock_held_by_me(&tag, ExclusiveLock);
 }
 
 void

@@ -17,6 +17,7 @@
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/timestamp.h"
+#include "utils/tuplestore.h"
 
 #include "route.h"
 #include "window.h"

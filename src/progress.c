@@ -20,6 +20,7 @@
 #include "storage/shmem.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
+#include "utils/tuplestore.h"
 
 #include "progress.h"
 

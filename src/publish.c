@@ -242,9 +242,9 @@ keep_backup(Coordinator *c, const DpwinPublication *pub)
 	c->generation = MemoryContextStrdup(c->cxt, pub->generation_table);
 }
 
-static void report_unknown(Coordinator *c, const DpwinPublication *pub,
-						   const char *target_uuid,
-						   const char *generation_uuid) pg_attribute_noreturn();
+pg_noreturn static void report_unknown(Coordinator *c, const DpwinPublication *pub,
+									   const char *target_uuid,
+									   const char *generation_uuid);
 
 static void
 report_unknown(Coordinator *c, const DpwinPublication *pub,
@@ -296,8 +296,8 @@ query_ids_visible(Coordinator *c)
  * now could be undone when it runs after all.  Stop in publishing, with
  * every table kept, for dpwin.recover() to settle once it has ended.
  */
-static void report_pending(Coordinator *c, const char *query_id,
-						   ChHttpStatus status) pg_attribute_noreturn();
+pg_noreturn static void report_pending(Coordinator *c, const char *query_id,
+									   ChHttpStatus status);
 
 static void
 report_pending(Coordinator *c, const char *query_id, ChHttpStatus status)

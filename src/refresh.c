@@ -17,6 +17,7 @@
 
 #include "access/htup_details.h"
 #include "access/xact.h"
+#include "catalog/pg_foreign_server.h"
 #include "catalog/pg_type.h"
 #include "fmgr.h"
 #include "funcapi.h"
@@ -30,6 +31,7 @@
 #include "utils/json.h"
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"
+#include "utils/tuplestore.h"
 
 #include "catalog.h"
 #include "chclient.h"
@@ -485,8 +487,8 @@ target_locktag(LOCKTAG *tag, FunctionCallInfo fcinfo)
 				 errmsg("target database and table must not be empty")));
 	(void) dpwin_server_conf(server, GetUserId());
 	/* the guard of a target is for those who may write to its server */
-	if (pg_foreign_server_aclcheck(dpwin_server_check(server), GetUserId(),
-								   ACL_USAGE) != ACLCHECK_OK)
+	if (object_aclcheck(ForeignServerRelationId, dpwin_server_check(server),
+						GetUserId(), ACL_USAGE) != ACLCHECK_OK)
 		aclcheck_error(ACLCHECK_NO_PRIV, OBJECT_FOREIGN_SERVER, server);
 
 	SPI_connect();

@@ -23,6 +23,7 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_attribute.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_foreign_server.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
@@ -432,7 +433,7 @@ check_evidence_function(Oid fn, Oid userid)
 				 errhint("dpwin calls it with the invocation id and the evidence metrics; it should return void.")));
 	ReleaseSysCache(tp);
 
-	if (pg_proc_aclcheck(fn, userid, ACL_EXECUTE) != ACLCHECK_OK)
+	if (object_aclcheck(ProcedureRelationId, fn, userid, ACL_EXECUTE) != ACLCHECK_OK)
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("permission denied for evidence function %s", fname)));
@@ -549,7 +550,7 @@ check_server_usage(const char *server_name, Oid userid)
 {
 	Oid			serverid = dpwin_server_check(server_name);
 
-	if (pg_foreign_server_aclcheck(serverid, userid, ACL_USAGE) != ACLCHECK_OK)
+	if (object_aclcheck(ForeignServerRelationId, serverid, userid, ACL_USAGE) != ACLCHECK_OK)
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("permission denied for server \"%s\"", server_name),
@@ -796,13 +797,13 @@ dpwin_route_check_can_refresh(const DpwinRoute *route)
 				 errdetail("Row-level security applies to the caller on \"%s\"; a refresh that sees only some rows would delete the others from the target window.",
 						   route->source_table)));
 	serverid = dpwin_server_check(route->server_name);
-	if (pg_foreign_server_aclcheck(serverid, userid, ACL_USAGE) != ACLCHECK_OK)
+	if (object_aclcheck(ForeignServerRelationId, serverid, userid, ACL_USAGE) != ACLCHECK_OK)
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("permission denied to refresh route \"%s\"", route->route_name),
 				 errdetail("No USAGE privilege on server \"%s\".", route->server_name)));
 	if (OidIsValid(route->evidence_function) &&
-		pg_proc_aclcheck(route->evidence_function, userid, ACL_EXECUTE) != ACLCHECK_OK)
+		object_aclcheck(ProcedureRelationId, route->evidence_function, userid, ACL_EXECUTE) != ACLCHECK_OK)
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("permission denied to refresh route \"%s\"", route->route_name),

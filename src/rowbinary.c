@@ -40,6 +40,7 @@
 #include "utils/uuid.h"
 
 #include "chtype.h"
+#include "pg_compat.h"
 #include "rowbinary.h"
 
 /* Representable range of DateTime64 and Date32, 1900-01-01 .. 2299-12-31 */
@@ -272,7 +273,7 @@ rb_row_detail(RbEncoder *enc)
 					 rb_value_text(enc->window_typid, enc->cur_values[w]));
 }
 
-static void pg_attribute_noreturn()
+pg_noreturn static void
 rb_value_error(RbEncoder *enc, const RbCol *col, Datum value, int sqlstate,
 			   const char *why)
 {
@@ -290,7 +291,7 @@ rb_value_error(RbEncoder *enc, const RbCol *col, Datum value, int sqlstate,
  * a NULL array (ClickHouse has no Nullable(Array(...))), or a NULL scalar
  * for a type that is not Nullable.  No retry can help, so 22004.
  */
-static void pg_attribute_noreturn()
+pg_noreturn static void
 rb_null_error(RbEncoder *enc, const RbCol *col, bool element)
 {
 	if (element)
@@ -804,7 +805,7 @@ enc_array(RbEncoder *enc, const RbCol *col, Datum value, StringInfo out)
 	if (nitems > 0)
 	{
 		/* walk the flat array: data after the header, dims and bitmap */
-		bits8	   *bitmap = ARR_NULLBITMAP(arr);
+		uint8	   *bitmap = ARR_NULLBITMAP(arr);
 		char	   *p = (char *) arr + (ARR_HASNULL(arr) ? (Size) arr->dataoffset :
 										(Size) ARR_OVERHEAD_NONULLS(ndim));
 

@@ -23,6 +23,7 @@
 #include "utils/builtins.h"
 #include "utils/datetime.h"
 #include "utils/timestamp.h"
+#include "utils/tuplestore.h"
 
 #include "window.h"
 

@@ -4,8 +4,10 @@
 # is missing, build, start the sandbox, declare a sample route and refresh
 # one window of it into ClickHouse, printing each step's result.
 #
-# The sandbox keeps running afterwards (test/sandbox.sh stop ends it), so
-# the result can be explored with psql: eval "$(test/sandbox.sh env)".
+# DPWIN_PG selects the PostgreSQL major (15 by default; 17, 18 or 19), as
+# for test/sandbox.sh.  The sandbox keeps running afterwards (test/sandbox.sh
+# stop ends it), so the result can be explored with psql:
+# eval "$(test/sandbox.sh env)".
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -20,6 +22,9 @@ ch() {
 }
 
 step() { printf '\n== %s\n' "$*"; }
+
+step "The sandbox's PostgreSQL (DPWIN_PG=$DPWIN_PG) and dpwin"
+psql -X -c "SELECT version() AS postgresql, extversion AS dpwin FROM pg_extension WHERE extname = 'dpwin'"
 
 step "PostgreSQL source: public.demo_events, 14 days x 2,000 rows, a few NULL windows and duplicates"
 psql -X -q -v ON_ERROR_STOP=1 <<'SQL'

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 #
-# test/sandbox.sh start|stop|restart-pg|restart-ch|env|status
+# test/sandbox.sh start|stop|restart-pg|restart-ch|env|status|pg-exec|make
 #
-# A throwaway PostgreSQL 15 cluster with dpwin and pg_cron preloaded, plus
+# A throwaway PostgreSQL cluster with dpwin and pg_cron preloaded, plus
 # the local ClickHouse endpoint (test/chendpoint) on the embedded engine,
-# both on loopback and both living under test/.sandbox (git-ignored).
+# both on loopback and both living under the sandbox folder (git-ignored).
 #
 #   start       install what is missing, build, install, start both (idempotent)
 #   stop        stop both, by the pids they recorded
@@ -12,38 +12,86 @@
 #   restart-ch  restart of the ClickHouse endpoint (data persists)
 #   env         print `export` lines for PGHOST, PGPORT, PGDATABASE, PGUSER,
 #               DPWIN_CH_URL, DPWIN_CH_USER, DPWIN_CH_PASSWORD,
-#               DPWIN_CH_CONTROL_URL
+#               DPWIN_CH_CONTROL_URL, DPWIN_PG, DPWIN_SANDBOX_DIR, and the
+#               server's side: DPWIN_PGDATA, DPWIN_PGBIN and PG_CONFIG (paths
+#               inside DPWIN_PG_CHROOT when that is set)
+#   status      whether each of the two runs
+#   pg-exec CMD run the shell command CMD as the postgres OS user where the
+#               sandbox's PostgreSQL runs (in its chroot for 17 and later,
+#               which sees the machine's sandbox folder and /tmp only)
+#   make ARG... run make ARG... in the sandbox's build of dpwin, with the
+#               sandbox's PostgreSQL (test/check.sh: regress, isolation)
 #
-# Ports can be chosen with DPWIN_PGPORT, DPWIN_CH_PORT and
-# DPWIN_CH_CONTROL_PORT, and the folder with DPWIN_SANDBOX_DIR (default
-# test/.sandbox), so that several sandboxes can run side by side.  `start`
-# also creates the foreign server `sandbox_ch` for the endpoint.
+# DPWIN_PG selects the PostgreSQL major: 15 (the default: this machine's
+# Debian packages), 17, 18 or 19 (Debian's packages of newer suites, run in
+# a chroot that test/pg/chroot.sh makes; test/pg/majors.sh lists them).
+# The folder (DPWIN_SANDBOX_DIR; by default test/.sandbox for 15 and
+# test/.sandbox-<major> for the others) remembers its major, so later
+# commands on it need only the folder.  Ports can be chosen with
+# DPWIN_PGPORT, DPWIN_CH_PORT and DPWIN_CH_CONTROL_PORT (each major has
+# defaults of its own), so that several sandboxes can run side by side.
+# `start` also creates the foreign server `sandbox_ch` for the endpoint.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-SB=${DPWIN_SANDBOX_DIR:-$ROOT/test/.sandbox}
-PGMAJOR=15
-# Each sandbox installs dpwin into a private copy of the PostgreSQL
-# installation (PostgreSQL finds its lib and share folders relative to its
-# binaries), so that side-by-side sandboxes of different work trees never
-# overwrite each other's dpwin.so.
-PGROOT=$SB/pgroot
-PGBIN=$PGROOT/usr/lib/postgresql/$PGMAJOR/bin
+. "$ROOT/test/pg/majors.sh"
+
+PGMAJOR=${DPWIN_PG:-}
+if [ -n "${DPWIN_SANDBOX_DIR:-}" ]; then
+	SB=$DPWIN_SANDBOX_DIR
+	[ -n "$PGMAJOR" ] || PGMAJOR=$(cat "$SB/pg_major" 2>/dev/null || true)
+	PGMAJOR=${PGMAJOR:-15}
+else
+	PGMAJOR=${PGMAJOR:-15}
+	if [ "$PGMAJOR" = 15 ]; then SB=$ROOT/test/.sandbox; else SB=$ROOT/test/.sandbox-$PGMAJOR; fi
+fi
+pg_major_spec "$PGMAJOR" || exit 2
+if [ -f "$SB/pg_major" ] && [ "$(cat "$SB/pg_major")" != "$PGMAJOR" ]; then
+	echo "sandbox: $SB is a PostgreSQL $(cat "$SB/pg_major") sandbox, not $PGMAJOR:" \
+		"stop and remove it, or choose another DPWIN_SANDBOX_DIR" >&2
+	exit 2
+fi
+
+if [ -z "$PG_SUITE" ]; then
+	# Each sandbox installs dpwin into a private copy of the PostgreSQL
+	# installation (PostgreSQL finds its lib and share folders relative to
+	# its binaries), so that side-by-side sandboxes of different work trees
+	# never overwrite each other's dpwin.so.
+	PGCHROOT=
+	PGROOT=$SB/pgroot
+	PGBIN=$PGROOT/usr/lib/postgresql/$PGMAJOR/bin
+else
+	# The work tree's chroot of this major is its private installation; the
+	# sandbox folder has the same path inside it as outside.
+	PGCHROOT=$ROOT/test/.pg/$PGMAJOR
+	PGBIN=/usr/lib/postgresql/$PGMAJOR/bin
+fi
 PG_CONFIG_=$PGBIN/pg_config
-PGPORT_=${DPWIN_PGPORT:-54329}
-CHPORT=${DPWIN_CH_PORT:-18123}
-CHCPORT=${DPWIN_CH_CONTROL_PORT:-18124}
+if [ "$PGMAJOR" = 15 ]; then
+	pg_port=54329 ch_port=18123
+else
+	pg_port=$((54300 + PGMAJOR)) ch_port=$((18100 + 2 * (PGMAJOR - 10)))
+fi
+PGPORT_=${DPWIN_PGPORT:-$pg_port}
+CHPORT=${DPWIN_CH_PORT:-$ch_port}
+CHCPORT=${DPWIN_CH_CONTROL_PORT:-$((ch_port + 1))}
 PGDB=dpwin_test
 PGUSER_=postgres
 CHUSER=dpwin
+BUILD=$SB/build
 
 log() { printf 'sandbox: %s\n' "$*" >&2; }
 
-apt_packages="postgresql-15 postgresql-server-dev-15 postgresql-15-cron libcurl4-openssl-dev libssl-dev libmicrohttpd-dev libipc-run-perl curl make gcc pkg-config openssl socat"
+# What the machine needs whatever the major: the psql the tests and these
+# scripts use, the endpoint's build, the TAP suite's tools.  PostgreSQL 15
+# itself comes from the machine's Debian, the later majors from a chroot
+# (test/pg/chroot.sh installs debootstrap for it).
+host_packages="postgresql-client-15 libmicrohttpd-dev libipc-run-perl curl make gcc pkg-config openssl socat"
+[ -n "$PG_SUITE" ] || host_packages="$host_packages $PG_PACKAGES libcurl4-openssl-dev libssl-dev"
 
 install_deps() {
 	local missing=()
-	for p in $apt_packages; do
+	for p in $host_packages; do
 		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
 	done
 	if [ ${#missing[@]} -gt 0 ]; then
@@ -57,10 +105,11 @@ install_deps() {
 		apt-get install -y -qq nodejs npm >/dev/null
 	fi
 	"$ROOT/test/install-engine.sh" >"$SB/engine_path"
+	[ -z "$PGCHROOT" ] || "$ROOT/test/pg/chroot.sh" ensure "$PGMAJOR" >/dev/null
 }
 
-# The private installation: a copy of Debian's, refreshed when the package
-# changes (its pg_config is compared with the system's).
+# The private installation of 15: a copy of Debian's, refreshed when the
+# package changes (its pg_config is compared with the system's).
 make_pgroot() {
 	local sys=/usr/lib/postgresql/$PGMAJOR
 	if [ -x "$PG_CONFIG_" ] && [ "$("$PG_CONFIG_" --version)" = "$("$sys/bin/pg_config" --version)" ] &&
@@ -75,13 +124,54 @@ make_pgroot() {
 	ln -s "/usr/include/postgresql/$PGMAJOR" "$PGROOT/usr/include/postgresql/$PGMAJOR"
 }
 
+# What of the machine a chroot's server sees, at the same paths: the
+# sandbox folder, and the temporary folder, where the tests put files that
+# they name to the server (a ca_file, say), as they would on one machine.
+pg_binds=(--bind "$SB" --bind /tmp)
+if [ -n "${TMPDIR:-}" ] && [ -d "$TMPDIR" ] && [ "$TMPDIR" != /tmp ]; then pg_binds+=(--bind "$TMPDIR"); fi
+
+# in_pg COMMAND...: run COMMAND as root where PostgreSQL runs.
+in_pg() {
+	if [ -n "$PGCHROOT" ]; then
+		"$ROOT/test/pg/chroot.sh" run "$PGMAJOR" "${pg_binds[@]}" -- "$@"
+	else
+		"$@"
+	fi
+}
+
+as_pg() {
+	# initdb and the postmaster refuse to run as root
+	if [ -n "$PGCHROOT" ]; then
+		"$ROOT/test/pg/chroot.sh" run "$PGMAJOR" --user postgres "${pg_binds[@]}" -- /bin/bash -c "$*"
+	elif [ "$(id -u)" = 0 ]; then
+		su postgres -s /bin/bash -c "$*"
+	else
+		bash -c "$*"
+	fi
+}
+
+# The work tree's sources, copied into the sandbox's build folder, so that
+# sandboxes of different majors never share object files.
+copy_sources() {
+	local excludes=(--exclude=./.git --exclude=./test/.pg --exclude='./test/.sandbox*'
+		--exclude=./test/.engine --exclude=./test/bench/out --exclude=node_modules
+		--exclude='*.o' --exclude='*.so' --exclude='*.bc' --exclude=./results
+		--exclude=./output_iso --exclude=./log --exclude=./tmp_check
+		--exclude='./regression.*' --exclude='./dpwin--*.sql')
+	case "$SB" in "$ROOT"/*) excludes+=(--exclude="./${SB#"$ROOT"/}") ;; esac
+	rm -rf "$BUILD"
+	mkdir -p "$BUILD"
+	tar -C "$ROOT" -c "${excludes[@]}" . | tar -C "$BUILD" -x
+}
+
 build() {
-	log "building dpwin"
-	make_pgroot
-	make -C "$ROOT" -s PG_CONFIG="$PG_CONFIG_" >/dev/null
-	make -C "$ROOT" -s PG_CONFIG="$PG_CONFIG_" install >/dev/null
+	log "building dpwin for PostgreSQL $PGMAJOR"
+	[ -n "$PGCHROOT" ] || make_pgroot
+	copy_sources
+	in_pg make -C "$BUILD" -s -j2 PG_CONFIG="$PG_CONFIG_" >/dev/null
+	in_pg make -C "$BUILD" -s PG_CONFIG="$PG_CONFIG_" install >/dev/null
 	# test-only SQL access to dpwin's internals: the sandbox's, never the product's
-	make -C "$ROOT/test/modules/dpwin_test" -s PG_CONFIG="$PG_CONFIG_" install >/dev/null
+	in_pg make -C "$BUILD/test/modules/dpwin_test" -s PG_CONFIG="$PG_CONFIG_" install >/dev/null
 	make -C "$ROOT/test/chendpoint" -s >/dev/null
 }
 
@@ -93,28 +183,25 @@ ch_running() {
 	[ -f "$SB/ch.pid" ] && kill -0 "$(cat "$SB/ch.pid")" 2>/dev/null
 }
 
-as_pg() {
-	# initdb and the postmaster refuse to run as root
-	if [ "$(id -u)" = 0 ]; then
-		su postgres -s /bin/bash -c "$*"
-	else
-		bash -c "$*"
-	fi
-}
-
 init_pg() {
 	[ -f "$SB/pg/PG_VERSION" ] && return 0
-	log "creating PostgreSQL cluster"
+	log "creating PostgreSQL $PGMAJOR cluster"
 	mkdir -p "$SB/pg" "$SB/run"
-	[ "$(id -u)" = 0 ] && chown postgres:postgres "$SB/pg" "$SB/run"
+	# by name: the postgres user of a chroot may have other ids than the machine's
+	if [ "$(id -u)" = 0 ]; then in_pg chown postgres:postgres "$SB/pg" "$SB/run"; fi
 	as_pg "$PGBIN/initdb -D '$SB/pg' -U $PGUSER_ -A trust -E UTF8 --locale=C.UTF-8 >/dev/null"
+	local preload="dpwin" cron=""
+	if [ "$PG_CRON" = 1 ]; then
+		preload="dpwin, pg_cron"
+		cron="cron.database_name = '$PGDB'"
+	fi
 	cat >>"$SB/pg/postgresql.conf" <<EOF
 # dpwin sandbox
 listen_addresses = '127.0.0.1'
 port = $PGPORT_
 unix_socket_directories = '$SB/run'
-shared_preload_libraries = 'dpwin, pg_cron'
-cron.database_name = '$PGDB'
+shared_preload_libraries = '$preload'
+$cron
 max_worker_processes = 96
 max_connections = 120
 fsync = off
@@ -133,11 +220,13 @@ start_pg() {
 	else
 		as_pg "$PGBIN/pg_ctl -D '$SB/pg' -l '$SB/run/postgresql.log' -w -t 60 start >/dev/null"
 	fi
-	psql -h "$SB/run" -p "$PGPORT_" -U $PGUSER_ -d postgres -qAtc \
+	psql -X -h "$SB/run" -p "$PGPORT_" -U $PGUSER_ -d postgres -qAtc \
 		"SELECT 1 FROM pg_database WHERE datname = '$PGDB'" | grep -q 1 ||
-		psql -h "$SB/run" -p "$PGPORT_" -U $PGUSER_ -d postgres -qc "CREATE DATABASE $PGDB"
-	psql -h "$SB/run" -p "$PGPORT_" -U $PGUSER_ -d $PGDB -qc \
-		"CREATE EXTENSION IF NOT EXISTS pg_cron; CREATE EXTENSION IF NOT EXISTS dpwin;
+		psql -X -h "$SB/run" -p "$PGPORT_" -U $PGUSER_ -d postgres -qc "CREATE DATABASE $PGDB"
+	local cron=""
+	[ "$PG_CRON" = 1 ] && cron="CREATE EXTENSION IF NOT EXISTS pg_cron;"
+	psql -X -h "$SB/run" -p "$PGPORT_" -U $PGUSER_ -d $PGDB -qc \
+		"$cron CREATE EXTENSION IF NOT EXISTS dpwin;
 		 CREATE EXTENSION IF NOT EXISTS dpwin_test" >/dev/null
 }
 
@@ -220,12 +309,16 @@ export DPWIN_SANDBOX='$SB'
 export DPWIN_PGDATA='$SB/pg'
 export DPWIN_PGBIN='$PGBIN'
 export PG_CONFIG='$PG_CONFIG_'
+export DPWIN_PG='$PGMAJOR'
+export DPWIN_PG_CHROOT='$PGCHROOT'
+export DPWIN_SANDBOX_DIR='$SB'
 EOF
 }
 
 case "${1:-}" in
 	start)
 		mkdir -p "$SB"
+		echo "$PGMAJOR" >"$SB/pg_major"
 		install_deps
 		build
 		init_pg
@@ -254,8 +347,17 @@ case "${1:-}" in
 		pg_running && echo "postgresql: running" || echo "postgresql: stopped"
 		ch_running && echo "clickhouse: running" || echo "clickhouse: stopped"
 		;;
+	pg-exec)
+		[ $# -eq 2 ] || { echo "usage: $0 pg-exec 'shell command'" >&2; exit 2; }
+		as_pg "$2"
+		;;
+	make)
+		shift
+		eval "$(print_env)"
+		in_pg make -C "$BUILD" PG_CONFIG="$PG_CONFIG_" "$@"
+		;;
 	*)
-		echo "usage: $0 start|stop|restart-pg|restart-ch|env|status" >&2
+		echo "usage: $0 start|stop|restart-pg|restart-ch|env|status|pg-exec CMD|make ARG..." >&2
 		exit 2
 		;;
 esac

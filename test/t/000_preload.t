@@ -9,7 +9,8 @@ use IPC::Run qw(run timeout);
 my $pgbin = $ENV{DPWIN_PGBIN} // '/usr/lib/postgresql/15/bin';
 my $dir = tempdir(CLEANUP => 1);
 chmod 0777, $dir;
-my $as = $> == 0 ? [ 'su', 'postgres', '-s', '/bin/bash', '-c' ] : [ 'bash', '-c' ];
+# as postgres, where the sandbox's server runs (in a chroot for 17 and later)
+my $as = [ repo_root() . '/test/sandbox.sh', 'pg-exec' ];
 my $port = 54400 + ($$ % 500);
 
 ok(run([ @$as, "$pgbin/initdb -D $dir/data -U postgres -A trust >/dev/null" ]), 'initdb');

@@ -1,0 +1,62 @@
+# test/pg/majors.sh — sourced by test/sandbox.sh and test/pg/chroot.sh: the
+# PostgreSQL majors dpwin is tested on, and where each one's Debian
+# packages come from.
+# shellcheck shell=bash
+#
+# 15 is the major of this machine's Debian release (bookworm): its packages
+# are installed on the machine itself.  17, 18 and 19 are Debian's own
+# packages from newer suites of the same mirror; their binaries need a newer
+# glibc than bookworm's, so each runs inside a minimal chroot of its suite
+# (test/pg/chroot.sh).  Versions are pinned so that every run tests the same
+# server; when the mirror no longer has a pinned version, apt says so and
+# the pin here is the one line to update.
+#
+# 16 is absent on purpose: no suite of the mirror ships its server headers
+# (postgresql-server-dev-16), so it can be neither built nor tested here.
+
+DPWIN_PG_MAJORS="15 17 18 19"
+
+# pg_major_spec MAJOR: sets
+#   PG_SUITE        Debian suite of the chroot ("" for the machine itself)
+#   PG_EXTRA_SUITE  a further suite some packages come from ("" if none)
+#   PG_FROM_EXTRA   those packages: the pinned ones and the libpq they need;
+#                   nothing else is taken from PG_EXTRA_SUITE
+#   PG_PACKAGES     the server, its PGXS headers and pg_cron, pinned
+#   PG_CRON         1 when pg_cron is packaged for this major, else 0
+pg_major_spec() {
+	PG_EXTRA_SUITE=
+	PG_FROM_EXTRA=
+	case "$1" in
+	15)
+		PG_SUITE=
+		PG_PACKAGES="postgresql-15 postgresql-server-dev-15 postgresql-15-cron"
+		PG_CRON=1
+		;;
+	17)
+		PG_SUITE=trixie
+		PG_PACKAGES="postgresql-17=17.12-0+deb13u1 postgresql-server-dev-17=17.12-0+deb13u1 postgresql-17-cron=1.6.5-1"
+		PG_CRON=1
+		;;
+	18)
+		PG_SUITE=sid
+		PG_PACKAGES="postgresql-18=18.6-3 postgresql-server-dev-18=18.6-3 postgresql-18-cron=1.6.8-1"
+		PG_CRON=1
+		;;
+	19)
+		# the release candidate; no pg_cron package exists for it yet
+		PG_SUITE=sid
+		PG_EXTRA_SUITE=experimental
+		PG_FROM_EXTRA="postgresql-19 postgresql-client-19 postgresql-server-dev-19 libpq5 libpq-dev"
+		PG_PACKAGES="postgresql-19=19~rc1-1 postgresql-server-dev-19=19~rc1-1"
+		PG_CRON=0
+		;;
+	16)
+		echo "PostgreSQL 16 is not supported here: no suite of the Debian mirror ships postgresql-server-dev-16" >&2
+		return 1
+		;;
+	*)
+		echo "unknown PostgreSQL major '$1' (supported: $DPWIN_PG_MAJORS)" >&2
+		return 1
+		;;
+	esac
+}
