@@ -425,6 +425,19 @@ chhttp_post_inner(ChHttp *http, const char *sql, const char *query_id,
 	http->text = NULL;
 	pfree(url.data);
 
+	/*
+	 * Some libcurl releases (8.14, Debian 13's, which PostgreSQL 17 is
+	 * packaged with) fail every later transfer of a handle that could not
+	 * rewind a body, without sending it, even after curl_easy_reset: the
+	 * next request (settling this one's lost reply, say) gets a fresh handle
+	 * and connection.
+	 */
+	if (rc == CURLE_SEND_FAIL_REWIND)
+	{
+		curl_easy_cleanup(curl);
+		http->curl = curl_easy_init();
+	}
+
 	reply->http_code = http_code;
 	if (http->query_id[0] != '\0')
 		reply->query_id = pstrdup(http->query_id);
