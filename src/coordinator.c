@@ -180,6 +180,21 @@ coordinator_load(Coordinator *c, int32 route_id)
 	c->client = ch_client_open(c->conf, psprintf("dpwin-%s-", dpwin_uuid_text(&c->id)));
 }
 
+/*
+ * The call's window, cut into chunks exactly as dpwin.plan() shows them,
+ * and fresh digest keys: what a refresh and a verification start from.
+ */
+void
+coordinator_plan_window(Coordinator *c)
+{
+	c->interval_end = c->call->interval_end;
+	c->chunks = dpwin_window_chunks(c->interval_end, c->route->lookback_us,
+									c->route->chunk_us);
+	c->lo = ((DpwinChunkBounds *) linitial(c->chunks))->lo;
+	c->hi = c->interval_end;
+	dpwin_digest_key_generate(&c->key);
+}
+
 static void
 coordinator_take_lease(Coordinator *c)
 {
@@ -266,12 +281,7 @@ coordinator_register(Coordinator *c)
 	coordinator_load(c, c->call->route_id);
 	coordinator_take_lease(c);
 
-	c->interval_end = c->call->interval_end;
-	c->chunks = dpwin_window_chunks(c->interval_end, c->route->lookback_us,
-									c->route->chunk_us);
-	c->lo = ((DpwinChunkBounds *) linitial(c->chunks))->lo;
-	c->hi = c->interval_end;
-	dpwin_digest_key_generate(&c->key);
+	coordinator_plan_window(c);
 
 	dpwin_xact_begin("dpwin: registering the invocation");
 	older = dpwin_registry_unsettled_publication(c->target_id, &c->id);

@@ -77,6 +77,7 @@ typedef struct Coordinator
 
 /* coordinator.c */
 extern void coordinator_load(Coordinator *c, int32 route_id);
+extern void coordinator_plan_window(Coordinator *c);
 extern void coordinator_transition(Coordinator *c, DpwinState to,
 								   const char *message, const char *sqlstate);
 extern void coordinator_drop_own_tables(Coordinator *c);

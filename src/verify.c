@@ -104,12 +104,7 @@ coordinator_verify(Coordinator *c)
 	coordinator_load(c, c->call->route_id);
 	db = c->route->target_database;
 	table = c->route->target_table;
-	c->interval_end = c->call->interval_end;
-	c->chunks = dpwin_window_chunks(c->interval_end, c->route->lookback_us,
-									c->route->chunk_us);
-	c->lo = ((DpwinChunkBounds *) linitial(c->chunks))->lo;
-	c->hi = c->interval_end;
-	dpwin_digest_key_generate(&c->key);
+	coordinator_plan_window(c);
 
 	/* Read-only admission: the target's columns and types, as a refresh. */
 	c->target = coordinator_admit_target(c);

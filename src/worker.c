@@ -284,7 +284,6 @@ worker_digest_pass(WorkerState *ws, DpwinChunkSlot *slot)
 	uint64		bytes = 0;
 	TimestampTz started = GetCurrentTimestamp();
 
-	MemoryContextReset(ws->chunk_cxt);
 	MemoryContextSwitchTo(ws->chunk_cxt);
 	worker_read_chunk(ws, slot, NULL, &local, &rows, &bytes);
 	slot->rows = rows;
@@ -384,38 +383,23 @@ worker_backoff(WorkerState *ws, int attempt)
 	}
 }
 
-/* Run one attempt; NULL when it verified, else its error. */
+/*
+ * Run the digest pass (attempt < 0; *settled says whether it settled the
+ * chunk) or one attempt at staging it; NULL when it succeeded, else its
+ * error.
+ */
 static ErrorData *
-worker_try_attempt(WorkerState *ws, DpwinChunkSlot *slot, int attempt)
+worker_try(WorkerState *ws, DpwinChunkSlot *slot, int attempt, bool *settled)
 {
 	ErrorData  *volatile edata = NULL;
 
 	MemoryContextReset(ws->chunk_cxt);
 	PG_TRY();
 	{
-		worker_attempt(ws, slot, attempt);
-	}
-	PG_CATCH();
-	{
-		MemoryContextSwitchTo(ws->chunk_cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		AbortCurrentTransaction();
-	}
-	PG_END_TRY();
-	return edata;
-}
-
-/* Run the digest pass; NULL when it settled the chunk or left it to stage. */
-static ErrorData *
-worker_try_digest_pass(WorkerState *ws, DpwinChunkSlot *slot, bool *settled)
-{
-	ErrorData  *volatile edata = NULL;
-
-	*settled = false;
-	PG_TRY();
-	{
-		*settled = worker_digest_pass(ws, slot);
+		if (attempt < 0)
+			*settled = worker_digest_pass(ws, slot);
+		else
+			worker_attempt(ws, slot, attempt);
 	}
 	PG_CATCH();
 	{
@@ -467,8 +451,8 @@ worker_chunk(WorkerState *ws, DpwinChunkSlot *slot)
 	slot->result = DPWIN_CHUNK_RUNNING;
 	if (ws->sh->mode != DPWIN_EXTRACT_STAGE)
 	{
-		bool		settled;
-		ErrorData  *edata = worker_try_digest_pass(ws, slot, &settled);
+		bool		settled = false;
+		ErrorData  *edata = worker_try(ws, slot, -1, &settled);
 
 		if (edata != NULL)
 		{
@@ -487,7 +471,7 @@ worker_chunk(WorkerState *ws, DpwinChunkSlot *slot)
 		bool		retry;
 
 		slot->attempts = attempt + 1;
-		edata = worker_try_attempt(ws, slot, attempt);
+		edata = worker_try(ws, slot, attempt, NULL);
 		if (edata == NULL)
 			return;				/* verified */
 
