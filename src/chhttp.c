@@ -74,6 +74,7 @@ struct ChHttp
 	bool		canceled;
 	bool		reader_failed;
 	bool		body_sent;		/* the read callback handed out bytes */
+	bool		stale_connection;	/* a reused connection was found dead */
 	ChHttpBodyReader reader;
 	void	   *reader_arg;
 	const char *text;			/* statement sent as the body, or NULL */
@@ -318,6 +319,18 @@ chhttp_post(ChHttp *http, const char *sql, const char *query_id,
 	status = chhttp_post_inner(http, sql, query_id, settings, reader,
 							   reader_arg, timeout_ms, reply);
 
+	/*
+	 * A keep-alive connection the server closed (it restarted, say) can look
+	 * alive when libcurl picks it, and then fail before any byte of this
+	 * request left: libcurl reports that as CURLE_SEND_FAIL_REWIND because
+	 * it cannot resend a body it read from our callback.  Nothing reached a
+	 * server, so the request is sent once more, on the fresh handle
+	 * chhttp_post_inner() made; a connection that fails again is reported.
+	 */
+	if (status == CHHTTP_CONNECT_FAILED && http->stale_connection)
+		status = chhttp_post_inner(http, sql, query_id, settings, reader,
+								   reader_arg, timeout_ms, reply);
+
 	return chhttp_finish(http, reply, status);
 }
 
@@ -385,6 +398,7 @@ chhttp_post_inner(ChHttp *http, const char *sql, const char *query_id,
 
 	memset(reply, 0, sizeof(ChHttpReply));
 	initStringInfo(&reply->body);
+	http->stale_connection = false;
 	strlcpy(http->sent_query_id, query_id != NULL ? query_id : "",
 			sizeof(http->sent_query_id));
 
@@ -432,6 +446,7 @@ chhttp_post_inner(ChHttp *http, const char *sql, const char *query_id,
 	 * next request (settling this one's lost reply, say) gets a fresh handle
 	 * and connection.
 	 */
+	http->stale_connection = (rc == CURLE_SEND_FAIL_REWIND);
 	if (rc == CURLE_SEND_FAIL_REWIND)
 	{
 		curl_easy_cleanup(curl);
