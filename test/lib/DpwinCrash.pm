@@ -124,7 +124,7 @@ sub check_route_state
 # refresh will use), old (the target now), new (after E2), pre_uuid, prefix
 # (of the E2 invocation's tables).  Options: server (foreign server),
 # evidence (evidence function), engine (the target's ENGINE clause after
-# MergeTree; default ORDER BY id).
+# MergeTree; default ORDER BY id), skip (the route skips unchanged chunks).
 sub scenario
 {
 	my ($tag, %opt) = @_;
@@ -141,6 +141,7 @@ sub scenario
 	my $initial = ch_rows($t);
 	my $server = $opt{server} // 'sandbox_ch';
 	my $ev = $opt{evidence} ? ", evidence_function => '$opt{evidence}'" : '';
+	$ev .= ', skip_unchanged => true' if $opt{skip};
 	psql_ok("SELECT dpwin.create_route('$route', '$db.src'::regclass, 'w', '$server', '$db', '$t',"
 		  . " interval '1 day', interval '6 hours', parallelism => 2$ev)");
 	push @routes, $route;

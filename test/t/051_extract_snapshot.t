@@ -17,6 +17,7 @@ use Test::More;
 use DpwinTest;
 use DpwinFixture qw(fresh_fixture drop_fixture pg_row_sql ch_row_sql sorted_lines multiset_diff multiset_is fault);
 use IPC::Run qw(start finish timeout);
+use DpwinEndpoint qw(release wait_running);
 
 my $tag = "t051_$$";
 my $db = $tag;
@@ -73,11 +74,12 @@ sub scenario
 	my $route_id = psql_ok("SELECT dpwin.create_route('$route', '$src', 'w', '$srv', '$db', '$tbl',
 		interval '2 days', interval '1 hour', parallelism => $p, batch_rows => 50)");
 
-	# Hold back the first staging INSERT of each worker's first chunk.  The
-	# invocation id is chosen here, so the staging tables' names are known.
+	# Hold the first staging INSERT of each worker's first chunk on the
+	# server.  The invocation id is chosen here, so the staging tables'
+	# names are known.
 	my $inv = psql_ok("SELECT gen_random_uuid()");
 	my $prefix = "_dpwin_${route_id}_" . substr($inv =~ s/-//gr, 0, 12) . '_';
-	fault(pattern => "${prefix}stg_${_}_0` (", count => 1, mode => 'delay', ms => 4000) for 0 .. $p - 1;
+	fault(pattern => "${prefix}stg_${_}_0` (", count => 1, mode => 'hold') for 0 .. $p - 1;
 
 	my ($out, $err) = ('', '');
 	my $h = start [ 'psql', '-X', '-q', '-A', '-t', '-v', 'ON_ERROR_STOP=1', '-c',
@@ -90,6 +92,8 @@ sub scenario
 		psql_ok("SELECT count(*) FROM dpwin.chunks WHERE invocation_id = '$inv' AND state = 'running'") == $p
 	}, 30);
 	ok($running, "parallelism $p: $p chunks are being extracted");
+	ok(wait_running(qr/\Q${prefix}\Estg_\d+_0` \(/, $p, phase => 'holding'),
+		"parallelism $p: their first INSERTs wait on the server");
 	my $pending_before = psql_ok("SELECT count(*) FROM dpwin.chunks WHERE invocation_id = '$inv' AND state = 'pending'");
 
 	# Changes from another session, committed while extraction is paused:
@@ -107,6 +111,7 @@ sub scenario
 	my $pending_after = psql_ok("SELECT count(*) FROM dpwin.chunks WHERE invocation_id = '$inv' AND state = 'pending'");
 	cmp_ok($pending_after, '>=', 48 - 2 * $p,
 		"parallelism $p: the changes were committed while $pending_after of 48 chunks were unread (before: $pending_before)");
+	is(release("${prefix}stg_"), $p, "parallelism $p: the held INSERTs are released");
 
 	finish($h);
 	chomp $out;

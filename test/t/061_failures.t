@@ -13,6 +13,7 @@ use strict;
 use warnings;
 use Test::More;
 use DpwinTest;
+use DpwinEndpoint qw(release wait_running);
 use DpwinFixture qw(fault fresh_fixture drop_fixture new_event_route create_event_source ch_rows uuid_of
   after_refresh new_uuid route_id invocation_prefix generation_name own_tables exchanges bg_psql bg_finish
   refresh_row_sql invocation_field wait_logged);
@@ -108,20 +109,24 @@ psql_ok("CREATE TABLE $schema.ev_switch (fail boolean NOT NULL);
 
 # The build clones the target into the generation, checks the clone's
 # parts and counts the target's kept rows (on the window column), then
-# deletes the window from the clone.  Holding that DELETE open lets a
-# writer slip in after the clone was checked and before the pre-exchange
-# check.
+# deletes the window from the clone.  Holding that DELETE on the server
+# lets a writer slip in after the clone was checked and before the
+# pre-exchange check; the hold is released once the write is done.
+# Returns the held statement's pattern.
 sub hold_second_copy
 {
 	my ($gen) = @_;
 	# (the window is deleted in a scratch table, <generation>_del)
-	fault(pattern => "DELETE FROM `$db`.`${gen}_del`", mode => 'delay', ms => 3000, count => 1);
+	my $pattern = "DELETE FROM `$db`.`${gen}_del`";
+	fault(pattern => $pattern, mode => 'hold', count => 1);
+	return $pattern;
 }
 
 sub wait_build_check
 {
-	my ($seq, $t) = @_;
-	return wait_logged($seq, qr/countIf\(.*FROM `\Q$db\E`\.`\Q$t\E`/s);
+	my ($seq, $t, $held) = @_;
+	return wait_logged($seq, qr/countIf\(.*FROM `\Q$db\E`\.`\Q$t\E`/s)
+	  && wait_running(qr/^\Q$held\E/, 1, phase => 'holding');
 }
 
 {
@@ -129,10 +134,11 @@ sub wait_build_check
 	my $inv = new_uuid();
 	my $pre_uuid = uuid_of($t);
 	my $seq = ch_log_seq();
-	hold_second_copy(generation_name($route, $inv));
+	my $held = hold_second_copy(generation_name($route, $inv));
 	my $h = bg_psql(refresh_sql($route, $inv));
-	ok(wait_build_check($seq, $t), 'target written: the build checked the kept rows');
+	ok(wait_build_check($seq, $t, $held), 'target written: the build checked the kept rows');
 	ch_ok("INSERT INTO `$db`.`$t` VALUES (77, '2026-08-01 00:00:00', 'written by someone else')");
+	is(release($held), 1, 'target written: the DELETE is released after the write');
 	my $pre = ch_rows($t);
 	my ($rc, $out, $err) = bg_finish($h);
 	isnt($rc, 0, 'target written: the refresh fails');
@@ -160,10 +166,11 @@ for my $case ([ 'ddl', 'ADD COLUMN extra Nullable(Int32)' ],
 	my $pre = ch_rows($t);
 	my $pre_uuid = uuid_of($t);
 	my $seq = ch_log_seq();
-	hold_second_copy(generation_name($route, $inv));
+	my $held = hold_second_copy(generation_name($route, $inv));
 	my $h = bg_psql(refresh_sql($route, $inv));
-	ok(wait_build_check($seq, $t), "schema changed ($tag): the build checked the kept rows");
+	ok(wait_build_check($seq, $t, $held), "schema changed ($tag): the build checked the kept rows");
 	ch_ok("ALTER TABLE `$db`.`$t` $ddl");
+	is(release($held), 1, "schema changed ($tag): the DELETE is released after the change");
 	my $create = ch_ok("SELECT create_table_query FROM system.tables WHERE database = '$db' AND name = '$t'");
 	my ($rc, $out, $err) = bg_finish($h);
 	my $state = $tag eq 'ddl' ? '42804' : '55000';

@@ -19,6 +19,7 @@ use DpwinFixture qw(fault fresh_fixture drop_fixture new_event_route create_even
   after_refresh new_uuid route_id generation_name own_tables exchange_re exchanges bg_psql refresh_row_sql
   wait_logged hold_source release_source workers_held);
 use DpwinCrash qw(crash crash_in_request coordinator_pid state_of);
+use DpwinEndpoint qw(release);
 
 my $db = "t062_$$";
 my $schema = "t062_$$";
@@ -79,10 +80,12 @@ sub killed_in_exchange
 	my $pre_uuid = uuid_of($t);
 	my $inv = new_uuid();
 	my $seq = ch_log_seq();
-	fault(pattern => "EXCHANGE TABLES `$db`.`$t` AND", mode => 'delay', ms => 2500, count => 1);
+	fault(pattern => "EXCHANGE TABLES `$db`.`$t` AND", mode => 'hold', count => 1);
 	my $h = bg_psql(refresh_sql($route, $inv));
 	# After the intent, the EXCHANGE is the coordinator's only statement.
 	kill_in_request($inv, 'publishing', $h, $label, seq => $seq);
+	# The dead coordinator's EXCHANGE still runs on the server.
+	is(release("EXCHANGE TABLES `$db`.`$t` AND"), 1, "$label: the EXCHANGE is released after the crash");
 	ok(wait_logged($seq, exchange_re($t), answered => 1), "$label: $ran");
 	return ($route, $t, $inv, $pre, $pre_uuid);
 }
@@ -288,10 +291,11 @@ for my $how ('recover', 'abandon')
 	# The first ATTACH to the generation clones the target, the second
 	# attaches the staged parts: hold that one, in state verified.
 	fault(pattern => "ALTER TABLE `$db`.`$gen` ATTACH", mode => 'delay', ms => 1, count => 1);
-	fault(pattern => "ALTER TABLE `$db`.`$gen` ATTACH", mode => 'delay', ms => 2500, count => 1);
+	fault(pattern => "ALTER TABLE `$db`.`$gen` ATTACH", mode => 'hold', count => 1);
 	my $h = bg_psql(refresh_sql($route, $inv));
 	# Killed while it waits on that ATTACH, the generation cloned.
 	kill_in_request($inv, 'verified', $h, $label, seq => $seq0, after => qr/^CREATE TABLE `\Q$db\E`\.`\Q$gen\E`/);
+	is(release("ALTER TABLE `$db`.`$gen` ATTACH"), 1, "$label: the ATTACH is released after the crash");
 	# The dead coordinator's attach still runs on the server; let it end.
 	ok(wait_logged($seq0, qr/^ALTER TABLE `\Q$db\E`\.`\Q$gen\E` ATTACH .*_stg_/s, answered => 1),
 		"$label: its last statement has ended");

@@ -19,7 +19,9 @@ use strict;
 use warnings;
 use Test::More;
 use DpwinTest;
-use DpwinFixture qw(fresh_fixture drop_fixture pg_row_sql ch_row_sql sorted_lines multiset_is fault wait_logged);
+use DpwinFixture qw(fresh_fixture drop_fixture pg_row_sql ch_row_sql sorted_lines multiset_is fault wait_logged
+  new_uuid generation_name);
+use DpwinEndpoint qw(release wait_running);
 use IPC::Run qw(start finish timeout);
 
 my $tag = "t070_$$";
@@ -267,10 +269,11 @@ scenario(
 # The refresh in the background; returns a handle and the output refs.
 sub refresh_async
 {
-	my ($route) = @_;
+	my ($route, $inv) = @_;
 	my ($out, $err) = ('', '');
+	my $args = "'$route', '$hi'" . ($inv ? ", '$inv'" : '');
 	my $h = start [ 'psql', '-X', '-q', '-A', '-t', '-v', 'ON_ERROR_STOP=1', '-v', 'VERBOSITY=verbose', '-c',
-		"SELECT state, details->'evidence'->'generation' FROM dpwin_refresh('$route', '$hi')" ],
+		"SELECT state, details->'evidence'->'generation' FROM dpwin_refresh($args)" ],
 	  '>', \$out, '2>', \$err, timeout(120);
 	return ($h, \$out, \$err);
 }
@@ -279,7 +282,7 @@ my $tday = "`$db`.`by_day`";
 my $uuid_sql = "SELECT toString(uuid) FROM system.tables WHERE database = '$db' AND name = 'by_day'";
 
 # A cloned partition made of several parts, merged by OPTIMIZE while the
-# clone's parts check is held back: parts differ, rows do not.
+# clone's parts check is held on the server: parts differ, rows do not.
 {
 	ch_ok("INSERT INTO $tday VALUES (8800, '2026-09-03 01:00:00', 'merge me', 1)");
 	ch_ok("INSERT INTO $tday VALUES (8801, '2026-09-03 02:00:00', 'merge me', 2)");
@@ -287,10 +290,12 @@ my $uuid_sql = "SELECT toString(uuid) FROM system.tables WHERE database = '$db' 
 	cmp_ok(ch_ok("SELECT count() FROM system.parts WHERE database = '$db' AND table = 'by_day' AND active AND partition_id = '20260903'"),
 		'>=', 2, 'merge: partition 20260903 has several parts');
 	my $seq = ch_log_seq();
-	fault(pattern => 'hash_of_all_files', count => 1, mode => 'delay', ms => 3000);
+	fault(pattern => 'hash_of_all_files', count => 1, mode => 'hold');
 	my ($h, $out, $err) = refresh_async($r_day);
 	ok(wait_logged($seq, qr/ATTACH PARTITION ID '20260903'/), 'merge: partitions were cloned');
+	ok(wait_running(qr/hash_of_all_files/, 1, phase => 'holding'), 'merge: the parts check waits on the server');
 	ch_ok("OPTIMIZE TABLE $tday PARTITION ID '20260903' FINAL");
+	is(release('hash_of_all_files'), 1, 'merge: the parts check is released after the merge');
 	finish($h);
 	like($$out, qr/^completed\|.*"digest_checks": [1-9]/,
 		'merge: refresh completed, the merged partition was compared by digest') or diag($$err);
@@ -305,10 +310,12 @@ my $uuid_sql = "SELECT toString(uuid) FROM system.tables WHERE database = '$db' 
 # late row is kept, and published with the window.
 {
 	my $seq = ch_log_seq();
-	fault(pattern => 'hash_of_all_files', count => 1, mode => 'delay', ms => 3000);
+	fault(pattern => 'hash_of_all_files', count => 1, mode => 'hold');
 	my ($h, $out, $err) = refresh_async($r_day);
 	ok(wait_logged($seq, qr/ATTACH PARTITION ID '20260904'/), 'build: partitions were cloned');
+	ok(wait_running(qr/hash_of_all_files/, 1, phase => 'holding'), 'build: the parts check waits on the server');
 	ch_ok("INSERT INTO $tday VALUES (8900, '2026-09-04 01:00:00', 'late writer', 1)");
+	is(release('hash_of_all_files'), 1, 'build: the parts check is released after the write');
 	finish($h);
 	like($$out, qr/^completed\|/, 'build: the refresh completes') or diag("out: $$out err: $$err");
 	is(scalar(grep { $_->{query} =~ /^CREATE TABLE `\Q$db\E`\.`[^`]*_gen` AS/ } ch_log_since($seq)), 2,
@@ -326,11 +333,17 @@ my $uuid_sql = "SELECT toString(uuid) FROM system.tables WHERE database = '$db' 
 {
 	my $uuid = ch_ok($uuid_sql);
 	my $seq = ch_log_seq();
-	fault(pattern => "ATTACH", count => 1, mode => 'delay', ms => 1);
-	fault(pattern => "ATTACH", count => 1, mode => 'delay', ms => 3000);
-	my ($h, $out, $err) = refresh_async($r_day);
+	# The first ATTACH to the generation clones the target, the second
+	# attaches the staged parts: hold that one.
+	my $inv = new_uuid();
+	my $attach = "ALTER TABLE `$db`.`" . generation_name($r_day, $inv) . "` ATTACH";
+	fault(pattern => $attach, count => 1, mode => 'delay', ms => 1);
+	fault(pattern => $attach, count => 1, mode => 'hold');
+	my ($h, $out, $err) = refresh_async($r_day, $inv);
 	ok(wait_logged($seq, qr/^DELETE FROM `\Q$db\E`\.`[^`]*_gen/), 'publish: the window was deleted from the clone');
+	ok(wait_running(qr/^\Q$attach\E .*_stg_/s, 1, phase => 'holding'), 'publish: the attach of the staged parts waits on the server');
 	ch_ok("INSERT INTO $tday VALUES (8901, '2026-09-05 01:00:00', 'later writer', 1)");
+	is(release($attach), 1, 'publish: the attach is released after the write');
 	finish($h);
 	like($$err, qr/ERROR:\s+55000: target `\Q$db\E`\.`by_day` changed outside the window between generation build and publication/,
 		'publish: refused with 55000') or diag("out: $$out err: $$err");

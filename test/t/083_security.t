@@ -18,6 +18,7 @@ use Test::More;
 use IPC::Run qw(start finish timeout);
 use DpwinTest;
 use DpwinFixture qw(drop_roles pg_literal);
+use DpwinEndpoint qw(release);
 
 my $tag = "t083_$$";
 my $db = $tag;
@@ -120,7 +121,9 @@ is(ch_ok("SELECT count() FROM `$db`.`ev`"), "0\n", 'the target received no row f
 
 # ---- a refresh that runs, watched in pg_stat_activity ---------------------------------
 
-ch_control('POST', '/fault?pattern=INSERT&count=7&mode=delay&ms=400');
+# The first staging INSERT is held on the server, so that the workers are
+# there to be seen; it is released once they were.
+ch_control('POST', '/fault?pattern=INSERT&count=1&mode=hold');
 my ($out, $err) = ('', '');
 my $sql = as_role($owner, "SELECT state || '|' || invocation_id || '|' || details::text FROM dpwin_refresh('$route', '$end')");
 # (the statement goes in -c: a started psql would wait for a piped stdin
@@ -138,6 +141,7 @@ for (1 .. 5)
 {
 	$activity .= psql_ok("SELECT string_agg(a::text, E'\\n') FROM pg_stat_activity a") . "\n";
 }
+is(release('INSERT'), 1, 'the held INSERT is released');
 finish($h);
 ch_control('POST', '/faults/clear');
 push @seen, $out, $err, $activity;

@@ -12,9 +12,9 @@ use strict;
 use warnings;
 use Test::More;
 use DpwinTest;
-use DpwinFixture qw(fault bg_psql ch_rows);
+use DpwinFixture qw(fault bg_psql ch_rows uuid_of after_refresh);
 use DpwinCrash;
-use Time::HiRes qw(usleep);
+use DpwinEndpoint qw(release wait_running);
 
 my $db = "t110_$$";
 crash_setup($db);
@@ -37,13 +37,15 @@ for my $shape (sort keys %shapes)
 		my $s = scenario("clone_$shape", engine => $shapes{$shape});
 		my $seq = ch_log_seq();
 		my $gen = "$s->{prefix}gen";
-		fault(pattern => "countIf(", mode => 'delay', ms => 2500, count => 1);
+		fault(pattern => "countIf(", mode => 'hold', count => 1);
 		my $h = start_e2($s);
 		# (partitions that straddle the window go to a scratch table, gen_del)
 		ok(wait_answered($seq, qr/^ALTER TABLE `\Q$db\E`\.`\Q$gen\E(_del)?` ATTACH .* FROM `\Q$db\E`\.`\Q$s->{t}\E`/s),
 			"$s->{tag}: the target was cloned");
-		usleep(200_000);
+		ok(wait_running(qr/countIf\(/, 1, phase => 'holding'), "$s->{tag}: the count of the clone waits on the server");
 		crash([ coordinator_pid($s->{inv}) ], $h, $s->{tag});
+		# The dead coordinator's statement still runs on the server; let it end.
+		is(release('countIf('), 1, "$s->{tag}: released after the crash");
 		ok(wait_answered($seq, qr/countIf\(/), "$s->{tag}: its last statement has ended");
 		check_after_fault($s, which => 'old', state => 'extracting', outcome => '');
 		settle_and_check($s, 'expired');
@@ -67,11 +69,13 @@ for my $shape (sort keys %shapes)
 		my $s = scenario("delete_$shape", engine => $shapes{$shape});
 		my $seq = ch_log_seq();
 		my $gen = "$s->{prefix}gen";
-		fault(pattern => "DELETE FROM `$db`.`${gen}_del`", mode => 'delay', ms => 2500, count => 1);
+		fault(pattern => "DELETE FROM `$db`.`${gen}_del`", mode => 'hold', count => 1);
 		my $h = start_e2($s);
 		ok(wait_answered($seq, qr/countIf\(.*FROM `\Q$db\E`\.`\Q$s->{t}\E`/s), "$s->{tag}: the clone was counted");
-		usleep(200_000);
+		ok(wait_running(qr/^DELETE FROM `\Q$db\E`\.`\Q$gen\E_del`/, 1, phase => 'holding'),
+			"$s->{tag}: the DELETE waits on the server");
 		crash([ coordinator_pid($s->{inv}) ], $h, $s->{tag});
+		is(release("DELETE FROM `$db`.`${gen}_del`"), 1, "$s->{tag}: released after the crash");
 		ok(wait_answered($seq, qr/^DELETE FROM `\Q$db\E`\.`\Q$gen\E_del`/), "$s->{tag}: its last statement has ended");
 		check_after_fault($s, which => 'old', state => 'extracting', outcome => '');
 		settle_and_check($s, 'expired_new');
@@ -83,11 +87,13 @@ for my $shape (sort keys %shapes)
 		my $seq = ch_log_seq();
 		my $gen = "$s->{prefix}gen";
 		fault(pattern => "ALTER TABLE `$db`.`$gen` ATTACH", mode => 'delay', ms => 1, count => 1);
-		fault(pattern => "ALTER TABLE `$db`.`$gen` ATTACH", mode => 'delay', ms => 2500, count => 1);
+		fault(pattern => "ALTER TABLE `$db`.`$gen` ATTACH", mode => 'hold', count => 1);
 		my $h = start_e2($s);
 		ok(wait_until(sub { state_of($s->{inv}) eq 'verified' }, 60), "$s->{tag}: verified");
-		usleep(200_000);
+		ok(wait_running(qr/^ALTER TABLE `\Q$db\E`\.`\Q$gen\E` ATTACH .*_stg_/s, 1, phase => 'holding'),
+			"$s->{tag}: the attach of the staged parts waits on the server");
 		crash([ coordinator_pid($s->{inv}) ], $h, $s->{tag});
+		is(release("ALTER TABLE `$db`.`$gen` ATTACH"), 1, "$s->{tag}: released after the crash");
 		ok(wait_answered($seq, qr/^ALTER TABLE `\Q$db\E`\.`\Q$gen\E` ATTACH .*_stg_/s), "$s->{tag}: its last statement has ended");
 		check_after_fault($s, which => 'old', state => 'verified', outcome => '');
 		$seq = ch_log_seq();
@@ -100,16 +106,56 @@ for my $shape (sort keys %shapes)
 	{
 		my $s = scenario("exchange_$shape", engine => $shapes{$shape});
 		my $seq = ch_log_seq();
-		fault(pattern => "EXCHANGE TABLES `$db`.`$s->{t}` AND", mode => 'delay', ms => 2500, count => 1);
+		fault(pattern => "EXCHANGE TABLES `$db`.`$s->{t}` AND", mode => 'hold', count => 1);
 		my $h = start_e2($s);
 		ok(wait_until(sub { state_of($s->{inv}) eq 'publishing' }, 60), "$s->{tag}: publishing");
-		usleep(200_000);
+		ok(wait_running(qr/^EXCHANGE TABLES `\Q$db\E`\.`\Q$s->{t}\E` AND/, 1, phase => 'holding'),
+			"$s->{tag}: the EXCHANGE waits on the server");
 		crash([ coordinator_pid($s->{inv}) ], $h, $s->{tag});
+		is(release("EXCHANGE TABLES `$db`.`$s->{t}` AND"), 1, "$s->{tag}: released after the crash");
 		# The held EXCHANGE runs on the server after its coordinator died.
 		ok(wait_answered($seq, qr/^EXCHANGE TABLES `\Q$db\E`\.`\Q$s->{t}\E`/), "$s->{tag}: the EXCHANGE has ended");
 		check_after_fault($s, which => 'new', state => 'publishing', outcome => '');
 		settle_and_check($s, 'recover');
 	}
+}
+
+# --- a refresh that skips unchanged chunks, killed while the staged parts
+# are attached: E2 was published once, then one row of its first chunk
+# was added to the target behind dpwin's back, so only that chunk differs
+# from the source.  Recovery clones again, checks the skipped chunks
+# against the new clone and publishes what a full refresh would.
+for my $shape (sort keys %shapes)
+{
+	my $s = scenario("skip_$shape", engine => $shapes{$shape}, skip => 1);
+	is(psql_ok(refresh_sql($s->{route}, $E2)), 'completed', "$s->{tag}: window E2 published once");
+	ch_ok("INSERT INTO `$db`.`$s->{t}` VALUES (9, '2026-09-08 01:00:00', 'added behind dpwin')");
+	$s->{old} = ch_rows($s->{t});
+	$s->{new} = after_refresh($s->{old}, $E2);
+	$s->{pre_uuid} = uuid_of($s->{t});
+	my $seq = ch_log_seq();
+	my $gen = "$s->{prefix}gen";
+	# (the statement that attaches a staged part names its partition id,
+	# then the staging table)
+	my $staged = "' FROM `$db`.`$s->{prefix}stg_";
+	fault(pattern => $staged, mode => 'hold', count => 1);
+	my $h = start_e2($s);
+	ok(wait_running(qr/^ALTER TABLE `\Q$db\E`\.`\Q$gen\E` ATTACH .*_stg_/s, 1, phase => 'holding'),
+		"$s->{tag}: the attach of the staged parts waits on the server");
+	is(state_of($s->{inv}), 'verified', "$s->{tag}: verified");
+	is(psql_ok("SELECT string_agg(chunk_no || ':' || state, ',' ORDER BY chunk_no) FROM dpwin.chunk"
+		  . " WHERE invocation_id = '$s->{inv}'"), '0:verified,1:skipped,2:skipped,3:skipped',
+		"$s->{tag}: only the changed chunk was staged");
+	crash([ coordinator_pid($s->{inv}) ], $h, $s->{tag});
+	is(release($staged), 1, "$s->{tag}: released after the crash");
+	ok(wait_answered($seq, qr/^ALTER TABLE `\Q$db\E`\.`\Q$gen\E` ATTACH .*_stg_/s), "$s->{tag}: its last statement has ended");
+	check_after_fault($s, which => 'old', state => 'verified', outcome => '');
+	$seq = ch_log_seq();
+	settle_and_check($s, 'recover');
+	is(scalar(grep { $_->{query} =~ /FORMAT RowBinary/ } ch_log_since($seq)), 0,
+		"$s->{tag}: recovery extracted nothing");
+	is(psql_ok("SELECT metrics->>'skipped_chunks' FROM dpwin.evidence WHERE invocation_id = '$s->{inv}'"), 3,
+		"$s->{tag}: the evidence counts three skipped chunks");
 }
 
 crash_teardown();
