@@ -11,7 +11,8 @@
 #   restart-pg  immediate restart of PostgreSQL (crash tests)
 #   restart-ch  restart of the ClickHouse endpoint (data persists)
 #   env         print `export` lines for PGHOST, PGPORT, PGDATABASE, PGUSER,
-#               DPWIN_CH_URL, DPWIN_CH_USER, DPWIN_CH_PASSWORD,
+#               DPWIN_CH_URL, DPWIN_CH_USER (the admin account), DPWIN_CH_REFRESH_USER
+#               (the least-privileged one sandbox_ch maps to), DPWIN_CH_PASSWORD,
 #               DPWIN_CH_CONTROL_URL, DPWIN_PG, DPWIN_SANDBOX_DIR, and the
 #               server's side: DPWIN_PGDATA, DPWIN_PGBIN and PG_CONFIG (paths
 #               inside DPWIN_PG_CHROOT when that is set)
@@ -78,6 +79,7 @@ CHCPORT=${DPWIN_CH_CONTROL_PORT:-$((ch_port + 1))}
 PGDB=dpwin_test
 PGUSER_=postgres
 CHUSER=dpwin
+CHREFRESHUSER=dpwin_refresh
 BUILD=$SB/build
 
 log() { printf 'sandbox: %s\n' "$*" >&2; }
@@ -232,10 +234,12 @@ start_pg() {
 
 # The foreign server `sandbox_ch` for the endpoint, with a user mapping for
 # the sandbox's superuser only (a PUBLIC mapping would show the password to
-# every role with USAGE on the server).
+# every role with USAGE on the server).  It maps to the least-privileged
+# account, `dpwin_refresh` (test/ch_config.sh): the grants
+# docs/admission.md lists, so every refresh of the suite runs with them.
 create_server() {
 	psql -h "$SB/run" -p "$PGPORT_" -U $PGUSER_ -d $PGDB -q -v ON_ERROR_STOP=1 \
-		-v url="http://127.0.0.1:$CHPORT" -v chuser="$CHUSER" \
+		-v url="http://127.0.0.1:$CHPORT" -v chuser="$CHREFRESHUSER" \
 		-v chpassword="$(cat "$SB/ch_password")" >/dev/null <<'SQL'
 SELECT NOT EXISTS (SELECT 1 FROM pg_foreign_server WHERE srvname = 'sandbox_ch') AS create_it \gset
 \if :create_it
@@ -303,6 +307,7 @@ export PGDATABASE='$PGDB'
 export PGUSER='$PGUSER_'
 export DPWIN_CH_URL='http://127.0.0.1:$CHPORT'
 export DPWIN_CH_USER='$CHUSER'
+export DPWIN_CH_REFRESH_USER='$CHREFRESHUSER'
 export DPWIN_CH_PASSWORD='$(cat "$SB/ch_password" 2>/dev/null)'
 export DPWIN_CH_CONTROL_URL='http://127.0.0.1:$CHCPORT'
 export DPWIN_SANDBOX='$SB'

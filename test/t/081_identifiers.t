@@ -92,7 +92,7 @@ pg("DROP SCHEMA IF EXISTS " . pg_ident($schema) . " CASCADE;
 	INSERT INTO public.$pg_canary VALUES (1), (2), (3);
 	CREATE SERVER $srv FOREIGN DATA WRAPPER dpwin_clickhouse OPTIONS (url " . pg_literal($ENV{DPWIN_CH_URL}) . ");
 	CREATE USER MAPPING FOR CURRENT_USER SERVER $srv
-		OPTIONS (user " . pg_literal($ENV{DPWIN_CH_USER}) . ", password " . pg_literal($ENV{DPWIN_CH_PASSWORD}) . ");");
+		OPTIONS (user " . pg_literal($ENV{DPWIN_CH_REFRESH_USER}) . ", password " . pg_literal($ENV{DPWIN_CH_PASSWORD}) . ");");
 
 my $pg_before = pg_objects();
 my $ch_before = ch_objects();

@@ -92,7 +92,7 @@ psql_ok("DROP SCHEMA IF EXISTS $schema CASCADE;
 	GRANT SELECT (id, observed_at, note) ON $schema.ev TO $nocol;");
 # the mappings, each in a statement of its own that succeeds (PostgreSQL
 # itself would log a failing statement with its text)
-psql_ok("CREATE USER MAPPING FOR PUBLIC SERVER $srv OPTIONS (user " . pg_literal($ENV{DPWIN_CH_USER}) . ", password " . pg_literal($real_pw) . ")");
+psql_ok("CREATE USER MAPPING FOR PUBLIC SERVER $srv OPTIONS (user " . pg_literal($ENV{DPWIN_CH_REFRESH_USER}) . ", password " . pg_literal($real_pw) . ")");
 psql_ok("CREATE USER MAPPING FOR PUBLIC SERVER $bad_srv OPTIONS (user " . pg_literal($ENV{DPWIN_CH_USER}) . ", password " . pg_literal($wrong_pw) . ")");
 psql_ok(as_role($owner, "SELECT dpwin.create_route('$route', '$schema.ev', 'observed_at', '$srv', '$db', 'ev', '7 days', '1 day', parallelism => 2);
 	SELECT dpwin.create_route('$bad_route', '$schema.ev', 'observed_at', '$bad_srv', '$db', 'ev_bad', '7 days', '1 day')"));

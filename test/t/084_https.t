@@ -102,7 +102,7 @@ psql_ok("DROP SCHEMA IF EXISTS $schema CASCADE;
 	  FROM generate_series(1, 600) g;
 	INSERT INTO $schema.ev SELECT * FROM $schema.ev WHERE id % 10 = 0;
 	CREATE SERVER $srv FOREIGN DATA WRAPPER dpwin_clickhouse OPTIONS (url '$https', connect_timeout '5s');");
-psql_ok("CREATE USER MAPPING FOR CURRENT_USER SERVER $srv OPTIONS (user " . pg_literal($ENV{DPWIN_CH_USER})
+psql_ok("CREATE USER MAPPING FOR CURRENT_USER SERVER $srv OPTIONS (user " . pg_literal($ENV{DPWIN_CH_REFRESH_USER})
 	  . ", password " . pg_literal($ENV{DPWIN_CH_PASSWORD}) . ")");
 psql_ok("SELECT dpwin.create_route('$route', '$schema.ev', 'observed_at', '$srv', '$db', 'ev', '7 days', '1 day', parallelism => 3)");
 is(psql_ok("SELECT verify_peer FROM dpwin.server_conf('$srv')"), 't', 'verify_peer is on by default');

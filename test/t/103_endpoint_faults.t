@@ -47,7 +47,7 @@ my $slow = "${db}_slow";
 psql_ok("CREATE SERVER $slow FOREIGN DATA WRAPPER dpwin_clickhouse"
 	  . " OPTIONS (url '$ENV{DPWIN_CH_URL}', request_timeout '1500ms');
 	CREATE USER MAPPING FOR CURRENT_USER SERVER $slow
-	  OPTIONS (user '$ENV{DPWIN_CH_USER}', password '$ENV{DPWIN_CH_PASSWORD}');");
+	  OPTIONS (user '$ENV{DPWIN_CH_REFRESH_USER}', password '$ENV{DPWIN_CH_PASSWORD}');");
 
 sub hold_exchange
 {
