@@ -312,12 +312,12 @@ sub wait_answered
 
 # SIGKILL the coordinator $pid of invocation $inv, running in the bg_psql
 # session $h, while it waits for the answer to a statement that the
-# endpoint holds back (a delay fault): once the query log shows a statement
+# endpoint holds (a hold fault): once the query log shows a statement
 # matching $o{after} answered since $o{seq} (if given), and the coordinator
 # is blocked in poll(2) (DpwinFixture::waits_for_http) at two looks with a
 # read of the query log between them that shows no new answer to the
 # invocation's statements -- so it is not a quick statement about to be
-# answered.  The delay only has to outlast these looks.
+# answered.  The test releases the hold after the crash.
 sub crash_in_request
 {
 	my ($pid, $inv, $h, $label, %o) = @_;
