@@ -7,9 +7,23 @@
 # non-zero on any failure or any skipped test.
 #
 #   DPWIN_PG     the majors, in order (default "15"), e.g. "15 17 18 19"
+#   DPWIN_SIDE_BY_SIDE=1
+#                the majors after the first run side by side, once the
+#                first is done; each one's output is printed when it ends
+#   DPWIN_TAP_OTHER
+#                the TAP files to run on the majors other than 15, as file
+#                names or their number prefixes ("060 062 100"); by
+#                default the same TAP files as on 15
 #   DPWIN_SANDBOX_DIR, DPWIN_PGPORT, DPWIN_CH_PORT, DPWIN_CH_CONTROL_PORT
-#                as for test/sandbox.sh; with several majors, each major M
-#                gets the folder "$DPWIN_SANDBOX_DIR-M"
+#                as for test/sandbox.sh; with several majors, the major
+#                of rank i (from 0) gets the folder "$DPWIN_SANDBOX_DIR-M"
+#                and each port given plus 10 * i (unset, each major has
+#                ports of its own)
+#
+# The chroots of the majors after the first (test/pg/chroot.sh) are made in
+# the background while the first major's suite runs, each waited for just
+# before its major starts: making them needs the network and the disk more
+# than the CPU, and it is one to three minutes per major.
 #
 # The TAP files that schedule jobs with pg_cron are left out, with a line
 # saying so, on a major that has no pg_cron package (test/pg/majors.sh).
@@ -24,8 +38,32 @@ cd "$ROOT"
 majors=${DPWIN_PG:-15}
 for m in $majors; do pg_major_spec "$m" >/dev/null || exit 2; done
 nmajors=$(wc -w <<<"$majors")
+tap_args=("$@")
 if [ $# -gt 0 ]; then tap_files=("$@"); else tap_files=(test/t/*.t); fi
 base_sb=${DPWIN_SANDBOX_DIR:-}
+base_ports=("${DPWIN_PGPORT:-}" "${DPWIN_CH_PORT:-}" "${DPWIN_CH_CONTROL_PORT:-}")
+side_by_side=${DPWIN_SIDE_BY_SIDE:-0}
+# set when this run is one major of a side-by-side run: where its summary goes
+summary_file=${DPWIN_CHECK_SUMMARY:-}
+unset DPWIN_CHECK_SUMMARY
+
+# DPWIN_TAP_OTHER, resolved to files now, so that a misspelt entry fails
+# before anything runs rather than after the first major.
+tap_other=()
+if [ -n "${DPWIN_TAP_OTHER:-}" ]; then
+	for t in $DPWIN_TAP_OTHER; do
+		if [ -f "$t" ]; then
+			tap_other+=("$t")
+			continue
+		fi
+		matches=(test/t/"$t"_*.t)
+		if [ ${#matches[@]} -ne 1 ] || [ ! -f "${matches[0]}" ]; then
+			echo "check: DPWIN_TAP_OTHER: '$t' names no single TAP file of test/t" >&2
+			exit 2
+		fi
+		tap_other+=("${matches[0]}")
+	done
+fi
 
 status=0
 summary=()
@@ -67,9 +105,13 @@ show_diffs() {
 }
 
 run_tap() {
-	local files=() f tap_log rc=0
+	local files=() f tap_log rc=0 chosen=("${tap_files[@]}")
 	pg_major_spec "$major"
-	for f in "${tap_files[@]}"; do
+	if [ "$major" != 15 ] && [ ${#tap_other[@]} -gt 0 ]; then
+		chosen=("${tap_other[@]}")
+		echo "check: PostgreSQL $major runs ${#chosen[@]} of the TAP files (DPWIN_TAP_OTHER)"
+	fi
+	for f in "${chosen[@]}"; do
 		if [ "$PG_CRON" = 0 ] && grep -q 'cron\.schedule' "$f"; then
 			echo "check: $f not run on PostgreSQL $major: it schedules pg_cron jobs, and no pg_cron package exists for $major"
 			continue
@@ -88,23 +130,46 @@ run_tap() {
 	return $rc
 }
 
+# sandbox_of MAJOR: its sandbox folder
+sandbox_of() {
+	if [ -z "$base_sb" ]; then
+		# the folder test/sandbox.sh would choose by default
+		if [ "$1" = 15 ]; then echo "$ROOT/test/.sandbox"; else echo "$ROOT/test/.sandbox-$1"; fi
+	elif [ "$nmajors" -eq 1 ]; then
+		echo "$base_sb"
+	else
+		echo "$base_sb-$1"
+	fi
+}
+
+# export_ports MAJOR: the ports asked for, shifted by the major's rank, so
+# that side-by-side majors never share one.
+export_ports() {
+	local rank=0 m i
+	local names=(DPWIN_PGPORT DPWIN_CH_PORT DPWIN_CH_CONTROL_PORT)
+	for m in $majors; do
+		[ "$m" = "$1" ] && break
+		rank=$((rank + 1))
+	done
+	for i in 0 1 2; do
+		[ -z "${base_ports[$i]}" ] || export "${names[$i]}=$((base_ports[i] + 10 * rank))"
+	done
+}
+
 check_major() {
 	local sb t0 ok=1
 	t0=$(date +%s)
-	# the folder test/sandbox.sh would choose by default
-	if [ -z "$base_sb" ]; then
-		if [ "$major" = 15 ]; then sb=$ROOT/test/.sandbox; else sb=$ROOT/test/.sandbox-$major; fi
-	elif [ "$nmajors" -eq 1 ]; then
-		sb=$base_sb
-	else
-		sb=$base_sb-$major
-	fi
+	sb=$(sandbox_of "$major")
 	echo "== PostgreSQL $major"
+	if [ -n "${chroot_pid[$major]:-}" ] && ! part chroot wait_chroot; then
+		return 0
+	fi
 	# A throwaway cluster and engine data per run; the folder's previous
 	# sandbox, of whatever major, is stopped first.
 	DPWIN_PG='' DPWIN_SANDBOX_DIR=$sb test/sandbox.sh stop >/dev/null 2>&1 || true
 	rm -rf "${sb:?}/pg" "$sb/ch" "$sb/run" "$sb"/*.log "$sb/pg_major"
 	export DPWIN_PG=$major DPWIN_SANDBOX_DIR=$sb
+	export_ports "$major"
 	current_sb=$sb
 	if ! part start test/sandbox.sh start; then
 		tail -50 "$sb/run/postgresql.log" >&2 2>/dev/null || true
@@ -126,15 +191,121 @@ check_major() {
 	summary+=("$(printf '%-3s %-10s %-7s %s' "$major" "(all)" "$([ $ok = 1 ] && echo passed || echo FAILED)" "$(elapsed "$t0")")")
 }
 
-# An interrupted run stops the sandbox it was using.
+# The chroot makers started in the background, by major, with their logs.
+declare -A chroot_pid chroot_log
+
+# start_chroots: start making the chroots of the majors after the first,
+# those missing.  debootstrap is installed on the machine first, in the
+# foreground: the first major's sandbox installs its packages with apt-get,
+# and two apt-get runs on one machine cannot overlap.
+start_chroots() {
+	local m first=1
+	for m in $majors; do
+		[ $first = 1 ] && { first=0; continue; }
+		pg_major_spec "$m"
+		[ -n "$PG_SUITE" ] || continue
+		if ! command -v debootstrap >/dev/null; then
+			echo "check: installing debootstrap"
+			DEBIAN_FRONTEND=noninteractive apt-get update -qq
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
+		fi
+		mkdir -p "$ROOT/test/.pg"
+		chroot_log[$m]=$ROOT/test/.pg/$m.make.log
+		echo "check: the PostgreSQL $m chroot is made, if missing, in the background (log: test/.pg/$m.make.log)"
+		# a process group of its own, so that an interrupted run can end
+		# the maker with its debootstrap and apt-get
+		setsid bash -c 't0=$(date +%s); test/pg/chroot.sh ensure "$1" || exit
+			s=$(($(date +%s) - t0)); printf "check: PostgreSQL %s chroot ready in %d:%02d\n" "$1" $((s / 60)) $((s % 60))' \
+			_ "$m" >"${chroot_log[$m]}" 2>&1 &
+		chroot_pid[$m]=$!
+	done
+}
+
+# wait_chroot: the chroot of $major, made in the background, is ready.
+wait_chroot() {
+	local pid=${chroot_pid[$major]:-}
+	[ -n "$pid" ] || return 0
+	unset "chroot_pid[$major]"
+	if ! wait "$pid"; then
+		echo "check: making the PostgreSQL $major chroot failed:" >&2
+		tail -30 "${chroot_log[$major]}" >&2
+		return 1
+	fi
+	grep '^check: ' "${chroot_log[$major]}" || true
+}
+
+# The majors run side by side: pid, by major, of the check.sh of each one.
+declare -A side_pid
+
+# run_side_by_side MAJOR...: each major in a check.sh of its own, in a
+# process group of its own (so that an interrupted run can end it), its
+# output kept in a file and printed, major after major, as each ends.
+run_side_by_side() {
+	local logs m t0
+	t0=$(date +%s)
+	logs=$(mktemp -d)
+	for major in "$@"; do
+		if [ -n "${chroot_pid[$major]:-}" ] && ! part chroot wait_chroot; then
+			continue
+		fi
+		(
+			export_ports "$major"
+			exec setsid env DPWIN_PG="$major" DPWIN_SANDBOX_DIR="$(sandbox_of "$major")" \
+				DPWIN_SIDE_BY_SIDE=0 DPWIN_CHECK_SUMMARY="$logs/$major.summary" \
+				bash test/check.sh ${tap_args[@]+"${tap_args[@]}"} >"$logs/$major.log" 2>&1
+		) &
+		side_pid[$major]=$!
+	done
+	echo "== PostgreSQL $*: side by side"
+	for m in "$@"; do
+		[ -n "${side_pid[$m]:-}" ] || continue
+		wait "${side_pid[$m]}" || status=1
+		unset "side_pid[$m]"
+		cat "$logs/$m.log"
+		[ -f "$logs/$m.summary" ] || {
+			status=1
+			summary+=("$(printf '%-3s %-10s %s' "$m" "(all)" "FAILED")")
+			continue
+		}
+		mapfile -t -O ${#summary[@]} summary <"$logs/$m.summary"
+	done
+	rm -rf "$logs"
+	summary+=("$(printf '%s side by side: %s' "$*" "$(elapsed "$t0")")")
+}
+
+# An interrupted run stops the sandboxes it was using, and the chroot
+# makers and side-by-side runs it started.
 current_sb=
-trap '[ -z "$current_sb" ] || DPWIN_PG="" DPWIN_SANDBOX_DIR=$current_sb test/sandbox.sh stop' EXIT
+on_exit() {
+	local pid m
+	for pid in "${chroot_pid[@]}"; do kill -- "-$pid" 2>/dev/null || true; done
+	for m in "${!side_pid[@]}"; do
+		kill -- "-${side_pid[$m]}" 2>/dev/null || true
+		# that run stops its sandbox too, as it ends: whichever comes second
+		# finds nothing to stop
+		DPWIN_PG="" DPWIN_SANDBOX_DIR=$(sandbox_of "$m") test/sandbox.sh stop >/dev/null 2>&1 || true
+	done
+	[ -z "$current_sb" ] || DPWIN_PG="" DPWIN_SANDBOX_DIR=$current_sb test/sandbox.sh stop
+}
+trap on_exit EXIT
 
 t_all=$(date +%s)
-for major in $majors; do
+start_chroots
+if [ "$side_by_side" = 1 ] && [ "$nmajors" -gt 1 ]; then
+	read -r major rest <<<"$majors"
 	check_major
-done
+	# shellcheck disable=SC2086
+	run_side_by_side $rest
+else
+	for major in $majors; do
+		check_major
+	done
+fi
 
+if [ -n "$summary_file" ]; then
+	printf '%s\n' "${summary[@]}" >"$summary_file"
+	exit $status
+fi
 echo "== elapsed"
 printf '%s\n' "${summary[@]}"
 echo "all majors: $(elapsed "$t_all")"
