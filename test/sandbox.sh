@@ -237,15 +237,23 @@ start_pg() {
 # every role with USAGE on the server).  It maps to the least-privileged
 # account, `dpwin_refresh` (test/ch_config.sh): the grants
 # docs/admission.md lists, so every refresh of the suite runs with them.
+# `sandbox_ch_admin` maps to the admin account, for what the tests prepare
+# in ClickHouse through SQL (databases, tables, rows: the isolation specs).
 create_server() {
 	psql -h "$SB/run" -p "$PGPORT_" -U $PGUSER_ -d $PGDB -q -v ON_ERROR_STOP=1 \
-		-v url="http://127.0.0.1:$CHPORT" -v chuser="$CHREFRESHUSER" \
+		-v url="http://127.0.0.1:$CHPORT" -v chuser="$CHREFRESHUSER" -v chadmin="$CHUSER" \
 		-v chpassword="$(cat "$SB/ch_password")" >/dev/null <<'SQL'
 SELECT NOT EXISTS (SELECT 1 FROM pg_foreign_server WHERE srvname = 'sandbox_ch') AS create_it \gset
 \if :create_it
 CREATE SERVER sandbox_ch FOREIGN DATA WRAPPER dpwin_clickhouse OPTIONS (url :'url');
 CREATE USER MAPPING FOR CURRENT_USER SERVER sandbox_ch
 	OPTIONS (user :'chuser', password :'chpassword');
+\endif
+SELECT NOT EXISTS (SELECT 1 FROM pg_foreign_server WHERE srvname = 'sandbox_ch_admin') AS create_it \gset
+\if :create_it
+CREATE SERVER sandbox_ch_admin FOREIGN DATA WRAPPER dpwin_clickhouse OPTIONS (url :'url');
+CREATE USER MAPPING FOR CURRENT_USER SERVER sandbox_ch_admin
+	OPTIONS (user :'chadmin', password :'chpassword');
 \endif
 SQL
 }
