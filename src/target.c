@@ -299,7 +299,6 @@ dpwin_target_chunk_digests(ChClient *client, const DpwinTargetInfo *target,
 	char	   *w = ch_quote_ident(window_column);
 	DpwinChunkBounds *first = linitial(chunks);
 	DpwinChunkBounds *last = llast(chunks);
-	ListCell   *lc;
 	char	   *answer;
 	char	   *line;
 	char	   *save;
@@ -307,27 +306,19 @@ dpwin_target_chunk_digests(ChClient *client, const DpwinTargetInfo *target,
 
 	/*
 	 * One statement, so that every chunk is digested from one generation of
-	 * the table.  A row's chunk is the first whose upper bound lies above
-	 * it; the alias is prefixed so that it cannot shadow a column.  Chunks
-	 * of one width, end to end (a window's: the last one may be shorter),
-	 * are numbered by dividing the row's microseconds, exact because the
-	 * window column is DateTime64(p <= 6) (admission): searching the bounds
-	 * costs as much as the digest itself on a window of 30 chunks.
+	 * the table.  The chunks are a window's (one width, end to end, the last
+	 * one possibly shorter): a row's chunk is a division of its
+	 * microseconds, exact because the window column is DateTime64(p <= 6)
+	 * (admission), where searching the bounds would cost as much as the
+	 * digest itself.  The alias is prefixed so that it cannot shadow a
+	 * column.
 	 */
+	if (!chunks_uniform(chunks))
+		elog(ERROR, "chunk digests need the chunks of one window");
 	initStringInfo(&sql);
-	if (chunks_uniform(chunks))
-		appendStringInfo(&sql, "SELECT intDiv(toUnixTimestamp64Micro(%s) - toInt64(" INT64_FORMAT
-						 "), toInt64(" INT64_FORMAT ")) + 1",
-						 w, bound_unix_usecs(first->lo, "lower"), first->hi - first->lo);
-	else
-	{
-		appendStringInfo(&sql, "SELECT arrayFirstIndex(__dpwin_b -> %s < __dpwin_b, [", w);
-		foreach(lc, chunks)
-			appendStringInfo(&sql, "%s%s", foreach_current_index(lc) ? ", " : "",
-							 dpwin_target_bound_sql(((DpwinChunkBounds *) lfirst(lc))->hi, "upper"));
-		appendStringInfoChar(&sql, ']');
-		appendStringInfoChar(&sql, ')');
-	}
+	appendStringInfo(&sql, "SELECT intDiv(toUnixTimestamp64Micro(%s) - toInt64(" INT64_FORMAT
+					 "), toInt64(" INT64_FORMAT ")) + 1",
+					 w, bound_unix_usecs(first->lo, "lower"), first->hi - first->lo);
 	appendStringInfo(&sql, " AS __dpwin_chunk, %s FROM %s WHERE %s >= %s AND %s < %s"
 					 " GROUP BY __dpwin_chunk ORDER BY __dpwin_chunk FORMAT TabSeparated",
 					 dpwin_digest_ch_select_list(key, target->quoted_columns),

@@ -73,7 +73,8 @@ extern void dpwin_target_digest_answer(char *answer, const DpwinTargetInfo *targ
 
 /*
  * Digest of the rows of db.table in each chunk (a List of
- * DpwinChunkBounds, contiguous and in order), all in one statement: out[i]
+ * DpwinChunkBounds: a window's chunks, as dpwin_window_chunks() makes
+ * them), all in one statement: out[i]
  * for chunk i, empty for a chunk without rows.
  */
 extern void dpwin_target_chunk_digests(ChClient *client,

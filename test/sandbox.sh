@@ -240,20 +240,21 @@ start_pg() {
 # `sandbox_ch_admin` maps to the admin account, for what the tests prepare
 # in ClickHouse through SQL (databases, tables, rows: the isolation specs).
 create_server() {
+	create_server_as sandbox_ch "$CHREFRESHUSER"
+	create_server_as sandbox_ch_admin "$CHUSER"
+}
+
+# create_server_as NAME CHUSER: the server NAME for the endpoint, mapped to
+# the ClickHouse account CHUSER, unless it exists.
+create_server_as() {
 	psql -h "$SB/run" -p "$PGPORT_" -U $PGUSER_ -d $PGDB -q -v ON_ERROR_STOP=1 \
-		-v url="http://127.0.0.1:$CHPORT" -v chuser="$CHREFRESHUSER" -v chadmin="$CHUSER" \
+		-v url="http://127.0.0.1:$CHPORT" -v name="$1" -v chuser="$2" \
 		-v chpassword="$(cat "$SB/ch_password")" >/dev/null <<'SQL'
-SELECT NOT EXISTS (SELECT 1 FROM pg_foreign_server WHERE srvname = 'sandbox_ch') AS create_it \gset
+SELECT NOT EXISTS (SELECT 1 FROM pg_foreign_server WHERE srvname = :'name') AS create_it \gset
 \if :create_it
-CREATE SERVER sandbox_ch FOREIGN DATA WRAPPER dpwin_clickhouse OPTIONS (url :'url');
-CREATE USER MAPPING FOR CURRENT_USER SERVER sandbox_ch
+CREATE SERVER :"name" FOREIGN DATA WRAPPER dpwin_clickhouse OPTIONS (url :'url');
+CREATE USER MAPPING FOR CURRENT_USER SERVER :"name"
 	OPTIONS (user :'chuser', password :'chpassword');
-\endif
-SELECT NOT EXISTS (SELECT 1 FROM pg_foreign_server WHERE srvname = 'sandbox_ch_admin') AS create_it \gset
-\if :create_it
-CREATE SERVER sandbox_ch_admin FOREIGN DATA WRAPPER dpwin_clickhouse OPTIONS (url :'url');
-CREATE USER MAPPING FOR CURRENT_USER SERVER sandbox_ch_admin
-	OPTIONS (user :'chadmin', password :'chpassword');
 \endif
 SQL
 }
