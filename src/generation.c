@@ -60,18 +60,6 @@
 #define CH_UNKNOWN_SETTING	115
 #define CH_PROJECTION_NOT_USED	584
 
-/*
- * Queries that select partitions by _partition_id run with
- * optimize_move_to_prewhere = 0: with the automatic move to PREWHERE the
- * server weighs every part of the table (about a millisecond each) before
- * the partition condition drops the parts it excludes.
- */
-#define PARTITION_QUERY_SETTINGS "optimize_move_to_prewhere = 0"
-
-/* Microseconds from the Unix epoch to PostgreSQL's. */
-#define UNIX_TO_PG_USECS \
-	((int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY)
-
 typedef enum PartClass
 {
 	PART_OUTSIDE,				/* no row inside the ranges */
@@ -161,7 +149,7 @@ read_bound(const char *field, TimestampTz *ts)
 {
 	if (field[0] == '\0')
 		return false;
-	*ts = pg_strtoint64(field) - UNIX_TO_PG_USECS;
+	*ts = pg_strtoint64(field) - DPWIN_UNIX_TO_PG_USECS;
 	return true;
 }
 
@@ -189,8 +177,9 @@ classify_part(List *ranges, bool has_min, TimestampTz min,
 }
 
 /*
- * The partitions of db.table judged from their parts' minmax indexes, or
- * NIL with *why_not set when the server cannot answer from metadata.
+ * The partitions of db.table judged from the minimum and maximum window
+ * value of each part's rows (rows a lightweight DELETE removed do not
+ * count); *why_not says why the window column had to be read, when it had.
  */
 static List *
 classify_partitions(ChClient *client, const DpwinTargetInfo *target,
@@ -205,8 +194,14 @@ classify_partitions(ChClient *client, const DpwinTargetInfo *target,
 	ChHttpReply reply;
 	ChHttpStatus status;
 	bool		implicit_setting = true;
+	bool		force = true;
 
-	/* Aliases are prefixed so that they cannot shadow a target column. */
+	/*
+	 * From the parts' minmax indexes (the implicit _minmax_count_projection)
+	 * where the server can answer from them for every part; else, with
+	 * *why_not set, by reading the window column, which is exact as well.
+	 * Aliases are prefixed so that they cannot shadow a target column.
+	 */
 	for (;;)
 	{
 		query = psprintf("SELECT __dpwin_p, __dpwin_n, toUnixTimestamp64Micro(__dpwin_min),"
@@ -215,9 +210,10 @@ classify_partitions(ChClient *client, const DpwinTargetInfo *target,
 						 "min(%s) AS __dpwin_min, max(%s) AS __dpwin_max "
 						 "FROM %s GROUP BY __dpwin_p, __dpwin_part) "
 						 "ORDER BY __dpwin_p "
-						 "SETTINGS force_optimize_projection = 1%s "
+						 "SETTINGS force_optimize_projection = %d%s "
 						 "FORMAT TabSeparated",
 						 w, w, ch_qualified_name(target->database, target->table),
+						 force ? 1 : 0,
 						 implicit_setting ? ", optimize_use_implicit_projections = 1" : "");
 		status = ch_try(client, query, ch_next_query_id(client, "parts"),
 						NULL, NULL, &reply);
@@ -228,14 +224,20 @@ classify_partitions(ChClient *client, const DpwinTargetInfo *target,
 			implicit_setting = false;
 			continue;
 		}
+		if (status == CHHTTP_SERVER_ERROR &&
+			reply.exception_code == CH_PROJECTION_NOT_USED && force)
+		{
+			/*
+			 * Parts with lightweight-deleted rows (every refresh whose
+			 * window bound falls inside a partition publishes some), or a
+			 * partition key without the window column.
+			 */
+			*why_not = psprintf("the server cannot read the minmax index of %s (_minmax_count_projection not used)",
+								ch_qualified_name(target->database, target->table));
+			force = false;
+			continue;
+		}
 		break;
-	}
-	if (status == CHHTTP_SERVER_ERROR &&
-		reply.exception_code == CH_PROJECTION_NOT_USED)
-	{
-		*why_not = psprintf("the server cannot read the minmax index of %s (_minmax_count_projection not used)",
-							ch_qualified_name(target->database, target->table));
-		return NIL;
 	}
 	if (status != CHHTTP_OK)
 		ch_report(status, &reply,
@@ -271,34 +273,6 @@ classify_partitions(ChClient *client, const DpwinTargetInfo *target,
 			cur->class = PART_MIXED;
 		cur->parts++;
 		cur->rows += pg_strtoint64(ch_row_field(row, 1));
-	}
-	return result;
-}
-
-/* Every partition of the target, unjudged: each may hold anything. */
-static List *
-all_partitions(ChClient *client, const DpwinTargetInfo *target)
-{
-	List	   *rows;
-	List	   *result = NIL;
-	ListCell   *lc;
-
-	rows = ch_parse_tsv(ch_exec(client,
-								psprintf("SELECT partition_id, count(), sum(rows) FROM system.parts"
-										 " WHERE database = %s AND `table` = %s AND active"
-										 " GROUP BY partition_id ORDER BY partition_id",
-										 ch_quote_literal(target->database),
-										 ch_quote_literal(target->table))));
-	foreach(lc, rows)
-	{
-		List	   *row = (List *) lfirst(lc);
-		PartitionMeta *p = palloc0(sizeof(PartitionMeta));
-
-		p->id = pstrdup(ch_row_field(row, 0));
-		p->parts = pg_strtoint64(ch_row_field(row, 1));
-		p->rows = pg_strtoint64(ch_row_field(row, 2));
-		p->class = PART_MIXED;
-		result = lappend(result, p);
 	}
 	return result;
 }
@@ -444,32 +418,36 @@ digest_partitions(ChClient *client, const DpwinTargetInfo *target,
 				  const char *table, List *only, const char *where_sql,
 				  const DpwinDigestKey *key, DpwinDigest *out)
 {
-	StringInfoData sql;
+	StringInfoData where;
 
-	initStringInfo(&sql);
-	appendStringInfo(&sql, "SELECT %s FROM %s WHERE 1",
-					 dpwin_digest_ch_select_list(key, target->quoted_columns),
-					 ch_qualified_name(target->database, table));
+	initStringInfo(&where);
+	appendStringInfoString(&where, "1");
 	if (only != NIL)
-		appendStringInfo(&sql, " AND _partition_id IN %s", literal_list(only));
+		appendStringInfo(&where, " AND _partition_id IN %s", literal_list(only));
 	if (where_sql != NULL)
-		appendStringInfo(&sql, " AND %s", where_sql);
-	appendStringInfoString(&sql, " SETTINGS " PARTITION_QUERY_SETTINGS);
-	dpwin_target_digest_answer(ch_exec(client, sql.data), target, table, out);
+		appendStringInfo(&where, " AND %s", where_sql);
+	dpwin_target_digest(client, target, table, where.data,
+						DPWIN_TARGET_SCAN_SETTINGS, key, out);
 }
 
-/* Rows of db.table inside and outside the ranges, on the window column. */
+/*
+ * Rows of db.table inside and outside the ranges, on the window column,
+ * leaving out the partitions in `skip` (NIL: none).
+ */
 static void
 count_ranges(ChClient *client, const char *database, const char *table,
-			 const char *ranges_sql, int64 *inside, int64 *outside)
+			 const char *ranges_sql, List *skip, int64 *inside, int64 *outside)
 {
 	List	   *rows;
 	List	   *row;
 
 	rows = ch_parse_tsv(ch_exec(client,
-								psprintf("SELECT countIf(%s), count() - countIf(%s) FROM %s",
+								psprintf("SELECT countIf(%s), count() - countIf(%s) FROM %s%s%s"
+										 " SETTINGS " DPWIN_TARGET_SCAN_SETTINGS,
 										 ranges_sql, ranges_sql,
-										 ch_qualified_name(database, table))));
+										 ch_qualified_name(database, table),
+										 skip != NIL ? " WHERE _partition_id NOT IN " : "",
+										 skip != NIL ? literal_list(skip) : "")));
 	row = rows != NIL ? (List *) linitial(rows) : NIL;
 	if (list_length(row) != 2)
 		ereport(ERROR,
@@ -478,6 +456,91 @@ count_ranges(ChClient *client, const char *database, const char *table,
 						ch_qualified_name(database, table))));
 	*inside = pg_strtoint64(ch_row_field(row, 0));
 	*outside = pg_strtoint64(ch_row_field(row, 1));
+}
+
+/*
+ * Rows of each partition in `only` of db.table (PartitionMeta, rows set),
+ * without reading a column where the server can answer from its parts'
+ * metadata; rows a lightweight DELETE removed are not counted.
+ */
+static List *
+count_partitions(ChClient *client, const char *database, const char *table,
+				 List *only)
+{
+	List	   *rows;
+	List	   *result = NIL;
+	ListCell   *lc;
+
+	if (only == NIL)
+		return NIL;
+	rows = ch_parse_tsv(ch_exec(client,
+								psprintf("SELECT _partition_id, count() FROM %s"
+										 " WHERE _partition_id IN %s GROUP BY _partition_id"
+										 " SETTINGS " DPWIN_TARGET_SCAN_SETTINGS,
+										 ch_qualified_name(database, table),
+										 literal_list(only))));
+	foreach(lc, rows)
+	{
+		List	   *row = (List *) lfirst(lc);
+		PartitionMeta *p = palloc0(sizeof(PartitionMeta));
+
+		if (list_length(row) != 2)
+			ereport(ERROR,
+					(errcode(ERRCODE_PROTOCOL_VIOLATION),
+					 errmsg("unexpected answer from ClickHouse counting the partitions of %s",
+							ch_qualified_name(database, table))));
+		p->id = pstrdup(ch_row_field(row, 0));
+		p->rows = pg_strtoint64(ch_row_field(row, 1));
+		result = lappend(result, p);
+	}
+	return result;
+}
+
+/* Rows of partition id in a count_partitions() list (0 if absent). */
+static int64
+partition_rows(List *counts, const char *id)
+{
+	ListCell   *lc;
+
+	foreach(lc, counts)
+	{
+		PartitionMeta *p = lfirst(lc);
+
+		if (strcmp(p->id, id) == 0)
+			return p->rows;
+	}
+	return 0;
+}
+
+/* Is id one of the strings of ids? */
+static bool
+id_member(List *ids, const char *id)
+{
+	ListCell   *lc;
+
+	foreach(lc, ids)
+	{
+		if (strcmp((const char *) lfirst(lc), id) == 0)
+			return true;
+	}
+	return false;
+}
+
+/* The read_parts() entries of the partitions in `only`. */
+static List *
+parts_of(List *parts, List *only)
+{
+	List	   *result = NIL;
+	ListCell   *lc;
+
+	foreach(lc, parts)
+	{
+		char	   *part = lfirst(lc);
+
+		if (id_member(only, part_partition(part)))
+			result = lappend(result, part);
+	}
+	return result;
 }
 
 DpwinGeneration *
@@ -503,8 +566,6 @@ dpwin_generation_clone(ChClient *client, const DpwinTargetInfo *target,
 	partitions = classify_partitions(client, target, window_column, ranges,
 									 &gen->minmax_why_not);
 	gen->minmax_used = gen->minmax_why_not == NULL;
-	if (!gen->minmax_used)
-		partitions = all_partitions(client, target);
 	gen->partitions = list_length(partitions);
 	foreach(lc, partitions)
 	{
@@ -588,9 +649,20 @@ dpwin_generation_clone(ChClient *client, const DpwinTargetInfo *target,
 					 errhint("Hold dpwin.lock_target() in other writers of the target.")));
 	}
 	gen->parts_known = true;
+
+	/*
+	 * The target's rows outside the ranges: counted on the window column
+	 * in the partitions that may hold rows inside them, and per partition,
+	 * without reading the column, in those that do not.
+	 */
+	gen->outside = outside;
+	gen->outside_rows = count_partitions(client, target->database, target->table,
+										 outside);
 	count_ranges(client, target->database, target->table,
-				 dpwin_generation_ranges_sql(window_column, ranges),
+				 dpwin_generation_ranges_sql(window_column, ranges), outside,
 				 &inside, &gen->target_kept_rows);
+	foreach(lc, gen->outside_rows)
+		gen->target_kept_rows += ((PartitionMeta *) lfirst(lc))->rows;
 	return gen;
 }
 
@@ -661,15 +733,19 @@ dpwin_generation_attach_staged(ChClient *client, const DpwinTargetInfo *target,
 {
 	char	   *ranges_sql = dpwin_generation_ranges_sql(gen->window_column, gen->ranges);
 	List	   *staged_parts = NIL;
+	List	   *gen_parts;
+	List	   *ids = NIL;
+	List	   *whole = NIL;
+	List	   *skip = NIL;
+	int64		skipped_rows = 0;
 	int64		inside;
 	int64		outside;
+	ListCell   *lc;
 
 	if (staging_tables != NIL)
 	{
 		List	   *rows;
-		List	   *ids = NIL;
 		List	   *sources = NIL;
-		ListCell   *lc;
 
 		rows = ch_parse_tsv(ch_exec(client,
 									psprintf("SELECT DISTINCT `table`, partition_id FROM system.parts"
@@ -694,9 +770,8 @@ dpwin_generation_attach_staged(ChClient *client, const DpwinTargetInfo *target,
 	 * The staged parts, file for file; after a merge in the generation,
 	 * the rows inside the ranges by digest.
 	 */
-	if (parts_differ(staged_parts,
-					 read_parts(client, target->database, list_make1(gen->table), NIL),
-					 true) != NIL)
+	gen_parts = read_parts(client, target->database, list_make1(gen->table), NIL);
+	if (parts_differ(staged_parts, gen_parts, true) != NIL)
 	{
 		DpwinDigest g;
 
@@ -711,17 +786,47 @@ dpwin_generation_attach_staged(ChClient *client, const DpwinTargetInfo *target,
 							   dpwin_digest_to_text(staged_digest))));
 	}
 
-	count_ranges(client, target->database, gen->table, ranges_sql, &inside, &outside);
-	if (inside != staged_rows || outside != gen->target_kept_rows)
+	/*
+	 * The partitions cloned whole, that no staged part joined and whose
+	 * parts are still the target's file for file, hold the target's rows:
+	 * they are not counted again.  The rest of the generation is counted
+	 * on the window column: the staged rows inside the ranges, and outside
+	 * them the target's kept rows but those of the partitions left out.
+	 */
+	foreach(lc, gen->outside)
+	{
+		char	   *id = lfirst(lc);
+
+		if (!id_member(ids, id))
+			whole = lappend(whole, id);
+	}
+	if (whole != NIL)
+	{
+		List	   *changed = string_values(parts_differ(parts_of(gen->target_parts, whole),
+														 parts_of(gen_parts, whole),
+														 false));
+
+		foreach(lc, whole)
+		{
+			char	   *id = lfirst(lc);
+
+			if (id_member(changed, id))
+				continue;
+			skip = lappend(skip, id);
+			skipped_rows += partition_rows(gen->outside_rows, id);
+		}
+	}
+	count_ranges(client, target->database, gen->table, ranges_sql, skip, &inside, &outside);
+	if (inside != staged_rows || outside != gen->target_kept_rows - skipped_rows)
 		ereport(ERROR,
 				(errcode(ERRCODE_DATA_EXCEPTION),
 				 errmsg("generation %s does not verify", gen->table),
 				 errdetail("It holds " INT64_FORMAT " rows inside the window and " INT64_FORMAT
 						   " outside; expected " INT64_FORMAT " staged and " INT64_FORMAT
 						   " kept from the target.",
-						   inside, outside, staged_rows, gen->target_kept_rows),
+						   inside, outside + skipped_rows, staged_rows, gen->target_kept_rows),
 				 errhint("The target may have been written to while the generation was built; hold dpwin.lock_target() in other writers of the target.")));
-	return inside + outside;
+	return inside + outside + skipped_rows;
 }
 
 void

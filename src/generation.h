@@ -37,11 +37,13 @@ typedef struct DpwinGeneration
 	int			dropped_partitions; /* wholly inside the ranges: not cloned */
 	int64		cloned_parts;
 	int64		cloned_rows;	/* rows of the cloned parts (system.parts) */
-	bool		minmax_used;	/* partitions classified from minmax indexes */
-	char	   *minmax_why_not; /* why not, when not */
+	bool		minmax_used;	/* classified from minmax indexes, not a scan */
+	char	   *minmax_why_not; /* why the window column was read, when it was */
 	bool		deleted;		/* a DELETE removed ranges from the clone */
 	List	   *mixed;			/* partitions cloned via the scratch table */
 	char	   *scratch;		/* where the DELETE runs, until attached */
+	List	   *outside;		/* partitions cloned whole: no row in the ranges */
+	List	   *outside_rows;	/* their rows in the target (PartitionMeta) */
 	int64		target_kept_rows;	/* target rows outside the ranges */
 	int64		attached_parts; /* staged parts attached */
 	int			digest_checks;	/* checks that fell back to a digest */

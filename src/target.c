@@ -156,7 +156,8 @@ dpwin_target_list_tables(ChClient *client, const char *database,
 void
 dpwin_target_digest(ChClient *client, const DpwinTargetInfo *target,
 					const char *table, const char *where_sql,
-					const DpwinDigestKey *key, DpwinDigest *out)
+					const char *settings, const DpwinDigestKey *key,
+					DpwinDigest *out)
 {
 	StringInfoData sql;
 
@@ -166,6 +167,8 @@ dpwin_target_digest(ChClient *client, const DpwinTargetInfo *target,
 					 ch_qualified_name(target->database, table));
 	if (where_sql != NULL)
 		appendStringInfo(&sql, " WHERE %s", where_sql);
+	if (settings != NULL)
+		appendStringInfo(&sql, " SETTINGS %s", settings);
 
 	dpwin_target_digest_answer(ch_exec(client, sql.data), target, table, out);
 }
@@ -193,31 +196,12 @@ dpwin_target_digest_answer(char *answer, const DpwinTargetInfo *target,
 				 errdetail_internal("Answer: \"%s\".", answer)));
 }
 
-/*
- * A window bound as microseconds since the Unix epoch (PostgreSQL counts
- * them from 2000-01-01).
- */
-static int64
-bound_unix_usecs(TimestampTz ts, const char *what)
-{
-	int64		usecs;
-
-	if (TIMESTAMP_NOT_FINITE(ts) ||
-		pg_add_s64_overflow(ts,
-							(int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY,
-							&usecs))
-		ereport(ERROR,
-				(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
-				 errmsg("%s bound of the window is not a finite timestamp", what)));
-	return usecs;
-}
-
 /* A window bound as an exact DateTime64(6, 'UTC') expression. */
 char *
 dpwin_target_bound_sql(TimestampTz ts, const char *what)
 {
 	return psprintf("fromUnixTimestamp64Micro(toInt64(" INT64_FORMAT "), 'UTC')",
-					bound_unix_usecs(ts, what));
+					dpwin_unix_usecs(ts, what));
 }
 
 /*
@@ -318,9 +302,10 @@ dpwin_target_chunk_digests(ChClient *client, const DpwinTargetInfo *target,
 	initStringInfo(&sql);
 	appendStringInfo(&sql, "SELECT intDiv(toUnixTimestamp64Micro(%s) - toInt64(" INT64_FORMAT
 					 "), toInt64(" INT64_FORMAT ")) + 1",
-					 w, bound_unix_usecs(first->lo, "lower"), first->hi - first->lo);
+					 w, dpwin_unix_usecs(first->lo, "lower"), first->hi - first->lo);
 	appendStringInfo(&sql, " AS __dpwin_chunk, %s FROM %s WHERE %s >= %s AND %s < %s"
-					 " GROUP BY __dpwin_chunk ORDER BY __dpwin_chunk FORMAT TabSeparated",
+					 " GROUP BY __dpwin_chunk ORDER BY __dpwin_chunk"
+					 " SETTINGS " DPWIN_TARGET_SCAN_SETTINGS " FORMAT TabSeparated",
 					 dpwin_digest_ch_select_list(key, target->quoted_columns),
 					 ch_qualified_name(target->database, table),
 					 w, dpwin_target_bound_sql(first->lo, "lower"),

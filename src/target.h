@@ -57,12 +57,23 @@ extern char *dpwin_target_table_uuid(ChClient *client, const char *database,
 									 const char *name);
 
 /*
+ * Statements that select rows of a target-shaped table by the window
+ * column or by _partition_id run with optimize_move_to_prewhere = 0: with
+ * the automatic move to PREWHERE the server weighs every part of the table
+ * (about a millisecond each, more on parts it has not read yet) before the
+ * condition drops the parts it excludes (docs/benchmark.md).
+ */
+#define DPWIN_TARGET_SCAN_SETTINGS "optimize_move_to_prewhere = 0"
+
+/*
  * Digest of db.table restricted by where_sql (NULL: all rows), computed by
- * ClickHouse over formatRow('RowBinary', target columns).
+ * ClickHouse over formatRow('RowBinary', target columns); settings (or
+ * NULL) is the statement's SETTINGS clause.
  */
 extern void dpwin_target_digest(ChClient *client, const DpwinTargetInfo *target,
 								const char *table, const char *where_sql,
-								const DpwinDigestKey *key, DpwinDigest *out);
+								const char *settings, const DpwinDigestKey *key,
+								DpwinDigest *out);
 
 /*
  * Parse the answer to a SELECT of dpwin_digest_ch_select_list() over

@@ -136,6 +136,19 @@ dpwin_window_chunks(TimestampTz interval_end, int64 lookback_us,
 	return chunks;
 }
 
+int64
+dpwin_unix_usecs(TimestampTz ts, const char *what)
+{
+	int64		usecs;
+
+	if (TIMESTAMP_NOT_FINITE(ts) ||
+		pg_add_s64_overflow(ts, DPWIN_UNIX_TO_PG_USECS, &usecs))
+		ereport(ERROR,
+				(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
+				 errmsg("%s bound of the window is not a finite timestamp", what)));
+	return usecs;
+}
+
 char *
 dpwin_timestamp_utc(TimestampTz ts)
 {

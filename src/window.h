@@ -51,6 +51,16 @@ extern List *dpwin_window_chunks(TimestampTz interval_end, int64 lookback_us,
 /* Text of an interval for messages, as the user typed it (IntervalStyle). */
 extern char *dpwin_interval_text(const Interval *iv);
 
+/* Microseconds from the Unix epoch (ClickHouse's) to PostgreSQL's. */
+#define DPWIN_UNIX_TO_PG_USECS \
+	((int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY)
+
+/*
+ * A finite window bound as microseconds since the Unix epoch; ereports
+ * (ERRCODE_DATETIME_VALUE_OUT_OF_RANGE) naming `what` otherwise.
+ */
+extern int64 dpwin_unix_usecs(TimestampTz ts, const char *what);
+
 /* ISO-8601 UTC text of a timestamp, independent of TimeZone/DateStyle. */
 extern char *dpwin_timestamp_utc(TimestampTz ts);
 

@@ -240,7 +240,7 @@ worker_attempt(WorkerState *ws, DpwinChunkSlot *slot, int attempt)
 	worker_read_chunk(ws, slot, staging, &local, &rows, &bytes);
 
 	/* Verify: ClickHouse's digest of the staging table equals ours. */
-	dpwin_target_digest(ws->client, &ws->target, staging, NULL, &sh->key, &remote);
+	dpwin_target_digest(ws->client, &ws->target, staging, NULL, NULL, &sh->key, &remote);
 	if (!dpwin_digest_equal(&local, &remote))
 	{
 		ws->failure_transient = true;

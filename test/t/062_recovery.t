@@ -16,7 +16,7 @@ use warnings;
 use Test::More;
 use DpwinTest;
 use DpwinFixture qw(fault fresh_fixture drop_fixture new_event_route create_event_source ch_rows uuid_of
-  after_refresh new_uuid route_id generation_name own_tables exchange_re exchanges bg_psql refresh_row_sql
+  after_refresh new_uuid route_id invocation_prefix generation_name own_tables exchange_re exchanges bg_psql refresh_row_sql
   wait_logged hold_source release_source workers_held);
 use DpwinCrash qw(crash crash_in_request coordinator_pid state_of);
 use DpwinEndpoint qw(release);
@@ -288,14 +288,14 @@ for my $how ('recover', 'abandon')
 	my $label = "killed building, $how";
 	my $gen = generation_name($route, $inv);
 	my $seq0 = ch_log_seq();
-	# The first ATTACH to the generation clones the target, the second
-	# attaches the staged parts: hold that one, in state verified.
-	fault(pattern => "ALTER TABLE `$db`.`$gen` ATTACH", mode => 'delay', ms => 1, count => 1);
-	fault(pattern => "ALTER TABLE `$db`.`$gen` ATTACH", mode => 'hold', count => 1);
+	# Hold the ATTACH of the staged parts (it names a partition id, then a
+	# staging table), in state verified.
+	my $staged = "' FROM `$db`.`" . invocation_prefix(route_id($route), $inv) . 'stg_';
+	fault(pattern => $staged, mode => 'hold', count => 1);
 	my $h = bg_psql(refresh_sql($route, $inv));
 	# Killed while it waits on that ATTACH, the generation cloned.
 	kill_in_request($inv, 'verified', $h, $label, seq => $seq0, after => qr/^CREATE TABLE `\Q$db\E`\.`\Q$gen\E`/);
-	is(release("ALTER TABLE `$db`.`$gen` ATTACH"), 1, "$label: the ATTACH is released after the crash");
+	is(release($staged), 1, "$label: the ATTACH is released after the crash");
 	# The dead coordinator's attach still runs on the server; let it end.
 	ok(wait_logged($seq0, qr/^ALTER TABLE `\Q$db\E`\.`\Q$gen\E` ATTACH .*_stg_/s, answered => 1),
 		"$label: its last statement has ended");

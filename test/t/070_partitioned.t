@@ -14,13 +14,15 @@
 # ... SELECT.  Then, with the endpoint holding back the build, a merge of
 # a cloned partition must be tolerated (digest fallback), and a new kept
 # row in a cloned partition must be refused, while the target is cloned
-# and right before the exchange.
+# and right before the exchange; so must a row added to or deleted from a
+# partition of the generation that was cloned whole, while a merge there
+# is tolerated.
 use strict;
 use warnings;
 use Test::More;
 use DpwinTest;
 use DpwinFixture qw(fresh_fixture drop_fixture pg_row_sql ch_row_sql sorted_lines multiset_is fault wait_logged
-  new_uuid generation_name);
+  new_uuid generation_name route_id invocation_prefix);
 use DpwinEndpoint qw(release wait_running);
 use IPC::Run qw(start finish timeout);
 
@@ -196,10 +198,16 @@ sub scenario
 		is($sig->($tbl), $sig->($backup), "$o{label}: partitions outside the window have the old generation's parts, file for file");
 	}
 
-	# A second refresh of the refreshed target gives the same rows.
-	($state) = refresh_logged($route);
+	# A second refresh of the refreshed target gives the same rows.  The
+	# first left lightweight-deleted rows in the partitions that straddle a
+	# window bound: the partitions are judged all the same, and those wholly
+	# inside the window are again not cloned.
+	my $pj2;
+	($state, undef, $pj2) = refresh_logged($route);
 	is($state, 'completed', "$o{label}: second refresh completed");
 	multiset_is(target_rows($tbl), $exp, "$o{label}: ... and the same multiset");
+	like($pj2, qr/"dropped_partitions": ${\ scalar(@copy)}\b/,
+		"$o{label}: second refresh: " . scalar(@copy) . " partitions wholly inside the window, not cloned");
 	drop_backups();
 	return $route;
 }
@@ -239,15 +247,17 @@ scenario(
 	outside => sub { $_[0] eq '20260914' });
 
 # Parts with lightweight deletes: the server does not answer min/max from
-# their minmax indexes (it would have to scan), so every partition is
-# cloned, and the deleted rows stay deleted.
+# their minmax indexes, so the window column is read; partitions are
+# judged as well (those inside the window are not cloned), and the deleted
+# rows stay deleted.
 scenario(
 	label => 'lightweight-deleted rows',
 	table => 'by_day_deleted',
 	engine => "PARTITION BY toYYYYMMDD(w) ORDER BY id SETTINGS allow_nullable_key = 1",
 	prepare => sub { ch_ok("DELETE FROM `$db`.`by_day_deleted` WHERE id >= 8000 AND id < 8010") },
 	expected => sorted_lines(psql_ok("SELECT $pg_row FROM $schema.expected WHERE NOT (id >= 8000 AND id < 8010)")),
-	clone => sub { 1 },
+	clone => sub { !$inside_day{ $_[0] } },
+	outside => sub { !$window_day{ $_[0] } },
 	evidence => qr/"why_not": "the server cannot read the minmax index of /);
 
 scenario(
@@ -337,13 +347,13 @@ my $uuid_sql = "SELECT toString(uuid) FROM system.tables WHERE database = '$db' 
 	# attaches the staged parts: hold that one.
 	my $inv = new_uuid();
 	my $attach = "ALTER TABLE `$db`.`" . generation_name($r_day, $inv) . "` ATTACH";
-	fault(pattern => $attach, count => 1, mode => 'delay', ms => 1);
-	fault(pattern => $attach, count => 1, mode => 'hold');
+	my $staged = "' FROM `$db`.`" . invocation_prefix(route_id($r_day), $inv) . 'stg_';
+	fault(pattern => $staged, count => 1, mode => 'hold');
 	my ($h, $out, $err) = refresh_async($r_day, $inv);
 	ok(wait_logged($seq, qr/^DELETE FROM `\Q$db\E`\.`[^`]*_gen/), 'publish: the window was deleted from the clone');
 	ok(wait_running(qr/^\Q$attach\E .*_stg_/s, 1, phase => 'holding'), 'publish: the attach of the staged parts waits on the server');
 	ch_ok("INSERT INTO $tday VALUES (8901, '2026-09-05 01:00:00', 'later writer', 1)");
-	is(release($attach), 1, 'publish: the attach is released after the write');
+	is(release($staged), 1, 'publish: the attach is released after the write');
 	finish($h);
 	like($$err, qr/ERROR:\s+55000: target `\Q$db\E`\.`by_day` changed outside the window between generation build and publication/,
 		'publish: refused with 55000') or diag("out: $$out err: $$err");
@@ -355,6 +365,58 @@ my $uuid_sql = "SELECT toString(uuid) FROM system.tables WHERE database = '$db' 
 	is(psql_ok("SELECT state FROM dpwin_refresh('$r_day', '$hi')"), 'completed', 'a clean refresh completes');
 	multiset_is(target_rows('by_day'), $expected, '... and keeps the late rows');
 }
+
+# --- changes of the generation itself before the exchange ------------------
+#
+# Partitions cloned whole are not counted again before the exchange: their
+# parts must still be the target's, file for file, or they are counted on
+# the window column like the rest.  While the attach of the staged parts is
+# held, a row is added to, or lightweight-deleted from, such a partition of
+# the generation (refused: the target is not exchanged), or the partition's
+# parts are merged (same rows: published).
+sub tamper_generation
+{
+	my ($label, $tamper, $ok) = @_;
+	my $uuid = ch_ok($uuid_sql);
+	my $inv = new_uuid();
+	my $gen = "`$db`.`" . generation_name($r_day, $inv) . "`";
+	my $attach = "ALTER TABLE $gen ATTACH";
+	my $staged = "' FROM `$db`.`" . invocation_prefix(route_id($r_day), $inv) . 'stg_';
+	fault(pattern => $staged, count => 1, mode => 'hold');
+	my ($h, $out, $err) = refresh_async($r_day, $inv);
+	ok(wait_running(qr/^\Q$attach\E .*_stg_/s, 1, phase => 'holding'), "$label: the attach of the staged parts waits on the server");
+	$tamper->($gen);
+	is(release($staged), 1, "$label: the attach is released");
+	finish($h);
+	if ($ok)
+	{
+		like($$out, qr/^completed\|/, "$label: the refresh completes") or diag("out: $$out err: $$err");
+		isnt(ch_ok($uuid_sql), $uuid, "$label: the target was exchanged");
+	}
+	else
+	{
+		like($$err, qr/ERROR:\s+22000: generation `?\S*gen`? does not verify/,
+			"$label: refused with 22000") or diag("out: $$out err: $$err");
+		is(ch_ok($uuid_sql), $uuid, "$label: the target was not exchanged");
+	}
+	multiset_is(target_rows('by_day'), $expected, "$label: target = expected rows");
+	drop_backups();
+}
+
+tamper_generation('extra row in a cloned partition',
+	sub { ch_ok("INSERT INTO $_[0] VALUES (8950, '2026-09-03 03:00:00', 'tampered', 1)") }, 0);
+
+my $victim = ch_ok("SELECT min(id) FROM $tday WHERE toYYYYMMDD(w) = 20260902") + 0;
+tamper_generation('row deleted from a cloned partition',
+	sub { ch_ok("DELETE FROM $_[0] WHERE id = $victim") }, 0);
+
+ch_ok("INSERT INTO $tday VALUES (8960, '2026-09-02 01:00:00', 'two parts', 1)");
+ch_ok("INSERT INTO $tday VALUES (8961, '2026-09-02 02:00:00', 'two parts', 2)");
+$expected = [ @$expected, sorted_lines(ch_ok("SELECT $ch_row FROM $tday WHERE id IN (8960, 8961)"))->@* ];
+cmp_ok(ch_ok("SELECT count() FROM system.parts WHERE database = '$db' AND table = 'by_day' AND active AND partition_id = '20260902'"),
+	'>=', 3, 'merge in the generation: partition 20260902 has several parts');
+tamper_generation('merge of a cloned partition in the generation',
+	sub { ch_ok("OPTIMIZE TABLE $_[0] PARTITION ID '20260902' FINAL") }, 1);
 
 ch_control('POST', '/faults/clear');
 psql_ok("SELECT dpwin.drop_route(route_name) FROM dpwin.route WHERE route_name LIKE '${tag}%'");

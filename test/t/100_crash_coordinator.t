@@ -120,17 +120,17 @@ sub wait_state
 	my $s = scenario('verified');
 	my $seq = ch_log_seq();
 	my $gen = "$s->{prefix}gen";
-	# the first ATTACH to the generation clones the target (during
-	# extraction), the second attaches the staged parts (verified): hold it
-	fault(pattern => "ALTER TABLE `$db`.`$gen` ATTACH", mode => 'delay', ms => 1, count => 1);
-	fault(pattern => "ALTER TABLE `$db`.`$gen` ATTACH", mode => 'hold', count => 1);
+	# hold the ATTACH of the staged parts (verified): it names a partition
+	# id, then a staging table
+	my $staged = "' FROM `$db`.`$s->{prefix}stg_";
+	fault(pattern => $staged, mode => 'hold', count => 1);
 	my $h = start_e2($s);
 	wait_state($s, 'verified');
 	ok(wait_running(qr/^ALTER TABLE `\Q$db\E`\.`\Q$gen\E` ATTACH .*_stg_/s, 1, phase => 'holding'),
 		'verified: the attach of the staged parts waits on the server');
 	crash([ coordinator_pid($s->{inv}) ], $h, 'verified');
 	# The dead coordinator's ATTACH still runs on the server; let it end.
-	is(release("ALTER TABLE `$db`.`$gen` ATTACH"), 1, 'verified: released after the crash');
+	is(release($staged), 1, 'verified: released after the crash');
 	ok(wait_answered($seq, qr/^ALTER TABLE `\Q$db\E`\.`\Q$gen\E` ATTACH .*_stg_/s), 'verified: its last statement has ended');
 	check_after_fault($s, which => 'old', state => 'verified', outcome => '');
 	$seq = ch_log_seq();

@@ -98,11 +98,10 @@ both_modes(sub {
 
 		{
 			my $s = scenario("${how}_bld_$m");
-			# the first ATTACH to the generation clones the target, the
-			# second attaches the staged parts: hold that one
+			# hold the ATTACH of the staged parts: it names a partition id,
+			# then a staging table
 			my $gen = qr/^ALTER TABLE `\Q$db\E`\.`\Q$s->{prefix}\Egen` ATTACH .*_stg_/s;
-			fault(pattern => "ALTER TABLE `$db`.`$s->{prefix}gen` ATTACH", mode => 'delay', ms => 1, count => 1);
-			fault(pattern => "ALTER TABLE `$db`.`$s->{prefix}gen` ATTACH", mode => 'hold', count => 1);
+			fault(pattern => "' FROM `$db`.`$s->{prefix}stg_", mode => 'hold', count => 1);
 			my ($h, $pid) = start_caller($s);
 			ok(wait_until(sub { state_of($s->{inv}) eq 'verified' }, 30), "$s->{tag}: building");
 			ok(wait_running($gen, 1, phase => 'holding'), "$s->{tag}: the attach of the staged parts is on the server");

@@ -86,14 +86,16 @@ for my $shape (sort keys %shapes)
 		my $s = scenario("attach_$shape", engine => $shapes{$shape});
 		my $seq = ch_log_seq();
 		my $gen = "$s->{prefix}gen";
-		fault(pattern => "ALTER TABLE `$db`.`$gen` ATTACH", mode => 'delay', ms => 1, count => 1);
-		fault(pattern => "ALTER TABLE `$db`.`$gen` ATTACH", mode => 'hold', count => 1);
+		# (the statement that attaches a staged part names its partition
+		# id, then the staging table)
+		my $staged = "' FROM `$db`.`$s->{prefix}stg_";
+		fault(pattern => $staged, mode => 'hold', count => 1);
 		my $h = start_e2($s);
 		ok(wait_until(sub { state_of($s->{inv}) eq 'verified' }, 60), "$s->{tag}: verified");
 		ok(wait_running(qr/^ALTER TABLE `\Q$db\E`\.`\Q$gen\E` ATTACH .*_stg_/s, 1, phase => 'holding'),
 			"$s->{tag}: the attach of the staged parts waits on the server");
 		crash([ coordinator_pid($s->{inv}) ], $h, $s->{tag});
-		is(release("ALTER TABLE `$db`.`$gen` ATTACH"), 1, "$s->{tag}: released after the crash");
+		is(release($staged), 1, "$s->{tag}: released after the crash");
 		ok(wait_answered($seq, qr/^ALTER TABLE `\Q$db\E`\.`\Q$gen\E` ATTACH .*_stg_/s), "$s->{tag}: its last statement has ended");
 		check_after_fault($s, which => 'old', state => 'verified', outcome => '');
 		$seq = ch_log_seq();
@@ -135,8 +137,6 @@ for my $shape (sort keys %shapes)
 	$s->{pre_uuid} = uuid_of($s->{t});
 	my $seq = ch_log_seq();
 	my $gen = "$s->{prefix}gen";
-	# (the statement that attaches a staged part names its partition id,
-	# then the staging table)
 	my $staged = "' FROM `$db`.`$s->{prefix}stg_";
 	fault(pattern => $staged, mode => 'hold', count => 1);
 	my $h = start_e2($s);

@@ -142,5 +142,51 @@ REVOKE ALL ON FUNCTION dpwin_test.lease_acquire(integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION dpwin_test.lease_release(integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION dpwin_test.fenced_write(integer, bigint) FROM PUBLIC;
 
+/*
+ * Copy foreign servers of the dpwin_clickhouse wrapper, with the caller's
+ * user mapping, from database source_db of this cluster into the current
+ * database, through dblink (which must be installed here).  Servers that
+ * already exist are left alone.  pg_isolation_regress runs the specs in a
+ * database of its own; they take the sandbox's servers (test/sandbox.sh)
+ * from its database with this.
+ */
+CREATE FUNCTION dpwin_test.copy_servers(servers text[], source_db text DEFAULT 'dpwin_test')
+	RETURNS void
+	LANGUAGE plpgsql VOLATILE
+	AS $fn$
+DECLARE
+	conn text := format('host=%s port=%s dbname=%s',
+						split_part(current_setting('unix_socket_directories'), ',', 1),
+						current_setting('port'), source_db);
+	server text;
+	srv text;
+	um text;
+BEGIN
+	FOREACH server IN ARRAY servers
+	LOOP
+		CONTINUE WHEN EXISTS (SELECT 1 FROM pg_foreign_server WHERE srvname = server);
+		EXECUTE format($q$
+			SELECT t.srv, t.um FROM dblink(%L, %L) AS t(srv text, um text)$q$,
+			conn, format($r$
+			SELECT (SELECT string_agg(format('%%I %%L', split_part(o, '=', 1),
+											 substr(o, strpos(o, '=') + 1)), ', ')
+					  FROM unnest(s.srvoptions) o),
+				   (SELECT string_agg(format('%%I %%L', split_part(o, '=', 1),
+											 substr(o, strpos(o, '=') + 1)), ', ')
+					  FROM unnest(m.umoptions) o)
+			  FROM pg_foreign_server s
+			  JOIN pg_user_mappings m ON m.srvid = s.oid AND m.usename = current_user
+			 WHERE s.srvname = %L$r$, server))
+			INTO srv, um;
+		IF srv IS NULL THEN
+			RAISE EXCEPTION 'database % has no foreign server %', source_db, server
+				USING HINT = 'Start the sandbox with test/sandbox.sh start.';
+		END IF;
+		EXECUTE format('CREATE SERVER %I FOREIGN DATA WRAPPER dpwin_clickhouse OPTIONS (%s)', server, srv);
+		EXECUTE format('CREATE USER MAPPING FOR CURRENT_USER SERVER %I OPTIONS (%s)', server, um);
+	END LOOP;
+END
+$fn$;
+
 /* Superusers only, every one of them. */
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA dpwin_test FROM PUBLIC;
