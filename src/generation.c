@@ -278,6 +278,39 @@ classify_partitions(ChClient *client, const DpwinTargetInfo *target,
 }
 
 /*
+ * Every partition of the target, unjudged: each may hold anything.  For an
+ * unpartitioned target, whose one partition a window of any width touches
+ * unless the table is empty or wholly outside it: judging it would read the
+ * window column of every row for nothing.
+ */
+static List *
+all_partitions(ChClient *client, const DpwinTargetInfo *target)
+{
+	List	   *rows;
+	List	   *result = NIL;
+	ListCell   *lc;
+
+	rows = ch_parse_tsv(ch_exec(client,
+								psprintf("SELECT partition_id, count(), sum(rows) FROM system.parts"
+										 " WHERE database = %s AND `table` = %s AND active"
+										 " GROUP BY partition_id ORDER BY partition_id",
+										 ch_quote_literal(target->database),
+										 ch_quote_literal(target->table))));
+	foreach(lc, rows)
+	{
+		List	   *row = (List *) lfirst(lc);
+		PartitionMeta *p = palloc0(sizeof(PartitionMeta));
+
+		p->id = pstrdup(ch_row_field(row, 0));
+		p->parts = pg_strtoint64(ch_row_field(row, 1));
+		p->rows = pg_strtoint64(ch_row_field(row, 2));
+		p->class = PART_MIXED;
+		result = lappend(result, p);
+	}
+	return result;
+}
+
+/*
  * ALTER TABLE gen ATTACH PARTITION ID ids[i] FROM sources[i], a batch of
  * partitions per statement (one statement per partition would cost a
  * round trip each: 300 of them take seconds, one batch milliseconds).
@@ -563,8 +596,14 @@ dpwin_generation_clone(ChClient *client, const DpwinTargetInfo *target,
 	gen->ranges = ranges;
 	dpwin_target_create_like(client, target, name);
 
-	partitions = classify_partitions(client, target, window_column, ranges,
-									 &gen->minmax_why_not);
+	if (target->partition_key[0] == '\0')
+	{
+		partitions = all_partitions(client, target);
+		gen->minmax_why_not = pstrdup("the target has no partition key");
+	}
+	else
+		partitions = classify_partitions(client, target, window_column, ranges,
+										 &gen->minmax_why_not);
 	gen->minmax_used = gen->minmax_why_not == NULL;
 	gen->partitions = list_length(partitions);
 	foreach(lc, partitions)

@@ -127,6 +127,8 @@ sub ratios
 				push @x, ratio($med, label => "$p dpwin / serial COPY of the window", num => $d, den => [$cs],
 					goal => $g30 ? ($s eq 'day' ? '<= 1.3' : '<= 1.6') : undef);
 				push @x, ratio($med, label => "$p dpwin / parallel COPY (source limit)", num => $d, den => [$cp]);
+				push @x, ratio($med, label => "$p dpwin again (on its own last generation) / dpwin",
+					num => $k->($e, $n, $s, 'dpwin again'), den => [$d]);
 			}
 		}
 		for my $s (@{ $R{shapes} })
