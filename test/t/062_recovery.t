@@ -19,7 +19,7 @@ use DpwinFixture qw(fault fresh_fixture drop_fixture new_event_route create_even
   after_refresh new_uuid route_id invocation_prefix generation_name own_tables exchange_re exchanges bg_psql refresh_row_sql
   wait_logged hold_source release_source workers_held);
 use DpwinCrash qw(crash crash_in_request coordinator_pid state_of);
-use DpwinEndpoint qw(release);
+use DpwinEndpoint qw(release wait_running);
 
 my $db = "t062_$$";
 my $schema = "t062_$$";
@@ -82,7 +82,8 @@ sub killed_in_exchange
 	my $seq = ch_log_seq();
 	fault(pattern => "EXCHANGE TABLES `$db`.`$t` AND", mode => 'hold', count => 1);
 	my $h = bg_psql(refresh_sql($route, $inv));
-	# After the intent, the EXCHANGE is the coordinator's only statement.
+	ok(wait_running(qr/^EXCHANGE TABLES `\Q$db\E`\.`\Q$t\E` AND/, 1, phase => 'holding'),
+		"$label: the EXCHANGE waits on the server");
 	kill_in_request($inv, 'publishing', $h, $label, seq => $seq);
 	# The dead coordinator's EXCHANGE still runs on the server.
 	is(release("EXCHANGE TABLES `$db`.`$t` AND"), 1, "$label: the EXCHANGE is released after the crash");
@@ -294,6 +295,8 @@ for my $how ('recover', 'abandon')
 	fault(pattern => $staged, mode => 'hold', count => 1);
 	my $h = bg_psql(refresh_sql($route, $inv));
 	# Killed while it waits on that ATTACH, the generation cloned.
+	ok(wait_running(qr/^ALTER TABLE `\Q$db\E`\.`\Q$gen\E` ATTACH .*_stg_/s, 1, phase => 'holding'),
+		"$label: the ATTACH of the staged parts waits on the server");
 	kill_in_request($inv, 'verified', $h, $label, seq => $seq0, after => qr/^CREATE TABLE `\Q$db\E`\.`\Q$gen\E`/);
 	is(release($staged), 1, "$label: the ATTACH is released after the crash");
 	# The dead coordinator's attach still runs on the server; let it end.
