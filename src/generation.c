@@ -311,6 +311,20 @@ all_partitions(ChClient *client, const DpwinTargetInfo *target)
 }
 
 /*
+ * Raise the failure of a statement that changes tables, once it is known
+ * not to run any more: a lost reply leaves it possibly still running on
+ * the server, so it is settled there first.
+ */
+pg_noreturn static void
+report_settled(ChClient *client, ChHttpStatus status, const ChHttpReply *reply,
+			   const char *query_id, const char *what)
+{
+	if (ch_status_outcome_unknown(status))
+		ch_settle_query(client, query_id);
+	ch_report(status, reply, what);
+}
+
+/*
  * ALTER TABLE gen ATTACH PARTITION ID ids[i] FROM sources[i], a batch of
  * partitions per statement (one statement per partition would cost a
  * round trip each: 300 of them take seconds, one batch milliseconds).
@@ -340,14 +354,10 @@ attach_partitions(ChClient *client, const char *database, List *ids,
 			ChHttpStatus status;
 
 			status = ch_try(client, sql.data, query_id, NULL, NULL, &reply);
+			/* On failure the generation is dropped next. */
 			if (status != CHHTTP_OK)
-			{
-				/* It may still be running; the generation is dropped next. */
-				if (ch_status_outcome_unknown(status))
-					ch_settle_query(client, query_id);
-				ch_report(status, &reply,
-						  psprintf("attaching partitions to %s", qgen));
-			}
+				report_settled(client, status, &reply, query_id,
+							   psprintf("attaching partitions to %s", qgen));
 			resetStringInfo(&sql);
 			n = 0;
 		}
@@ -735,13 +745,9 @@ apply_deleted_mask(ChClient *client, const DpwinTargetInfo *target,
 		return;
 	}
 	if (status != CHHTTP_OK)
-	{
-		if (ch_status_outcome_unknown(status))
-			ch_settle_query(client, query_id);
-		ch_report(status, &reply,
-				  psprintf("rewriting the cut partitions of %s",
-						   ch_qualified_name(target->database, table)));
-	}
+		report_settled(client, status, &reply, query_id,
+					   psprintf("rewriting the cut partitions of %s",
+								ch_qualified_name(target->database, table)));
 }
 
 void
@@ -781,13 +787,9 @@ dpwin_generation_remove_ranges(ChClient *client, const DpwinTargetInfo *target,
 		break;
 	}
 	if (status != CHHTTP_OK)
-	{
-		if (ch_status_outcome_unknown(status))
-			ch_settle_query(client, query_id);
-		ch_report(status, &reply,
-				  psprintf("removing the window's rows from %s",
-						   ch_qualified_name(target->database, table)));
-	}
+		report_settled(client, status, &reply, query_id,
+					   psprintf("removing the window's rows from %s",
+								ch_qualified_name(target->database, table)));
 
 	/* The scratch table's parts join the generation. */
 	if (gen->scratch != NULL)

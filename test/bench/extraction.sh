@@ -33,28 +33,12 @@ shift
 [ -f "$DPWIN_SANDBOX_DIR/env" ] || { log "no benchmark sandbox in $DPWIN_SANDBOX_DIR"; exit 1; }
 # shellcheck disable=SC1091
 . "$DPWIN_SANDBOX_DIR/env"
-ch() {
-	curl -sS --fail-with-body -u "$DPWIN_CH_USER:$DPWIN_CH_PASSWORD" \
-		"$DPWIN_CH_URL/?wait_end_of_query=1" --data-binary "$1"
-}
-pgq() { psql -X -q -A -t -v ON_ERROR_STOP=1 -c "$1"; }
-clone() {
-	ch "DROP TABLE IF EXISTS $DB.t_xtr SYNC"
-	ch "CREATE TABLE $DB.t_xtr AS $DB.base_day_30"
-	ch "ALTER TABLE $DB.t_xtr $(ch "SELECT arrayStringConcat(groupArray(concat('ATTACH PARTITION ID ''', partition_id, ''' FROM $DB.base_day_30')), ', ') FROM (SELECT DISTINCT partition_id FROM system.parts WHERE database = '$DB' AND table = 'base_day_30' AND active) FORMAT TSVRaw")"
-}
-drop_backups() {
-	for t in $(ch "SELECT name FROM system.tables WHERE database = '$DB' AND startsWith(name, '_dpwin_')"); do
-		ch "DROP TABLE $DB.\`$t\` SYNC"
-	done
-}
-settle() {
-	while [ "$(ch "SELECT count() FROM system.merges WHERE database = '$DB'")" != 0 ]; do sleep 0.1; done
-}
+# shellcheck source=test/bench/lib.sh
+. "$ROOT/test/bench/lib.sh"
 median() { sort -n | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
 
 end=$(pgq "SELECT to_char(max(w)::date + 1, 'YYYY-MM-DD') FROM bench_$TAG.events")
-clone
+clone_base t_xtr base_day_30
 pgq "SELECT dpwin.drop_route('xtr') FROM dpwin.route WHERE route_name = 'xtr';
 	SELECT dpwin.create_route('xtr', 'bench_$TAG.events', 'w', 'sandbox_ch', '$DB', 't_xtr',
 		interval '7 days', interval '1 day', parallelism => $PAR)" >/dev/null
@@ -66,7 +50,7 @@ for i in $(seq 1 "$RUNS"); do
 		label=${cfg%%=*}
 		bash -c "${cfg#*=}" >/dev/null
 		drop_backups
-		clone
+		clone_base t_xtr base_day_30
 		settle
 		s=$(date +%s%N)
 		st=$(pgq "SELECT details->'evidence'->'phases'->>'stage_seconds' FROM dpwin_refresh('xtr', '$end 00:00:00+00')")

@@ -53,31 +53,14 @@ if grep -q 'dpwin\.so (deleted)' "/proc/$pm/maps" 2>/dev/null; then
 	"$ROOT/test/sandbox.sh" restart-pg
 fi
 
-ch() {
-	curl -sS --fail-with-body -u "$DPWIN_CH_USER:$DPWIN_CH_PASSWORD" \
-		"$DPWIN_CH_URL/?wait_end_of_query=1" --data-binary "$1"
-}
-pgq() { psql -X -q -A -t -v ON_ERROR_STOP=1 -c "$1"; }
+# shellcheck source=test/bench/lib.sh
+. "$ROOT/test/bench/lib.sh"
 
 [ "$(ch "SELECT count() FROM system.tables WHERE database = '$DB' AND name = 'base_day_30'")" = 1 ] ||
 	{ log "no $DB.base_day_30: run the benchmark first"; exit 1; }
 end=$(pgq "SELECT to_char(max(w)::date + 1, 'YYYY-MM-DD') FROM bench_$TAG.events")
 
-clone() {
-	ch "DROP TABLE IF EXISTS $DB.t_prof SYNC"
-	ch "CREATE TABLE $DB.t_prof AS $DB.base_day_30"
-	ch "ALTER TABLE $DB.t_prof $(ch "SELECT arrayStringConcat(groupArray(concat('ATTACH PARTITION ID ''', partition_id, ''' FROM $DB.base_day_30')), ', ') FROM (SELECT DISTINCT partition_id FROM system.parts WHERE database = '$DB' AND table = 'base_day_30' AND active) FORMAT TSVRaw")"
-}
-drop_backups() {
-	for t in $(ch "SELECT name FROM system.tables WHERE database = '$DB' AND startsWith(name, '_dpwin_')"); do
-		ch "DROP TABLE $DB.\`$t\` SYNC"
-	done
-}
-settle() {
-	while [ "$(ch "SELECT count() FROM system.merges WHERE database = '$DB'")" != 0 ]; do sleep 0.1; done
-}
-
-clone
+clone_base t_prof base_day_30
 pgq "SELECT dpwin.drop_route('prof') FROM dpwin.route WHERE route_name = 'prof';
 	SELECT dpwin.create_route('prof', 'bench_$TAG.events', 'w', 'sandbox_ch', '$DB', 't_prof',
 		interval '7 days', interval '1 day', parallelism => $PAR)" >/dev/null

@@ -34,27 +34,10 @@ log() { printf 'timeline: %s\n' "$*" >&2; }
 # shellcheck disable=SC1091
 . "$DPWIN_SANDBOX_DIR/env"
 
-ch() {
-	curl -sS --fail-with-body -u "$DPWIN_CH_USER:$DPWIN_CH_PASSWORD" \
-		"$DPWIN_CH_URL/?wait_end_of_query=1" --data-binary "$1"
-}
-pgq() { psql -X -q -A -t -v ON_ERROR_STOP=1 -c "$1"; }
+# shellcheck source=test/bench/lib.sh
+. "$ROOT/test/bench/lib.sh"
 now_ms() { date +%s%3N; }
 
-clone() {
-	local base=$1
-	ch "DROP TABLE IF EXISTS $DB.t_tl SYNC"
-	ch "CREATE TABLE $DB.t_tl AS $DB.$base"
-	ch "ALTER TABLE $DB.t_tl $(ch "SELECT arrayStringConcat(groupArray(concat('ATTACH PARTITION ID ''', partition_id, ''' FROM $DB.$base')), ', ') FROM (SELECT DISTINCT partition_id FROM system.parts WHERE database = '$DB' AND table = '$base' AND active) FORMAT TSVRaw")"
-}
-drop_backups() {
-	for t in $(ch "SELECT name FROM system.tables WHERE database = '$DB' AND startsWith(name, '_dpwin_')"); do
-		ch "DROP TABLE $DB.\`$t\` SYNC"
-	done
-}
-settle() {
-	while [ "$(ch "SELECT count() FROM system.merges WHERE database = '$DB'")" != 0 ]; do sleep 0.1; done
-}
 route() {
 	local source=$1 lookback=$2 skip=$3
 	pgq "SELECT dpwin.drop_route('tl') FROM dpwin.route WHERE route_name = 'tl';
@@ -112,7 +95,7 @@ run_target() {
 	esac
 	[ "$(ch "SELECT count() FROM system.tables WHERE database = '$DB' AND name = '$base'")" = 1 ] ||
 		{ log "no $DB.$base: run the benchmark with this size first"; return; }
-	clone "$base"
+	clone_base t_tl "$base"
 	route "$source" "$lookback" "$skip"
 	pgq "SELECT state FROM dpwin_refresh('tl', '$end 00:00:00+00')" >/dev/null
 	drop_backups

@@ -1,0 +1,32 @@
+# test/bench/lib.sh — helpers of the benchmark's shell scripts (sourced by
+# profile.sh, extraction.sh and timeline.sh once the sandbox's env is
+# loaded and DB names the dataset's ClickHouse database).
+
+# One statement to the endpoint, waiting for its end; fails on an error.
+ch() {
+	curl -sS --fail-with-body -u "$DPWIN_CH_USER:$DPWIN_CH_PASSWORD" \
+		"$DPWIN_CH_URL/?wait_end_of_query=1" --data-binary "$1"
+}
+pgq() { psql -X -q -A -t -v ON_ERROR_STOP=1 -c "$1"; }
+
+# clone_base TABLE BASE: TABLE becomes a clone of BASE, partition by
+# partition (hard links), as the benchmark's targets are.
+clone_base() {
+	local t=$1 base=$2
+	ch "DROP TABLE IF EXISTS $DB.$t SYNC"
+	ch "CREATE TABLE $DB.$t AS $DB.$base"
+	ch "ALTER TABLE $DB.$t $(ch "SELECT arrayStringConcat(groupArray(concat('ATTACH PARTITION ID ''', partition_id, ''' FROM $DB.$base')), ', ') FROM (SELECT DISTINCT partition_id FROM system.parts WHERE database = '$DB' AND table = '$base' AND active) FORMAT TSVRaw")"
+}
+
+# Drop what refreshes leave behind: backups, and tables of failed runs.
+drop_backups() {
+	local t
+	for t in $(ch "SELECT name FROM system.tables WHERE database = '$DB' AND startsWith(name, '_dpwin_')"); do
+		ch "DROP TABLE $DB.\`$t\` SYNC"
+	done
+}
+
+# Wait until the server runs no merge in the database.
+settle() {
+	while [ "$(ch "SELECT count() FROM system.merges WHERE database = '$DB'")" != 0 ]; do sleep 0.1; done
+}
