@@ -4,9 +4,12 @@
 #   make installcheck             pg_regress suite, isolation specs and TAP
 #                                 tests against a running sandbox
 #                                 (see test/sandbox.sh)
+#   make dist                     dpwin-<version>.zip for PGXN
 
 EXTENSION = dpwin
-EXTVERSION = 0.1.0
+# The version of the SQL objects this tree installs.  dpwin.control's
+# default_version and META.json must say the same (make dist checks).
+EXTVERSION = 0.2.0
 
 MODULE_big = dpwin
 OBJS = $(patsubst %.c,%.o,$(sort $(wildcard src/*.c)))
@@ -15,6 +18,9 @@ OBJS = $(patsubst %.c,%.o,$(sort $(wildcard src/*.c)))
 # each capability's SQL sits next to its own concerns.
 DATA_built = $(EXTENSION)--$(EXTVERSION).sql
 INSTALL_PARTS = $(sort $(wildcard sql/install/*.sql))
+# Released versions' scripts, frozen as they were released, and the update
+# scripts between versions: every catalog change ships with one.
+DATA = $(sort $(wildcard sql/versions/$(EXTENSION)--*.sql))
 
 CURL_CONFIG ?= curl-config
 PG_CPPFLAGS = -I$(srcdir)/src $(shell $(CURL_CONFIG) --cflags)
@@ -47,6 +53,20 @@ $(OBJS): $(wildcard $(srcdir)/src/*.h)
 
 $(EXTENSION)--$(EXTVERSION).sql: $(INSTALL_PARTS)
 	cat $^ > $@
+
+# The release archive for PGXN: the committed tree at HEAD, with the
+# versions of dpwin.control, META.json and this file checked equal first.
+.PHONY: dist versioncheck
+versioncheck:
+	@control=$$(sed -n "s/^default_version *= *'\(.*\)'/\1/p" $(srcdir)/$(EXTENSION).control); \
+	meta=$$(sed -n 's/^   "version": "\(.*\)",*$$/\1/p' $(srcdir)/META.json); \
+	if [ "$$control" != "$(EXTVERSION)" ] || [ "$$meta" != "$(EXTVERSION)" ]; then \
+		echo "version mismatch: Makefile $(EXTVERSION), $(EXTENSION).control '$$control', META.json '$$meta'" >&2; \
+		exit 1; \
+	fi
+dist: versioncheck
+	git -C $(srcdir) archive --format zip --prefix=$(EXTENSION)-$(EXTVERSION)/ \
+		-o $(CURDIR)/$(EXTENSION)-$(EXTVERSION).zip HEAD
 
 .PHONY: regresscheck isolationcheck tapcheck
 regresscheck:

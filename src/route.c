@@ -44,6 +44,7 @@
 #include "digest.h"
 #include "route.h"
 #include "rowbinary.h"
+#include "version.h"
 #include "window.h"
 
 #define ROUTE_NAME_MAX			63
@@ -75,6 +76,7 @@ typedef struct RouteSpec
 	int32		batch_rows;
 	int64		max_encoded_bytes;
 	Oid			evidence_function;	/* InvalidOid: none */
+	char	   *evidence_missing;	/* stored signature that no longer resolves */
 	Oid			owner;
 	char	   *config_fingerprint;
 	bool		skip_unchanged;
@@ -84,8 +86,11 @@ typedef struct RouteSpec
 	"SELECT route_id, route_name, source_relid, columns::pg_catalog.text[], " \
 	"window_column::pg_catalog.text, server_name::pg_catalog.text, " \
 	"target_database, target_table, lookback, chunk_interval, parallelism, " \
-	"batch_rows, max_encoded_bytes, evidence_function::pg_catalog.oid, " \
-	"owner, config_fingerprint, skip_unchanged FROM dpwin.route "
+	"batch_rows, max_encoded_bytes, " \
+	"pg_catalog.to_regprocedure(evidence_function::pg_catalog.text)::pg_catalog.oid, " \
+	"owner, config_fingerprint, skip_unchanged, " \
+	"evidence_function::pg_catalog.text " \
+	"FROM dpwin.route "
 
 /*
  * Copy the current SPI result row 0 (from ROUTE_SELECT) into spec,
@@ -131,6 +136,10 @@ spec_from_spi(RouteSpec *spec, MemoryContext mcxt)
 	spec->owner = DatumGetObjectId(dpwin_catalog_value(0, 15, &isnull));
 	spec->config_fingerprint = TextDatumGetCString(dpwin_catalog_value(0, 16, &isnull));
 	spec->skip_unchanged = DatumGetBool(dpwin_catalog_value(0, 17, &isnull));
+	/* the evidence function is stored by signature (docs/guide.md) */
+	d = dpwin_catalog_value(0, 18, &isnull);
+	if (!isnull && !OidIsValid(spec->evidence_function))
+		spec->evidence_missing = TextDatumGetCString(d);
 
 	MemoryContextSwitchTo(old);
 }
@@ -149,6 +158,9 @@ spec_read(const char *route_name, int32 route_id, bool for_update,
 	Datum		args[1];
 	const char *sql;
 	bool		found;
+
+	/* every call that reads a route comes here first: nothing is read yet */
+	dpwin_check_sql_version();
 
 	if (route_name != NULL)
 	{
@@ -658,6 +670,12 @@ resolve_spec(const RouteSpec *spec, bool validate, Oid userid)
 	if (validate)
 		check_limits(spec);
 
+	if (spec->evidence_missing != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_FUNCTION),
+				 errmsg("evidence function %s of route \"%s\" does not exist",
+						spec->evidence_missing, spec->route_name),
+				 errhint("Create the function again, or change the route's evidence_function with dpwin.alter_route() ('-' removes it).")));
 	r->evidence_function = spec->evidence_function;
 	if (validate && OidIsValid(spec->evidence_function))
 		check_evidence_function(spec->evidence_function, userid);
@@ -905,7 +923,14 @@ spec_to_args(const RouteSpec *spec, const DpwinRoute *r, Oid *types,
 	args[12] = Int32GetDatum(r->batch_rows);
 	types[13] = INT8OID;
 	args[13] = Int64GetDatum(r->max_encoded_bytes);
-	types[14] = OIDOID;
+	/*
+	 * Stored by signature (a text column), so that a dump and pg_upgrade
+	 * carry it: the assignment prints the regprocedure, and the route
+	 * functions run with search_path pg_catalog, pg_temp, so what is not in
+	 * pg_catalog prints schema-qualified, as the 0.1.0 to 0.2.0 update
+	 * script stores it.
+	 */
+	types[14] = REGPROCEDUREOID;
 	args[14] = ObjectIdGetDatum(r->evidence_function);
 	if (!OidIsValid(r->evidence_function))
 		nulls[14] = 'n';
@@ -981,6 +1006,7 @@ dpwin_create_route(PG_FUNCTION_ARGS)
 	int32		route_id;
 	bool		isnull;
 
+	dpwin_check_sql_version();
 	if (!is_operator(GetUserId()))
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
@@ -1041,7 +1067,7 @@ dpwin_create_route(PG_FUNCTION_ARGS)
 					   "max_encoded_bytes, evidence_function, owner, "
 					   "config_fingerprint) VALUES ($1, $2, $3, $4, "
 					   "$5::pg_catalog.name[], $6, $7, $8, $9, $10, $11, $12, "
-					   "$13, $14, $15::pg_catalog.regprocedure, $16, $17) "
+					   "$13, $14, $15, $16, $17) "
 					   "RETURNING route_id",
 					   SPEC_NARGS, types, args, nulls, false);
 	route_id = DatumGetInt32(dpwin_catalog_value(0, 1, &isnull));
@@ -1127,7 +1153,10 @@ dpwin_alter_route(PG_FUNCTION_ARGS)
 	if (!PG_ARGISNULL(11))
 		spec.max_encoded_bytes = PG_GETARG_INT64(11);
 	if (!PG_ARGISNULL(12))
+	{
 		spec.evidence_function = PG_GETARG_OID(12);
+		spec.evidence_missing = NULL;
+	}
 
 	r = resolve_spec(&spec, true, GetUserId());
 	fingerprint = dpwin_route_fingerprint(r);
@@ -1158,7 +1187,7 @@ dpwin_alter_route(PG_FUNCTION_ARGS)
 					   "lookback = $10, chunk_interval = $11, "
 					   "parallelism = $12, batch_rows = $13, "
 					   "max_encoded_bytes = $14, "
-					   "evidence_function = $15::pg_catalog.regprocedure, "
+					   "evidence_function = $15, "
 					   "owner = $16, config_fingerprint = $17, "
 					   "updated_at = pg_catalog.now() WHERE route_id = $18",
 					   SPEC_NARGS + 1, types, args, nulls, false);

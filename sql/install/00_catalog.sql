@@ -27,7 +27,9 @@ CREATE TABLE dpwin.route (
 	route_id			serial PRIMARY KEY,
 	route_name			text NOT NULL UNIQUE
 		CHECK (route_name ~ '^[A-Za-z_][A-Za-z0-9_$.-]{0,62}$'),
-	source_relid		oid NOT NULL,
+	/* regclass and regrole, not oid: a dump carries the names, and a
+	 * restore into another database or cluster resolves them again */
+	source_relid		regclass NOT NULL,
 	source_schema		name NOT NULL,
 	source_table		name NOT NULL,
 	columns				name[] NOT NULL CHECK (cardinality(columns) BETWEEN 1 AND 1600),
@@ -41,9 +43,11 @@ CREATE TABLE dpwin.route (
 	batch_rows			integer NOT NULL DEFAULT 8192 CHECK (batch_rows BETWEEN 1 AND 1000000),
 	max_encoded_bytes	bigint NOT NULL DEFAULT 4194304
 		CHECK (max_encoded_bytes BETWEEN 65536 AND 268435456),
-	evidence_function	regprocedure,
+	/* the signature as text, schema-qualified, resolved at each use:
+	 * pg_upgrade refuses regprocedure columns in user tables */
+	evidence_function	text,
 	skip_unchanged		boolean NOT NULL DEFAULT false,
-	owner				oid NOT NULL,
+	owner				regrole NOT NULL,
 	config_fingerprint	text NOT NULL,
 	created_at			timestamptz NOT NULL DEFAULT now(),
 	updated_at			timestamptz NOT NULL DEFAULT now(),
@@ -87,7 +91,7 @@ CREATE TABLE dpwin.invocation (
 	error				text,
 	error_sqlstate		text,
 	result				jsonb,
-	caller_role			oid NOT NULL,
+	caller_role			regrole NOT NULL,
 	created_at			timestamptz NOT NULL DEFAULT clock_timestamp(),
 	updated_at			timestamptz NOT NULL DEFAULT clock_timestamp(),
 	finished_at			timestamptz,
@@ -154,6 +158,12 @@ REVOKE ALL ON ALL TABLES IN SCHEMA dpwin FROM PUBLIC;
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA dpwin FROM PUBLIC;
 GRANT USAGE ON SCHEMA dpwin TO PUBLIC;
 
+/*
+ * Every table is history or fencing state that a dump must carry whole, so
+ * none has a filter: a restored lease epoch must never go backwards, and
+ * recovery reads the journal of unfinished invocations.  dpwin.verification
+ * registers itself in its own part.
+ */
 SELECT pg_catalog.pg_extension_config_dump('dpwin.route', '');
 SELECT pg_catalog.pg_extension_config_dump('dpwin.route_route_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('dpwin.lease', '');

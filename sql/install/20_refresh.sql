@@ -128,7 +128,7 @@ CREATE VIEW dpwin.invocations AS
 		   (SELECT count(*) FROM dpwin.chunk c WHERE c.invocation_id = i.invocation_id)::integer AS chunks,
 		   (SELECT count(*) FROM dpwin.chunk c WHERE c.invocation_id = i.invocation_id
 				AND c.state = 'verified')::integer AS chunks_verified,
-		   i.caller_role::regrole AS caller,
+		   i.caller_role AS caller,
 		   i.created_at, i.updated_at, i.finished_at,
 		   i.finished_at - i.created_at AS duration
 	  FROM dpwin.invocation i

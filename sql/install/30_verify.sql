@@ -15,7 +15,7 @@ CREATE TABLE dpwin.verification (
 	target_uuid			uuid,
 	chunks				jsonb NOT NULL,
 	drifting_chunks		integer NOT NULL CHECK (drifting_chunks >= 0),
-	caller_role			oid NOT NULL,
+	caller_role			regrole NOT NULL,
 	started_at			timestamptz NOT NULL,
 	finished_at			timestamptz NOT NULL DEFAULT clock_timestamp()
 );
@@ -25,7 +25,7 @@ CREATE VIEW dpwin.verifications AS
 	SELECT v.verification_id, r.route_name, v.interval_end, v.window_lo, v.window_hi,
 		   jsonb_array_length(v.chunks) AS chunks, v.drifting_chunks,
 		   v.drifting_chunks = 0 AS matches, v.target_uuid, v.snapshot_id,
-		   v.chunks AS chunk_results, v.caller_role::regrole AS caller,
+		   v.chunks AS chunk_results, v.caller_role AS caller,
 		   v.started_at, v.finished_at, v.finished_at - v.started_at AS duration
 	  FROM dpwin.verification v
 	  JOIN dpwin.route r USING (route_id);
@@ -54,5 +54,6 @@ CREATE FUNCTION dpwin.verify(route text, interval_end date)
 REVOKE ALL ON FUNCTION dpwin.verify(text, timestamptz) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dpwin.verify(text, timestamptz) TO dpwin_operator;
 REVOKE ALL ON dpwin.verification FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('dpwin.verification', '');
 REVOKE ALL ON dpwin.verifications FROM PUBLIC;
 GRANT SELECT ON dpwin.verifications TO dpwin_operator;
