@@ -13,8 +13,14 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 
-test/sandbox.sh start
-eval "$(test/sandbox.sh env)"
+# DPWIN_DEMO_ENV=1: run against the PostgreSQL and ClickHouse that the
+# environment names (PG*, DPWIN_CH_URL, DPWIN_CH_USER, DPWIN_CH_PASSWORD,
+# with a foreign server sandbox_ch), as test/pkg/check.sh does for an
+# installed package, instead of starting the sandbox.
+if [ "${DPWIN_DEMO_ENV:-}" != 1 ]; then
+	test/sandbox.sh start
+	eval "$(test/sandbox.sh env)"
+fi
 
 ch() {
 	curl -sS --fail-with-body -u "$DPWIN_CH_USER:$DPWIN_CH_PASSWORD" \
@@ -23,7 +29,7 @@ ch() {
 
 step() { printf '\n== %s\n' "$*"; }
 
-step "The sandbox's PostgreSQL (DPWIN_PG=$DPWIN_PG) and dpwin"
+step "The sandbox's PostgreSQL (DPWIN_PG=${DPWIN_PG:-15}) and dpwin"
 psql -X -c "SELECT version() AS postgresql, extversion AS dpwin FROM pg_extension WHERE extname = 'dpwin'"
 
 step "PostgreSQL source: public.demo_events, 14 days x 2,000 rows, a few NULL windows and duplicates"
@@ -71,7 +77,12 @@ psql -X -v ON_ERROR_STOP=1 -x -c \
 
 step "The published target: the window replaced, the rest kept; the old generation kept as a backup"
 ch "SELECT countIf(observed_at >= '2026-09-02' AND observed_at < '2026-09-09') AS window_rows, countIf(observed_at IS NULL) AS null_window_rows, countIf(id < 0) AS old_rows, count() AS total FROM demo.events FORMAT PrettyCompactMonoBlock"
-ch "SELECT name, uuid, total_rows FROM system.tables WHERE database = 'demo' ORDER BY name FORMAT PrettyCompactMonoBlock"
+# count(), not system.tables.total_rows: total_rows also counts the rows a
+# lightweight DELETE has masked, which no reader sees
+for t in $(ch "SELECT name FROM system.tables WHERE database = 'demo' ORDER BY name FORMAT TSVRaw"); do
+	ch "SELECT '$t' AS table, toString(any(t.uuid)) AS uuid, (SELECT count() FROM demo.\`$t\`) AS rows
+		FROM system.tables t WHERE t.database = 'demo' AND t.name = '$t' FORMAT PrettyCompactMonoBlock"
+done
 
 step "The journal"
 psql -X -c "SELECT route_name, state, publication_outcome, chunks, chunks_verified, duration FROM dpwin.invocations ORDER BY created_at DESC LIMIT 3"
