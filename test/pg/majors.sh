@@ -43,11 +43,13 @@ pg_major_spec() {
 		PG_CRON=1
 		;;
 	19)
-		# the release candidate; no pg_cron package exists for it yet
+		# the release candidate; no pg_cron package exists for it yet.
+		# 18 is installed beside it, from the same suite as 18's own
+		# chroot: test/pg/upgrade.sh runs pg_upgrade from 18 to 19 here.
 		PG_SUITE=sid
 		PG_EXTRA_SUITE=experimental
 		PG_FROM_EXTRA="postgresql-19 postgresql-client-19 postgresql-server-dev-19 libpq5 libpq-dev"
-		PG_PACKAGES="postgresql-19=19~rc1-1 postgresql-server-dev-19=19~rc1-1"
+		PG_PACKAGES="postgresql-19=19~rc1-1 postgresql-server-dev-19=19~rc1-1 postgresql-18=18.6-3 postgresql-server-dev-18=18.6-3"
 		PG_CRON=0
 		;;
 	16)
