@@ -41,20 +41,26 @@ fi
 t0=$(date +%s)
 WORK=$(mktemp -d)
 version=$(sed -n "s/^default_version *= *'\(.*\)'/\1/p" dpwin.control)
-src=$WORK/dpwin-$version
-mkdir -p "$src"
-# the committed tree only, as a release is made
-git ls-files -z | xargs -0 tar -c | tar -C "$src" -x
-log "building postgresql-$MAJOR-dpwin $version"
-(cd "$src" && pg_buildext updatecontrol && dpkg-buildpackage -us -uc -b >"$WORK/build.log" 2>&1) ||
-	{ tail -40 "$WORK/build.log"; die "dpkg-buildpackage failed"; }
-deb=$(ls "$WORK"/postgresql-$MAJOR-dpwin_*.deb)
-log "built $(basename "$deb") in $(($(date +%s) - t0)) s"
-dpkg-deb -c "$deb" | awk '{print $6}' | grep -E 'dpwin(\.so|\.control|--)' >&2
+if [ -n "${DPWIN_PKG_DEB:-}" ]; then
+	# a package built before (by this script): only its installation is tested
+	deb=$DPWIN_PKG_DEB
+	log "using $deb as built before"
+else
+	src=$WORK/dpwin-$version
+	mkdir -p "$src"
+	# the committed tree only, as a release is made
+	git ls-files -z | xargs -0 tar -c | tar -C "$src" -x
+	log "building postgresql-$MAJOR-dpwin $version"
+	(cd "$src" && pg_buildext updatecontrol && dpkg-buildpackage -us -uc -b >"$WORK/build.log" 2>&1) ||
+		{ tail -40 "$WORK/build.log"; die "dpkg-buildpackage failed"; }
+	deb=$(ls "$WORK"/postgresql-$MAJOR-dpwin_*.deb)
+	log "built $(basename "$deb") in $(($(date +%s) - t0)) s"
+	dpkg-deb -c "$deb" | awk '{print $6}' | grep -E 'dpwin(\.so|\.control|--)' >&2
 
-log "lintian"
-lintian --fail-on error,warning "$WORK"/*.changes
-log "lintian: no error, no warning"
+	log "lintian"
+	lintian --fail-on error,warning "$WORK"/*.changes
+	log "lintian: no error, no warning"
+fi
 
 # --- a clean root with PostgreSQL 15, then dpkg -i ---------------------------
 
@@ -81,16 +87,27 @@ if [ ! -f "$CHROOT/.dpwin-pkg-root" ]; then
 		{ tail -20 "$WORK/debootstrap.log"; die "debootstrap failed"; }
 	printf '#!/bin/sh\nexit 101\n' >"$CHROOT/usr/sbin/policy-rc.d"
 	chmod 755 "$CHROOT/usr/sbin/policy-rc.d"
+	# the machine's Debian sources (its updates and security suites too):
+	# the package depends on the PostgreSQL it was built against
+	if [ -z "${DPWIN_DEBIAN_MIRROR:-}" ]; then
+		rm -f "$CHROOT/etc/apt/sources.list"
+		for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
+			[ -f "$f" ] && cp "$f" "$CHROOT$f"
+		done
+	fi
 	mkdir -p "$CHROOT/etc/postgresql-common"
 	echo "create_main_cluster = false" >"$CHROOT/etc/postgresql-common/createcluster.conf"
 	touch "$CHROOT/.dpwin-pkg-root"
 fi
 rm -rf "$RUN"
 mkdir -p "$RUN"
-# PostgreSQL itself from Debian; dpwin only from the package built above
-in_root apt-get -q -y update >/dev/null
-in_root apt-get -q -y install --no-install-recommends "postgresql-$MAJOR" >/dev/null
+# What the package depends on (PostgreSQL itself, libcurl) from Debian;
+# dpwin only from the package built above
+deps=$(dpkg-deb -f "$deb" Depends | tr ',' '\n' | sed 's/[(|].*//; s/ //g' | grep -v '^$' | tr '\n' ' ')
 in_root dpkg --purge "postgresql-$MAJOR-dpwin" >/dev/null 2>&1 || true
+in_root apt-get -q -y update >/dev/null 2>&1
+in_root apt-get -q -y install --no-install-recommends $deps >"$WORK/apt.log" 2>&1 ||
+	{ tail -20 "$WORK/apt.log"; die "apt-get install $deps failed in the root"; }
 cp "$deb" "$RUN/"
 log "dpkg -i $(basename "$deb")"
 if ! in_root dpkg -i "$RUN/$(basename "$deb")" >"$WORK/dpkg.log" 2>&1; then
@@ -105,7 +122,7 @@ in_root dpkg -s "postgresql-$MAJOR-dpwin" | grep -q '^Status: install ok install
 
 # the sandbox's ClickHouse endpoint (it also builds dpwin for its own
 # PostgreSQL, which this test does not use)
-test/sandbox.sh start >/dev/null
+test/sandbox.sh status | grep -q 'clickhouse: running' || test/sandbox.sh start >/dev/null
 eval "$(test/sandbox.sh env)"
 port=$((PGPORT + 60))
 chown -R 0:0 "$RUN"
