@@ -586,33 +586,6 @@ default_scalar_ch_type(Oid typid, int32 typmod)
 	}
 }
 
-char *
-rb_default_ch_type(Oid typid, int32 typmod, bool pg_notnull)
-{
-	Oid			elem;
-	Oid			base = pg_resolve_type(typid, &typmod, &elem);
-	char	   *t;
-
-	if (OidIsValid(elem))
-	{
-		if (!pg_scalar_supported(elem))
-			return NULL;
-		t = default_scalar_ch_type(elem, typmod);
-		if (t == NULL)
-			return NULL;
-
-		/*
-		 * Elements of a PostgreSQL array can always be NULL.  ClickHouse has
-		 * no Nullable(Array(...)), so a NULL array (possible only when the
-		 * column is not NOT NULL) fails the refresh instead.
-		 */
-		return psprintf("Array(Nullable(%s))", t);
-	}
-	t = default_scalar_ch_type(base, typmod);
-	if (t == NULL || pg_notnull)
-		return t;
-	return psprintf("Nullable(%s)", t);
-}
 
 /*
  * Scalar parity: can PostgreSQL type typid be written as ClickHouse type

@@ -2,8 +2,8 @@
  *
  * chtype.h
  *	  ClickHouse type expressions, parsed, and their parity with PostgreSQL
- *	  types (chtype.c).  rb_type_parity() and rb_default_ch_type(), the
- *	  entry points of the parity rules, are declared in rowbinary.h.
+ *	  types (chtype.c).  rb_type_parity(), the entry point
+ *	  of the parity rules, is declared in rowbinary.h.
  *
  *-------------------------------------------------------------------------
  */

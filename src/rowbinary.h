@@ -30,16 +30,6 @@ extern char *rb_type_parity(Oid typid, int32 typmod, const char *ch_type);
 extern bool rb_type_supported(Oid typid);
 
 /*
- * The ClickHouse type dpwin would choose for a PostgreSQL column (used by
- * the demo, docs and tests to create matching targets), palloc'd; NULL
- * when there is none (unsupported type).  A column that may hold NULLs
- * gets Nullable(T); an array column gets Array(Nullable(T)) either way
- * (ClickHouse has no Nullable(Array(...))).  Unconstrained numeric gets
- * Decimal(38, 10), checked per value.
- */
-extern char *rb_default_ch_type(Oid typid, int32 typmod, bool pg_notnull);
-
-/*
  * Build an encoder for ncols columns.  names are the column names (for
  * error messages); window_index is the column whose value names a row in
  * fidelity errors.  pg_notnull (which columns are NOT NULL in PostgreSQL)

@@ -204,27 +204,6 @@ dpwin_target_bound_sql(TimestampTz ts, const char *what)
 					dpwin_unix_usecs(ts, what));
 }
 
-/*
- * The bounds are exact microsecond ticks: DateTime64 comparisons convert
- * both sides to the larger scale, so a column of precision p < 6 compares
- * exactly against a bound with digits below its precision.
- */
-char *
-dpwin_target_keep_predicate(const DpwinTargetInfo *target,
-							const char *window_column,
-							TimestampTz lo, TimestampTz hi)
-{
-	char	   *w = ch_quote_ident(window_column);
-	char	   *slo = dpwin_target_bound_sql(lo, "lower");
-	char	   *shi = dpwin_target_bound_sql(hi, "upper");
-
-	return psprintf("(%s < %s OR %s >= %s%s%s%s)",
-					w, slo, w, shi,
-					target->window_nullable ? " OR " : "",
-					target->window_nullable ? w : "",
-					target->window_nullable ? " IS NULL" : "");
-}
-
 char *
 dpwin_target_window_predicate(const DpwinTargetInfo *target,
 							  const char *window_column,

@@ -98,14 +98,6 @@ extern void dpwin_target_chunk_digests(ChClient *client,
 /* A window bound as an exact DateTime64(6, 'UTC') ClickHouse expression. */
 extern char *dpwin_target_bound_sql(TimestampTz ts, const char *what);
 
-/*
- * The predicate selecting target rows to keep: outside [lo, hi) or with a
- * NULL window value, as ClickHouse SQL over the window column.
- */
-extern char *dpwin_target_keep_predicate(const DpwinTargetInfo *target,
-										 const char *window_column,
-										 TimestampTz lo, TimestampTz hi);
-
 /* The complement: rows with the window value in [lo, hi). */
 extern char *dpwin_target_window_predicate(const DpwinTargetInfo *target,
 										   const char *window_column,
