@@ -36,10 +36,6 @@
 #define DPWIN_CH_MIN_MAJOR	23
 #define DPWIN_CH_MIN_MINOR	3
 
-/* ClickHouse exception codes we react to. */
-#define CH_UNKNOWN_SETTING	115
-#define CH_ACCESS_DENIED	497
-
 /* Functions the refresh needs, with what needs them (for messages). */
 static const struct
 {

@@ -380,7 +380,7 @@ ch_report(ChHttpStatus status, const ChHttpReply *reply, const char *what)
 							 errcontext("%s", context)));
 
 				/* ACCESS_DENIED and READONLY: authenticated, not allowed */
-				if (code == 497 || code == 164)
+				if (code == CH_ACCESS_DENIED || code == CH_READONLY)
 					ereport(ERROR,
 							(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 							 errmsg("ClickHouse error %d while %s", code, what),

@@ -25,9 +25,9 @@ typedef struct ChClient
 								 * could succeed (ch_status_transient) */
 } ChClient;
 
-extern ChClient *ch_client_open(const DpwinServerConf *conf,
+extern PGDLLEXPORT ChClient *ch_client_open(const DpwinServerConf *conf,
 								const char *query_id_prefix);
-extern void ch_client_close(ChClient *client);
+extern PGDLLEXPORT void ch_client_close(ChClient *client);
 
 /* A fresh unique query_id: prefix + label + sequence number. */
 extern char *ch_next_query_id(ChClient *client, const char *label);
@@ -43,7 +43,7 @@ extern char *ch_next_query_id(ChClient *client, const char *label);
  * behaviour independent of server defaults (async_insert=0,
  * wait_end_of_query=1, ...).
  */
-extern char *ch_exec(ChClient *client, const char *sql);
+extern PGDLLEXPORT char *ch_exec(ChClient *client, const char *sql);
 
 /* Same, with a caller-chosen query_id (for statements that may need
  * settling). */

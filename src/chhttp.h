@@ -28,6 +28,15 @@ typedef enum ChHttpStatus
 	CHHTTP_CLIENT_ERROR			/* local failure (bad URL, libcurl error) */
 } ChHttpStatus;
 
+/*
+ * The ClickHouse exception codes (the server's ErrorCodes.cpp) that dpwin
+ * reacts to, as ChHttpReply.exception_code carries them.
+ */
+#define CH_UNKNOWN_SETTING		115
+#define CH_READONLY				164
+#define CH_ACCESS_DENIED		497
+#define CH_PROJECTION_NOT_USED	584
+
 typedef struct ChHttpReply
 {
 	long		http_code;		/* 0 when no answer arrived */

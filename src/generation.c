@@ -56,10 +56,6 @@
 /* Partitions attached per ALTER TABLE statement. */
 #define ATTACH_BATCH		100
 
-/* ClickHouse exception codes we react to. */
-#define CH_UNKNOWN_SETTING	115
-#define CH_PROJECTION_NOT_USED	584
-
 typedef enum PartClass
 {
 	PART_OUTSIDE,				/* no row inside the ranges */

@@ -38,6 +38,6 @@ extern bool dpwin_lease_held(int32 target_id);
  * Lock the lease row FOR SHARE and check that epoch is current: the
  * compare half of every fenced write.  ereports when fenced.
  */
-extern void dpwin_lease_check_epoch(int32 target_id, int64 epoch);
+extern PGDLLEXPORT void dpwin_lease_check_epoch(int32 target_id, int64 epoch);
 
 #endif							/* DPWIN_LEASE_H */

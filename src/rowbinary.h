@@ -24,7 +24,7 @@ typedef struct RbEncoder RbEncoder;
  * hold NULLs does not matter: a NULL for a type that is not Nullable is
  * refused value by value by rb_encode_row() (docs/types.md).
  */
-extern char *rb_type_parity(Oid typid, int32 typmod, const char *ch_type);
+extern PGDLLEXPORT char *rb_type_parity(Oid typid, int32 typmod, const char *ch_type);
 
 /* Is this PostgreSQL type supported at all (docs/types.md)? */
 extern bool rb_type_supported(Oid typid);
@@ -37,7 +37,7 @@ extern bool rb_type_supported(Oid typid);
  * constraint.  ereports ERRCODE_DATATYPE_MISMATCH if any column fails
  * rb_type_parity().  Allocated in CurrentMemoryContext.
  */
-extern RbEncoder *rb_encoder_create(int ncols, char *const *names,
+extern PGDLLEXPORT RbEncoder *rb_encoder_create(int ncols, char *const *names,
 									const Oid *typids, const int32 *typmods,
 									const bool *pg_notnull,
 									char *const *ch_types, int window_index);
@@ -62,7 +62,7 @@ extern RbEncoder *rb_encoder_create(int ncols, char *const *names,
  * or compressed values (freed again) and jsonb.  The row is appended; on
  * error, out may hold a partial row.
  */
-extern void rb_encode_row(RbEncoder *enc, const Datum *values,
+extern PGDLLEXPORT void rb_encode_row(RbEncoder *enc, const Datum *values,
 						  const bool *isnull, StringInfo out);
 
 #endif							/* DPWIN_ROWBINARY_H */

@@ -28,7 +28,6 @@
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"
 
-#include "catalog.h"
 #include "chclient.h"
 #include "digest.h"
 #include "lease.h"
@@ -353,8 +352,9 @@ testing_target_arg(FunctionCallInfo fcinfo, const char *fn)
 				 errmsg("target_id must not be NULL")));
 	target_id = PG_GETARG_INT32(0);
 	args[0] = Int32GetDatum(target_id);
-	if (dpwin_catalog_exec("SELECT 1 FROM dpwin.lease WHERE target_id = $1",
-						   1, types, args, NULL, true) != 1)
+	if (SPI_execute_with_args("SELECT 1 FROM dpwin.lease WHERE target_id = $1",
+							  1, types, args, NULL, true, 0) != SPI_OK_SELECT ||
+		SPI_processed != 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("dpwin target %d does not exist", target_id),
