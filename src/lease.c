@@ -29,6 +29,8 @@
 #include "catalog.h"
 #include "lease.h"
 
+static bool lease_held(int32 target_id);
+
 static void
 lease_locktag(LOCKTAG *tag, int32 target_id)
 {
@@ -244,7 +246,7 @@ dpwin_lease_release(int32 target_id)
 	LOCKTAG		tag;
 
 	lease_locktag(&tag, target_id);
-	if (!dpwin_lease_held(target_id))
+	if (!lease_held(target_id))
 		return;
 
 	/* Clear the holder first, while the lock still excludes others. */
@@ -276,8 +278,9 @@ dpwin_lease_release(int32 target_id)
 	LockRelease(&tag, ExclusiveLock, true);
 }
 
-bool
-dpwin_lease_held(int32 target_id)
+/* Is the lock held by this process? */
+static bool
+lease_held(int32 target_id)
 {
 	LOCKTAG		tag;
 

@@ -31,9 +31,6 @@ extern int64 dpwin_lease_acquire(int32 target_id, const pg_uuid_t *holder);
 /* Release the advisory lock and clear the holder columns (best effort). */
 extern void dpwin_lease_release(int32 target_id);
 
-/* Is the lock held by this process? */
-extern bool dpwin_lease_held(int32 target_id);
-
 /*
  * Lock the lease row FOR SHARE and check that epoch is current: the
  * compare half of every fenced write.  ereports when fenced.

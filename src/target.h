@@ -76,13 +76,6 @@ extern void dpwin_target_digest(ChClient *client, const DpwinTargetInfo *target,
 								DpwinDigest *out);
 
 /*
- * Parse the answer to a SELECT of dpwin_digest_ch_select_list() over
- * db.table (named in errors); ereports on anything else.
- */
-extern void dpwin_target_digest_answer(char *answer, const DpwinTargetInfo *target,
-									   const char *table, DpwinDigest *out);
-
-/*
  * Digest of the rows of db.table in each chunk (a List of
  * DpwinChunkBounds: a window's chunks, as dpwin_window_chunks() makes
  * them), all in one statement: out[i]

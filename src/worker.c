@@ -121,7 +121,7 @@ worker_post(WorkerState *ws, const char *staging, const char *data, size_t len,
 					&reply);
 	if (status != CHHTTP_OK)
 	{
-		ws->failure_transient = ch_status_transient(status, &reply);
+		ws->failure_transient = dpwin_ch_status_transient(status, &reply);
 		ch_report(status, &reply, psprintf("inserting rows of chunk %d", chunk_no));
 	}
 }
@@ -170,7 +170,7 @@ worker_read_chunk(WorkerState *ws, DpwinChunkSlot *slot, const char *staging,
 
 			heap_deform_tuple(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
 							  values, nulls);
-			rb_encode_row(ws->encoder, values, nulls, &buf);
+			dpwin_rb_encode_row(ws->encoder, values, nulls, &buf);
 			row_len = buf.len - row_start;
 			if (row_len > (size_t) route->max_encoded_bytes)
 				ereport(ERROR,
@@ -545,7 +545,7 @@ worker_setup(WorkerState *ws, MemoryContext worker_cxt)
 	ws->insert_prefix = "INSERT INTO ";
 	ws->insert_suffix = psprintf(" (%s) FORMAT RowBinary", cols.data);
 
-	ws->encoder = rb_encoder_create(ws->route->ncolumns, ws->route->columns,
+	ws->encoder = dpwin_rb_encoder_create(ws->route->ncolumns, ws->route->columns,
 									ws->route->column_types,
 									ws->route->column_typmods,
 									ws->route->column_notnull,

@@ -92,7 +92,7 @@ dpwin__encode_rowbinary(PG_FUNCTION_ARGS)
 		if (list_length(args) >= 1)
 			typmod = exprTypmod((Node *) linitial(args));
 	}
-	/* an unparsable type is reported by rb_encoder_create() */
+	/* an unparsable type is reported by dpwin_rb_encoder_create() */
 	ch_type = text_to_cstring(PG_GETARG_TEXT_PP(1));
 
 	with_window = PG_NARGS() >= 3 && !PG_ARGISNULL(2);
@@ -106,10 +106,10 @@ dpwin__encode_rowbinary(PG_FUNCTION_ARGS)
 	values[1] = with_window ? PG_GETARG_DATUM(2) : (Datum) 0;
 	isnull[1] = false;
 
-	enc = rb_encoder_create(with_window ? 2 : 1, names, typids, typmods,
+	enc = dpwin_rb_encoder_create(with_window ? 2 : 1, names, typids, typmods,
 							notnull, ch_types, with_window ? 1 : -1);
 	initStringInfo(&buf);
-	rb_encode_row(enc, values, isnull, &buf);
+	dpwin_rb_encode_row(enc, values, isnull, &buf);
 	len = buf.len - (with_window ? 8 : 0);
 
 	result = (bytea *) palloc(VARHDRSZ + len);
@@ -118,13 +118,13 @@ dpwin__encode_rowbinary(PG_FUNCTION_ARGS)
 	PG_RETURN_BYTEA_P(result);
 }
 
-/* dpwin_test.rb_type_parity(typ regtype, typmod int, ch_type text) -> text */
+/* dpwin_test.dpwin_rb_type_parity(typ regtype, typmod int, ch_type text) -> text */
 Datum
 dpwin__rb_type_parity(PG_FUNCTION_ARGS)
 {
 	char	   *why;
 
-	why = rb_type_parity(PG_GETARG_OID(0), PG_GETARG_INT32(1),
+	why = dpwin_rb_type_parity(PG_GETARG_OID(0), PG_GETARG_INT32(1),
 						 text_to_cstring(PG_GETARG_TEXT_PP(2)));
 	if (why == NULL)
 		PG_RETURN_NULL();
@@ -232,7 +232,7 @@ dpwin__ch_query(PG_FUNCTION_ARGS)
 
 	conf = dpwin_server_conf(NameStr(*server), GetUserId());
 	client = ch_client_open(conf, "dpwin-test-");
-	body = ch_exec(client, sql);
+	body = dpwin_ch_exec(client, sql);
 	ch_client_close(client);
 	PG_RETURN_TEXT_P(cstring_to_text(body));
 }
