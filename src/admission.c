@@ -36,10 +36,6 @@
 #define DPWIN_CH_MIN_MAJOR	23
 #define DPWIN_CH_MIN_MINOR	3
 
-/* ClickHouse exception codes we react to. */
-#define CH_UNKNOWN_SETTING	115
-#define CH_ACCESS_DENIED	497
-
 /* Functions the refresh needs, with what needs them (for messages). */
 static const struct
 {
@@ -131,11 +127,11 @@ mv_target_condition(const char *database, const char *table)
 				ntb = 0;
 	StringInfoData buf;
 
-	dbs[ndb++] = ctq_format_ident(database);
-	if (ctq_is_bare_word(database))
+	dbs[ndb++] = dpwin_ctq_format_ident(database);
+	if (dpwin_ctq_is_bare_word(database))
 		dbs[ndb++] = database;
-	tbs[ntb++] = ctq_format_ident(table);
-	if (ctq_is_bare_word(table))
+	tbs[ntb++] = dpwin_ctq_format_ident(table);
+	if (dpwin_ctq_is_bare_word(table))
 		tbs[ntb++] = table;
 
 	initStringInfo(&buf);
@@ -210,7 +206,7 @@ check_server(ChClient *client, ServerFacts *facts)
 	if (status != CHHTTP_OK)
 		ch_report(status, &reply, "reading the server version");
 	answer = reply.body.data;
-	rows = ch_parse_tsv(answer);
+	rows = dpwin_ch_parse_tsv(answer);
 	if (list_length(rows) != 1 || list_length((List *) linitial(rows)) != 3)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROTOCOL_VIOLATION),
@@ -218,8 +214,8 @@ check_server(ChClient *client, ServerFacts *facts)
 						client->conf->server_name)));
 	row = (List *) linitial(rows);
 
-	facts->version = pstrdup(ch_row_field(row, 0));
-	facts->has_projections_table = strcmp(ch_row_field(row, 1), "0") != 0;
+	facts->version = pstrdup(dpwin_ch_row_field(row, 0));
+	facts->has_projections_table = strcmp(dpwin_ch_row_field(row, 1), "0") != 0;
 
 	if (sscanf(facts->version, "%d.%d", &major, &minor) != 2 ||
 		major < DPWIN_CH_MIN_MAJOR ||
@@ -231,7 +227,7 @@ check_server(ChClient *client, ServerFacts *facts)
 				 errdetail("The server reports version %s; dpwin needs %d.%d or later (Atomic databases, DateTime64 with a time zone, EXCHANGE TABLES, keyed SipHash).",
 						   facts->version, DPWIN_CH_MIN_MAJOR, DPWIN_CH_MIN_MINOR)));
 
-	present = ch_row_field(row, 2);
+	present = dpwin_ch_row_field(row, 2);
 	for (int i = 0; i < (int) lengthof(required_functions); i++)
 	{
 		const char *name = required_functions[i].name;
@@ -309,10 +305,10 @@ check_ttl(ChClient *client, const char *qname, const char *create_query)
 	List	   *column_ttls = NIL;
 	char	   *p;
 
-	if (!ctq_has_bare_word(create_query, "TTL"))
+	if (!dpwin_ctq_has_bare_word(create_query, "TTL"))
 		return;
 
-	answer = ch_exec(client, psprintf("EXPLAIN AST %s", create_query));
+	answer = dpwin_ch_exec(client, psprintf("EXPLAIN AST %s", create_query));
 	for (p = answer; p && *p;)
 	{
 		char	   *line = p;
@@ -331,16 +327,16 @@ check_ttl(ChClient *client, const char *qname, const char *create_query)
 		p = nl ? nl + 1 : NULL;
 	}
 
-	answer = ch_exec(client, psprintf("DESCRIBE TABLE %s", qname));
-	rows = ch_parse_tsv(answer);
+	answer = dpwin_ch_exec(client, psprintf("DESCRIBE TABLE %s", qname));
+	rows = dpwin_ch_parse_tsv(answer);
 	foreach(lc, rows)
 	{
 		List	   *row = (List *) lfirst(lc);
 
 		/* name, type, default_type, default_expression, comment, codec, ttl */
-		if (ch_row_field(row, 6)[0] != '\0')
+		if (dpwin_ch_row_field(row, 6)[0] != '\0')
 			column_ttls = lappend(column_ttls,
-								  ch_quote_ident(ch_row_field(row, 0)));
+								  ch_quote_ident(dpwin_ch_row_field(row, 0)));
 	}
 	if (column_ttls != NIL)
 		ereport(ERROR,
@@ -374,12 +370,12 @@ check_row_policies(ChClient *client, const char *database, const char *table,
 					NULL, NULL, &reply);
 	if (status == CHHTTP_OK)
 	{
-		List	   *rows = ch_parse_tsv(reply.body.data);
+		List	   *rows = dpwin_ch_parse_tsv(reply.body.data);
 		List	   *names = NIL;
 		ListCell   *lc;
 
 		foreach(lc, rows)
-			names = lappend(names, (char *) ch_row_field((List *) lfirst(lc), 0));
+			names = lappend(names, (char *) dpwin_ch_row_field((List *) lfirst(lc), 0));
 		if (names != NIL)
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -397,7 +393,7 @@ check_row_policies(ChClient *client, const char *database, const char *table,
 	{
 		char	   *plan;
 
-		plan = ch_exec(client,
+		plan = dpwin_ch_exec(client,
 					   psprintf("EXPLAIN actions = 1 SELECT * FROM %s", qname));
 		for (char *c = plan; *c; c++)
 			*c = pg_ascii_tolower((unsigned char) *c);
@@ -479,7 +475,7 @@ schema_fingerprint(int ncolumns, char **names, char **types,
 				   const char *engine_full, const char *create_query)
 {
 	StringInfoData buf;
-	char	   *body = ctq_body(create_query);
+	char	   *body = dpwin_ctq_body(create_query);
 	char	   *hex;
 
 	initStringInfo(&buf);
@@ -576,46 +572,46 @@ read_target_facts(ChClient *client, const char *db, const char *tb,
 						 "FROM system.projections WHERE database = %s AND `table` = %s",
 						 ldb, ltb);
 
-	foreach(lc, ch_parse_tsv(ch_exec(client, sql.data)))
+	foreach(lc, dpwin_ch_parse_tsv(dpwin_ch_exec(client, sql.data)))
 	{
 		List	   *row = (List *) lfirst(lc);
-		const char *tag = ch_row_field(row, 0);
+		const char *tag = dpwin_ch_row_field(row, 0);
 		TargetColumn *c;
 
 		switch (tag[0])
 		{
 			case 'D':
-				f->db_engine = pstrdup(ch_row_field(row, 1));
+				f->db_engine = pstrdup(dpwin_ch_row_field(row, 1));
 				break;
 			case 'T':
 				f->table_row = row;
 				break;
 			case 'C':
 				c = palloc0(sizeof(TargetColumn));
-				c->name = pstrdup(ch_row_field(row, 1));
-				c->type = pstrdup(ch_row_field(row, 2));
-				c->default_kind = pstrdup(ch_row_field(row, 3));
-				c->position = pg_strtoint32(ch_row_field(row, 4));
+				c->name = pstrdup(dpwin_ch_row_field(row, 1));
+				c->type = pstrdup(dpwin_ch_row_field(row, 2));
+				c->default_kind = pstrdup(dpwin_ch_row_field(row, 3));
+				c->position = pg_strtoint32(dpwin_ch_row_field(row, 4));
 				f->columns = lappend(f->columns, c);
 				break;
 			case 'R':
 				f->mv_readers = lappend(f->mv_readers,
-										ch_qualified_name(ch_row_field(row, 1),
-														  ch_row_field(row, 2)));
+										ch_qualified_name(dpwin_ch_row_field(row, 1),
+														  dpwin_ch_row_field(row, 2)));
 				break;
 			case 'W':
 				f->mv_writers = lappend(f->mv_writers,
-										ch_qualified_name(ch_row_field(row, 1),
-														  ch_row_field(row, 2)));
+										ch_qualified_name(dpwin_ch_row_field(row, 1),
+														  dpwin_ch_row_field(row, 2)));
 				break;
 			case 'X':
 				f->mutations = lappend(f->mutations,
-									   psprintf("%s (%s)", ch_row_field(row, 1),
-												ch_row_field(row, 2)));
+									   psprintf("%s (%s)", dpwin_ch_row_field(row, 1),
+												dpwin_ch_row_field(row, 2)));
 				break;
 			case 'P':
 				f->projections = lappend(f->projections,
-										 ch_quote_ident(ch_row_field(row, 1)));
+										 ch_quote_ident(dpwin_ch_row_field(row, 1)));
 				break;
 			default:
 				ereport(ERROR,
@@ -637,7 +633,7 @@ check_table(const TargetFacts *f, const char *qname)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_TABLE),
 				 errmsg("ClickHouse target %s does not exist", qname)));
-	engine = ch_row_field(f->table_row, TROW_ENGINE);
+	engine = dpwin_ch_row_field(f->table_row, TROW_ENGINE);
 	if (strcmp(engine, "MergeTree") != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
@@ -655,14 +651,14 @@ static void
 check_blockers(ChClient *client, const TargetFacts *f,
 			   const ServerFacts *server, const char *qname)
 {
-	const char *create_query = ch_row_field(f->table_row, TROW_CREATE_QUERY);
+	const char *create_query = dpwin_ch_row_field(f->table_row, TROW_CREATE_QUERY);
 	List	   *projections = f->projections;
 	List	   *defaults = NIL;
 	ListCell   *lc;
 
 	check_ttl(client, qname, create_query);
 
-	if (!server->has_projections_table && ctq_has_projection_clause(create_query))
+	if (!server->has_projections_table && dpwin_ctq_has_projection_clause(create_query))
 		projections = lappend(projections, pstrdup("(declared in the table definition)"));
 	if (projections != NIL)
 		ereport(ERROR,
@@ -778,7 +774,7 @@ check_column_types(const DpwinRoute *route, List *columns, const char *qname,
 	for (int i = 0; i < list_length(columns); i++)
 	{
 		TargetColumn *c = (TargetColumn *) list_nth(columns, i);
-		char	   *why = rb_type_parity(route->column_types[i],
+		char	   *why = dpwin_rb_type_parity(route->column_types[i],
 										 route->column_typmods[i], c->type);
 
 		if (why != NULL)
@@ -802,10 +798,10 @@ fill_target_info(DpwinTargetInfo *info, const char *db, const char *tb,
 
 	info->database = pstrdup(db);
 	info->table = pstrdup(tb);
-	info->uuid = pstrdup(ch_row_field(f->table_row, TROW_UUID));
-	info->engine_full = pstrdup(ch_row_field(f->table_row, TROW_ENGINE_FULL));
-	info->partition_key = pstrdup(ch_row_field(f->table_row, TROW_PARTITION_KEY));
-	info->sorting_key = pstrdup(ch_row_field(f->table_row, TROW_SORTING_KEY));
+	info->uuid = pstrdup(dpwin_ch_row_field(f->table_row, TROW_UUID));
+	info->engine_full = pstrdup(dpwin_ch_row_field(f->table_row, TROW_ENGINE_FULL));
+	info->partition_key = pstrdup(dpwin_ch_row_field(f->table_row, TROW_PARTITION_KEY));
+	info->sorting_key = pstrdup(dpwin_ch_row_field(f->table_row, TROW_SORTING_KEY));
 	info->ncolumns = ncols;
 	info->column_names = palloc(sizeof(char *) * ncols);
 	info->column_types = palloc(sizeof(char *) * ncols);
@@ -824,7 +820,7 @@ fill_target_info(DpwinTargetInfo *info, const char *db, const char *tb,
 	info->schema_fingerprint =
 		schema_fingerprint(ncols, info->column_names, info->column_types,
 						   info->engine_full,
-						   ch_row_field(f->table_row, TROW_CREATE_QUERY));
+						   dpwin_ch_row_field(f->table_row, TROW_CREATE_QUERY));
 }
 
 DpwinTargetInfo *
@@ -887,11 +883,11 @@ dpwin_target_probe_exchange(ChClient *client, const char *database)
 	check_server(client, &facts);
 
 	/* the same refusals as admission, before anything is created */
-	rows = ch_parse_tsv(ch_exec(client,
+	rows = dpwin_ch_parse_tsv(dpwin_ch_exec(client,
 								psprintf("SELECT engine FROM system.databases WHERE name = %s",
 										 ch_quote_literal(database))));
 	check_database(database,
-				   rows != NIL ? ch_row_field((List *) linitial(rows), 0) : NULL,
+				   rows != NIL ? dpwin_ch_row_field((List *) linitial(rows), 0) : NULL,
 				   NULL);
 
 	if (!pg_strong_random(rnd, sizeof(rnd)))
@@ -914,8 +910,8 @@ dpwin_target_probe_exchange(ChClient *client, const char *database)
 		char	   *after_a;
 		char	   *after_b;
 
-		ch_exec(client, psprintf("CREATE TABLE %s (x UInt8) ENGINE = MergeTree ORDER BY tuple()", qa));
-		ch_exec(client, psprintf("CREATE TABLE %s (x UInt8) ENGINE = MergeTree ORDER BY tuple()", qb));
+		dpwin_ch_exec(client, psprintf("CREATE TABLE %s (x UInt8) ENGINE = MergeTree ORDER BY tuple()", qa));
+		dpwin_ch_exec(client, psprintf("CREATE TABLE %s (x UInt8) ENGINE = MergeTree ORDER BY tuple()", qb));
 		probe_uuids(client, database, name_a, name_b, &uuid_a, &uuid_b);
 		if (uuid_a == NULL || uuid_b == NULL)
 			ereport(ERROR,
@@ -975,7 +971,7 @@ probe_uuids(ChClient *client, const char *database, const char *a,
 
 	*uuid_a = NULL;
 	*uuid_b = NULL;
-	rows = ch_parse_tsv(ch_exec(client,
+	rows = dpwin_ch_parse_tsv(dpwin_ch_exec(client,
 								psprintf("SELECT name, toString(uuid) FROM system.tables WHERE database = %s AND name IN (%s, %s)",
 										 ch_quote_literal(database),
 										 ch_quote_literal(a),
@@ -984,10 +980,10 @@ probe_uuids(ChClient *client, const char *database, const char *a,
 	{
 		List	   *row = (List *) lfirst(lc);
 
-		if (strcmp(ch_row_field(row, 0), a) == 0)
-			*uuid_a = pstrdup(ch_row_field(row, 1));
-		else if (strcmp(ch_row_field(row, 0), b) == 0)
-			*uuid_b = pstrdup(ch_row_field(row, 1));
+		if (strcmp(dpwin_ch_row_field(row, 0), a) == 0)
+			*uuid_a = pstrdup(dpwin_ch_row_field(row, 1));
+		else if (strcmp(dpwin_ch_row_field(row, 0), b) == 0)
+			*uuid_b = pstrdup(dpwin_ch_row_field(row, 1));
 	}
 }
 

@@ -22,7 +22,7 @@
  * ereports with its own errcode and a message naming the target and what
  * is wrong, before anything is written.
  */
-extern DpwinTargetInfo *dpwin_target_admit(ChClient *client,
+extern PGDLLEXPORT DpwinTargetInfo *dpwin_target_admit(ChClient *client,
 										   const DpwinRoute *route);
 
 /*
@@ -30,6 +30,6 @@ extern DpwinTargetInfo *dpwin_target_admit(ChClient *client,
  * the target database, dropped afterwards); a clear error when it does
  * not, or when the server is too old for Atomic/EXCHANGE/DateTime64.
  */
-extern void dpwin_target_probe_exchange(ChClient *client, const char *database);
+extern PGDLLEXPORT void dpwin_target_probe_exchange(ChClient *client, const char *database);
 
 #endif							/* DPWIN_ADMISSION_H */

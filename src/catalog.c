@@ -16,8 +16,8 @@
 
 #include "catalog.h"
 
-Oid
-dpwin_catalog_owner(void)
+static Oid
+catalog_owner(void)
 {
 	HeapTuple	tup;
 	Oid			nspid = get_namespace_oid("dpwin", false);
@@ -41,7 +41,7 @@ dpwin_catalog_exec(const char *sql, int nargs, Oid *argtypes, Datum *args,
 	volatile int rc = 0;
 
 	GetUserIdAndSecContext(&saved_uid, &saved_ctx);
-	SetUserIdAndSecContext(dpwin_catalog_owner(),
+	SetUserIdAndSecContext(catalog_owner(),
 						   saved_ctx | SECURITY_LOCAL_USERID_CHANGE |
 						   SECURITY_RESTRICTED_OPERATION);
 	save_nestlevel = NewGUCNestLevel();

@@ -15,8 +15,6 @@
 
 #include "executor/spi.h"
 
-/* Owner of schema dpwin (the role that created the extension). */
-extern Oid	dpwin_catalog_owner(void);
 
 /*
  * Run one statement as the catalog owner.  args are Datums of argtypes,

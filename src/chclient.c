@@ -74,7 +74,7 @@ ch_client_open(const DpwinServerConf *conf, const char *query_id_prefix)
 	client->query_id_prefix =
 		ch_sanitize_id_part(query_id_prefix != NULL ? query_id_prefix : "dpwin-");
 	client->seq = 0;
-	client->http = chhttp_open(conf);
+	client->http = dpwin_chhttp_open(conf);
 	return client;
 }
 
@@ -84,7 +84,7 @@ ch_client_close(ChClient *client)
 	if (client == NULL)
 		return;
 	if (client->http != NULL)
-		chhttp_close(client->http);
+		dpwin_chhttp_close(client->http);
 	client->http = NULL;
 }
 
@@ -136,15 +136,15 @@ ch_post(ChClient *client, const char *sql, const char *query_id,
 
 	if (client->http == NULL)
 		elog(ERROR, "ClickHouse client used after close");
-	status = chhttp_post(client->http, sql, query_id, CH_REQUEST_SETTINGS,
+	status = dpwin_chhttp_post(client->http, sql, query_id, CH_REQUEST_SETTINGS,
 						 reader, reader_arg, timeout_ms, reply);
 
 	/*
-	 * Remembered for callers that only see the ereport of ch_exec() and
+	 * Remembered for callers that only see the ereport of dpwin_ch_exec() and
 	 * still need to know whether another attempt may succeed.
 	 */
 	client->last_transient = status != CHHTTP_OK &&
-		ch_status_transient(status, reply);
+		dpwin_ch_status_transient(status, reply);
 	return status;
 }
 
@@ -156,7 +156,7 @@ ch_try(ChClient *client, const char *sql, const char *query_id,
 }
 
 char *
-ch_exec(ChClient *client, const char *sql)
+dpwin_ch_exec(ChClient *client, const char *sql)
 {
 	return ch_exec_id(client, sql, ch_next_query_id(client, "q"));
 }
@@ -177,8 +177,8 @@ ch_exec_id(ChClient *client, const char *sql, const char *query_id)
 char *
 ch_scalar(ChClient *client, const char *sql)
 {
-	char	   *body = ch_exec(client, sql);
-	List	   *rows = ch_parse_tsv(body);
+	char	   *body = dpwin_ch_exec(client, sql);
+	List	   *rows = dpwin_ch_parse_tsv(body);
 	List	   *row = rows != NIL ? (List *) linitial(rows) : NIL;
 
 	if (list_length(rows) != 1 || list_length(row) != 1)
@@ -380,7 +380,7 @@ ch_report(ChHttpStatus status, const ChHttpReply *reply, const char *what)
 							 errcontext("%s", context)));
 
 				/* ACCESS_DENIED and READONLY: authenticated, not allowed */
-				if (code == 497 || code == 164)
+				if (code == CH_ACCESS_DENIED || code == CH_READONLY)
 					ereport(ERROR,
 							(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 							 errmsg("ClickHouse error %d while %s", code, what),
@@ -468,7 +468,7 @@ ch_report(ChHttpStatus status, const ChHttpReply *reply, const char *what)
 }
 
 bool
-ch_status_transient(ChHttpStatus status, const ChHttpReply *reply)
+dpwin_ch_status_transient(ChHttpStatus status, const ChHttpReply *reply)
 {
 	switch (status)
 	{
@@ -581,7 +581,7 @@ ch_settle_exec(ChClient *client, const char *sql, const char *what,
 						 NULL, NULL, timeout_ms, &reply);
 		if (status == CHHTTP_OK)
 			return reply.body.data;
-		if (!ch_status_transient(status, &reply) ||
+		if (!dpwin_ch_status_transient(status, &reply) ||
 			GetCurrentTimestamp() >= deadline)
 			ch_report(status, &reply, what);
 		ch_settle_sleep(Min(wait_ms, ch_settle_remaining(deadline)));
@@ -618,7 +618,7 @@ ch_settle_query(ChClient *client, const char *query_id)
 	for (;;)
 	{
 		char	   *body = ch_settle_exec(client, count_sql, what, deadline);
-		List	   *rows = ch_parse_tsv(body);
+		List	   *rows = dpwin_ch_parse_tsv(body);
 		char	   *value = NULL;
 		int64		running;
 
@@ -752,7 +752,7 @@ ch_tsv_field(const char *start, const char *end)
 }
 
 List *
-ch_parse_tsv(const char *body)
+dpwin_ch_parse_tsv(const char *body)
 {
 	List	   *rows = NIL;
 	const char *p = body;
@@ -793,9 +793,9 @@ ch_parse_tsv(const char *body)
 	return rows;
 }
 
-/* The i-th field of a row of ch_parse_tsv(): "" for a missing field or \N. */
+/* The i-th field of a row of dpwin_ch_parse_tsv(): "" for a missing field or \N. */
 const char *
-ch_row_field(List *row, int i)
+dpwin_ch_row_field(List *row, int i)
 {
 	char	   *s;
 

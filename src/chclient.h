@@ -22,12 +22,12 @@ typedef struct ChClient
 	char	   *query_id_prefix;	/* e.g. "dpwin-<invocation>-" */
 	uint64		seq;			/* makes each query_id unique */
 	bool		last_transient; /* the last request failed, and retrying it
-								 * could succeed (ch_status_transient) */
+								 * could succeed (dpwin_ch_status_transient) */
 } ChClient;
 
-extern ChClient *ch_client_open(const DpwinServerConf *conf,
+extern PGDLLEXPORT ChClient *ch_client_open(const DpwinServerConf *conf,
 								const char *query_id_prefix);
-extern void ch_client_close(ChClient *client);
+extern PGDLLEXPORT void ch_client_close(ChClient *client);
 
 /* A fresh unique query_id: prefix + label + sequence number. */
 extern char *ch_next_query_id(ChClient *client, const char *label);
@@ -43,7 +43,7 @@ extern char *ch_next_query_id(ChClient *client, const char *label);
  * behaviour independent of server defaults (async_insert=0,
  * wait_end_of_query=1, ...).
  */
-extern char *ch_exec(ChClient *client, const char *sql);
+extern PGDLLEXPORT char *dpwin_ch_exec(ChClient *client, const char *sql);
 
 /* Same, with a caller-chosen query_id (for statements that may need
  * settling). */
@@ -63,7 +63,7 @@ pg_noreturn extern void ch_report(ChHttpStatus status, const ChHttpReply *reply,
 								  const char *what);
 
 /* Could retrying this failure succeed (connection error, 5xx, timeout)? */
-extern bool ch_status_transient(ChHttpStatus status, const ChHttpReply *reply);
+extern bool dpwin_ch_status_transient(ChHttpStatus status, const ChHttpReply *reply);
 
 /* Does the outcome of the statement need settling (it may have run)? */
 extern bool ch_status_outcome_unknown(ChHttpStatus status);
@@ -88,10 +88,10 @@ extern char *ch_qualified_name(const char *database, const char *table);
  * Parse a TabSeparated answer: a List of rows, each a List of palloc'd,
  * unescaped C strings ("\N" becomes NULL).
  */
-extern List *ch_parse_tsv(const char *body);
+extern List *dpwin_ch_parse_tsv(const char *body);
 
 /* The i-th field of a parsed row: "" for a missing field or \N. */
-extern const char *ch_row_field(List *row, int i);
+extern const char *dpwin_ch_row_field(List *row, int i);
 
 /*
  * The only value of a one-row, one-column answer (NULL for \N); ereports

@@ -4,7 +4,7 @@
  *	  libcurl transport to the ClickHouse HTTP interface.
  *
  *	  One ChHttp owns one curl easy handle, so consecutive requests of one
- *	  backend or worker reuse a keep-alive connection.  chhttp_post() sends
+ *	  backend or worker reuse a keep-alive connection.  dpwin_chhttp_post() sends
  *	  one statement and classifies what happened into a ChHttpStatus; it
  *	  never ereports for a transport or server failure (chclient.c decides
  *	  what a status means), and nothing here ever prints the password: it
@@ -15,7 +15,7 @@
  *	  handle in an undefined state.  So they do not palloc in the usual way
  *	  (the reply buffer grows with MCXT_ALLOC_NO_OOM), do not call
  *	  CHECK_FOR_INTERRUPTS (they only look at the pending flags), and report
- *	  trouble through fields of the ChHttp that chhttp_post() inspects after
+ *	  trouble through fields of the ChHttp that dpwin_chhttp_post() inspects after
  *	  curl_easy_perform() returns.
  *
  *-------------------------------------------------------------------------
@@ -65,7 +65,7 @@ struct ChHttp
 	struct curl_slist *text_headers;	/* statement as the body */
 	struct curl_slist *stream_headers;	/* streamed (chunked) body */
 
-	/* state of the request in progress, reset by chhttp_post() */
+	/* state of the request in progress, reset by dpwin_chhttp_post() */
 	char		errbuf[CURL_ERROR_SIZE];
 	ChHttpReply *reply;
 	MemoryContext reply_mcxt;	/* where reply->body grows */
@@ -127,7 +127,7 @@ static ChHttpStatus chhttp_classify_answer(ChHttp *http, ChHttpReply *reply,
  * request connects.
  */
 ChHttp *
-chhttp_open(const DpwinServerConf *conf)
+dpwin_chhttp_open(const DpwinServerConf *conf)
 {
 	MemoryContext mcxt;
 	MemoryContext oldcxt;
@@ -146,7 +146,7 @@ chhttp_open(const DpwinServerConf *conf)
 	}
 
 	/*
-	 * A private child context: deleting it (chhttp_close) or resetting or
+	 * A private child context: deleting it (dpwin_chhttp_close) or resetting or
 	 * deleting the caller's context (an ERROR) runs the callback that
 	 * releases the curl handle, so the handle cannot outlive its owner.
 	 */
@@ -215,7 +215,7 @@ chhttp_open(const DpwinServerConf *conf)
 
 /* Release the handle (and the connection) now. */
 void
-chhttp_close(ChHttp *http)
+dpwin_chhttp_close(ChHttp *http)
 {
 	if (http == NULL)
 		return;
@@ -310,7 +310,7 @@ chhttp_append_param(StringInfo buf, const char *name, const char *value)
  * Set up and run one request.  See chhttp.h for the contract.
  */
 ChHttpStatus
-chhttp_post(ChHttp *http, const char *sql, const char *query_id,
+dpwin_chhttp_post(ChHttp *http, const char *sql, const char *query_id,
 			const char *settings, ChHttpBodyReader reader, void *reader_arg,
 			int timeout_ms, ChHttpReply *reply)
 {
@@ -486,7 +486,7 @@ chhttp_build_url(ChHttp *http, StringInfo url, const char *sql,
 						 settings);
 }
 
-/* Reset the state the callbacks share with chhttp_post() for one request. */
+/* Reset the state the callbacks share with dpwin_chhttp_post() for one request. */
 static void
 chhttp_reset_request(ChHttp *http, const char *sql, ChHttpBodyReader reader,
 					 void *reader_arg, ChHttpReply *reply)

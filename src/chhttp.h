@@ -28,6 +28,15 @@ typedef enum ChHttpStatus
 	CHHTTP_CLIENT_ERROR			/* local failure (bad URL, libcurl error) */
 } ChHttpStatus;
 
+/*
+ * The ClickHouse exception codes (the server's ErrorCodes.cpp) that dpwin
+ * reacts to, as ChHttpReply.exception_code carries them.
+ */
+#define CH_UNKNOWN_SETTING		115
+#define CH_READONLY				164
+#define CH_ACCESS_DENIED		497
+#define CH_PROJECTION_NOT_USED	584
+
 typedef struct ChHttpReply
 {
 	long		http_code;		/* 0 when no answer arrived */
@@ -49,7 +58,7 @@ typedef struct ChHttpReply
  *
  * Supplies the request body in pieces: copy at most max bytes into buf and
  * return how many, 0 at the end.  May not ereport (it runs inside libcurl);
- * set *failed and return 0 to abort the request: chhttp_post() then returns
+ * set *failed and return 0 to abort the request: dpwin_chhttp_post() then returns
  * CHHTTP_CLIENT_ERROR ("the request body could not be produced").  The
  * connection is dropped mid-body, so the server sees a truncated chunked
  * body and fails the INSERT; blocks it already wrote may remain, which is
@@ -62,11 +71,11 @@ typedef struct ChHttp ChHttp;
 
 /*
  * One keep-alive connection (a curl easy handle) configured from the
- * server options.  Released with chhttp_close() or when the memory context
+ * server options.  Released with dpwin_chhttp_close() or when the memory context
  * it was created in is reset or deleted.
  */
-extern ChHttp *chhttp_open(const DpwinServerConf *conf);
-extern void chhttp_close(ChHttp *http);
+extern ChHttp *dpwin_chhttp_open(const DpwinServerConf *conf);
+extern void dpwin_chhttp_close(ChHttp *http);
 
 /*
  * POST one statement.  With no body (reader == NULL) the statement is the
@@ -79,7 +88,7 @@ extern void chhttp_close(ChHttp *http);
  * CurrentMemoryContext.  A pending query cancel or die aborts the transfer
  * (CHHTTP_CANCELED); the caller must then CHECK_FOR_INTERRUPTS().
  */
-extern ChHttpStatus chhttp_post(ChHttp *http, const char *sql,
+extern ChHttpStatus dpwin_chhttp_post(ChHttp *http, const char *sql,
 								const char *query_id, const char *settings,
 								ChHttpBodyReader reader, void *reader_arg,
 								int timeout_ms, ChHttpReply *reply);

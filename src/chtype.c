@@ -422,7 +422,7 @@ ch_type_from_node(ChNode *n, char **error, const char *whole)
 
 /* Parse a ClickHouse type; NULL and *error set when it cannot be parsed. */
 ChType *
-ch_type_parse(const char *text, char **error)
+dpwin_ch_type_parse(const char *text, char **error)
 {
 	ChParser	ps;
 	ChNode	   *n;
@@ -458,18 +458,12 @@ ch_type_parse(const char *text, char **error)
  * ----------------------------------------------------------------
  */
 
+/* The PostgreSQL types written as ClickHouse String. */
 static bool
-pg_scalar_supported(Oid typid)
+pg_string_type(Oid typid)
 {
 	switch (typid)
 	{
-		case INT2OID:
-		case INT4OID:
-		case INT8OID:
-		case FLOAT4OID:
-		case FLOAT8OID:
-		case NUMERICOID:
-		case BOOLOID:
 		case TEXTOID:
 		case VARCHAROID:
 		case BPCHAROID:
@@ -477,14 +471,19 @@ pg_scalar_supported(Oid typid)
 		case BYTEAOID:
 		case JSONOID:
 		case JSONBOID:
-		case DATEOID:
-		case TIMESTAMPOID:
-		case TIMESTAMPTZOID:
-		case UUIDOID:
 			return true;
 		default:
 			return false;
 	}
+}
+
+static char *default_scalar_ch_type(Oid typid, int32 typmod);
+
+/* A scalar type dpwin can write: one it has a default ClickHouse type for. */
+static bool
+pg_scalar_supported(Oid typid)
+{
+	return default_scalar_ch_type(typid, -1) != NULL;
 }
 
 /*
@@ -493,7 +492,7 @@ pg_scalar_supported(Oid typid)
  * array column applies to its elements.
  */
 Oid
-pg_resolve_type(Oid typid, int32 *typmod, Oid *elem)
+dpwin_pg_resolve_type(Oid typid, int32 *typmod, Oid *elem)
 {
 	Oid			base = getBaseTypeAndTypmod(typid, typmod);
 	Oid			e;
@@ -516,7 +515,7 @@ rb_type_supported(Oid typid)
 {
 	int32		typmod = -1;
 	Oid			elem;
-	Oid			base = pg_resolve_type(typid, &typmod, &elem);
+	Oid			base = dpwin_pg_resolve_type(typid, &typmod, &elem);
 
 	if (OidIsValid(elem))
 		return pg_scalar_supported(elem);
@@ -565,14 +564,6 @@ default_scalar_ch_type(Oid typid, int32 typmod)
 			return NULL;
 		case BOOLOID:
 			return pstrdup("Bool");
-		case TEXTOID:
-		case VARCHAROID:
-		case BPCHAROID:
-		case NAMEOID:
-		case BYTEAOID:
-		case JSONOID:
-		case JSONBOID:
-			return pstrdup("String");
 		case DATEOID:
 			return pstrdup("Date32");
 		case TIMESTAMPOID:
@@ -582,37 +573,10 @@ default_scalar_ch_type(Oid typid, int32 typmod)
 		case UUIDOID:
 			return pstrdup("UUID");
 		default:
-			return NULL;
+			return pg_string_type(typid) ? pstrdup("String") : NULL;
 	}
 }
 
-char *
-rb_default_ch_type(Oid typid, int32 typmod, bool pg_notnull)
-{
-	Oid			elem;
-	Oid			base = pg_resolve_type(typid, &typmod, &elem);
-	char	   *t;
-
-	if (OidIsValid(elem))
-	{
-		if (!pg_scalar_supported(elem))
-			return NULL;
-		t = default_scalar_ch_type(elem, typmod);
-		if (t == NULL)
-			return NULL;
-
-		/*
-		 * Elements of a PostgreSQL array can always be NULL.  ClickHouse has
-		 * no Nullable(Array(...)), so a NULL array (possible only when the
-		 * column is not NOT NULL) fails the refresh instead.
-		 */
-		return psprintf("Array(Nullable(%s))", t);
-	}
-	t = default_scalar_ch_type(base, typmod);
-	if (t == NULL || pg_notnull)
-		return t;
-	return psprintf("Nullable(%s)", t);
-}
 
 /*
  * Scalar parity: can PostgreSQL type typid be written as ClickHouse type
@@ -657,16 +621,6 @@ scalar_parity(Oid typid, int32 typmod, const ChType *t)
 			if (t->kind == CH_BOOL || (t->kind == CH_UINT && t->bytes == 1))
 				return NULL;
 			break;
-		case TEXTOID:
-		case VARCHAROID:
-		case BPCHAROID:
-		case NAMEOID:
-		case BYTEAOID:
-		case JSONOID:
-		case JSONBOID:
-			if (t->kind == CH_STRING)
-				return NULL;
-			break;
 		case DATEOID:
 			if (t->kind == CH_DATE32 || t->kind == CH_DATE)
 				return NULL;
@@ -689,7 +643,11 @@ scalar_parity(Oid typid, int32 typmod, const ChType *t)
 				return NULL;
 			break;
 		default:
-			return psprintf("PostgreSQL type %s is not supported", pgname);
+			if (!pg_string_type(typid))
+				return psprintf("PostgreSQL type %s is not supported", pgname);
+			if (t->kind == CH_STRING)
+				return NULL;
+			break;
 	}
 	{
 		char	   *want = default_scalar_ch_type(typid, typmod);
@@ -706,7 +664,7 @@ scalar_parity(Oid typid, int32 typmod, const ChType *t)
  * the encoder (22004), like a NULL array element.
  */
 char *
-parity_resolved(Oid base, Oid elem, int32 typmod, const ChType *t)
+dpwin_parity_resolved(Oid base, Oid elem, int32 typmod, const ChType *t)
 {
 	if (OidIsValid(elem))
 	{
@@ -731,15 +689,15 @@ parity_resolved(Oid base, Oid elem, int32 typmod, const ChType *t)
 }
 
 char *
-rb_type_parity(Oid typid, int32 typmod, const char *ch_type)
+dpwin_rb_type_parity(Oid typid, int32 typmod, const char *ch_type)
 {
 	char	   *error;
-	ChType	   *t = ch_type_parse(ch_type, &error);
+	ChType	   *t = dpwin_ch_type_parse(ch_type, &error);
 	Oid			elem;
 	Oid			base;
 
 	if (t == NULL)
 		return error;
-	base = pg_resolve_type(typid, &typmod, &elem);
-	return parity_resolved(base, elem, typmod, t);
+	base = dpwin_pg_resolve_type(typid, &typmod, &elem);
+	return dpwin_parity_resolved(base, elem, typmod, t);
 }

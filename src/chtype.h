@@ -2,8 +2,8 @@
  *
  * chtype.h
  *	  ClickHouse type expressions, parsed, and their parity with PostgreSQL
- *	  types (chtype.c).  rb_type_parity() and rb_default_ch_type(), the
- *	  entry points of the parity rules, are declared in rowbinary.h.
+ *	  types (chtype.c).  dpwin_rb_type_parity(), the entry point
+ *	  of the parity rules, is declared in rowbinary.h.
  *
  *-------------------------------------------------------------------------
  */
@@ -40,20 +40,20 @@ typedef struct ChType
 } ChType;
 
 /* Parse a type as system.columns.type prints it; NULL and *error on failure. */
-extern ChType *ch_type_parse(const char *text, char **error);
+extern ChType *dpwin_ch_type_parse(const char *text, char **error);
 
 /*
  * Resolve domains to their base type.  For an array type, *elem is set to
  * the resolved element type (InvalidOid otherwise).
  */
-extern Oid	pg_resolve_type(Oid typid, int32 *typmod, Oid *elem);
+extern Oid	dpwin_pg_resolve_type(Oid typid, int32 *typmod, Oid *elem);
 
 /*
  * Parity of a resolved PostgreSQL type against a parsed ClickHouse type
  * (NULL when it holds, else a sentence saying why not).  Nullability is
  * not part of it: the encoder checks each NULL.
  */
-extern char *parity_resolved(Oid base, Oid elem, int32 typmod,
+extern char *dpwin_parity_resolved(Oid base, Oid elem, int32 typmod,
 							 const ChType *t);
 
 #endif							/* DPWIN_CHTYPE_H */

@@ -24,7 +24,7 @@
 
 /* [A-Za-z_][A-Za-z0-9_]*: what ClickHouse may print without backticks. */
 bool
-ctq_is_bare_word(const char *s)
+dpwin_ctq_is_bare_word(const char *s)
 {
 	const char *p;
 
@@ -46,7 +46,7 @@ ctq_is_bare_word(const char *s)
  * and backtick), so that we can find it in that text.
  */
 char *
-ctq_format_ident(const char *ident)
+dpwin_ctq_format_ident(const char *ident)
 {
 	StringInfoData buf;
 	const char *p;
@@ -199,7 +199,7 @@ ctq_next_word(CtqLexer *lx, const char **word, int *len, bool *elem_start)
 
 /* Does the text contain word, exactly (case-sensitive), as a bare word? */
 bool
-ctq_has_bare_word(const char *query, const char *word)
+dpwin_ctq_has_bare_word(const char *query, const char *word)
 {
 	CtqLexer	lx = {query, 0, 0, false};
 	const char *w;
@@ -222,7 +222,7 @@ ctq_has_bare_word(const char *query, const char *word)
  * without system.projections.
  */
 bool
-ctq_has_projection_clause(const char *query)
+dpwin_ctq_has_projection_clause(const char *query)
 {
 	CtqLexer	lx = {query, 0, 0, false};
 	const char *w;
@@ -246,7 +246,7 @@ ctq_has_projection_clause(const char *query)
  * the text does not have that shape.
  */
 char *
-ctq_body(const char *query)
+dpwin_ctq_body(const char *query)
 {
 	const char *p = strstr(query, " (`");
 

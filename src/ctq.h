@@ -9,24 +9,24 @@
 #define DPWIN_CTQ_H
 
 /* [A-Za-z_][A-Za-z0-9_]*: what ClickHouse may print without backticks. */
-extern bool ctq_is_bare_word(const char *s);
+extern bool dpwin_ctq_is_bare_word(const char *s);
 
 /*
  * ident in backticks, escaped the way ClickHouse's formatter writes it
  * into create_table_query, palloc'd.
  */
-extern char *ctq_format_ident(const char *ident);
+extern char *dpwin_ctq_format_ident(const char *ident);
 
 /* Does query contain word, exactly (case-sensitive), as a bare word? */
-extern bool ctq_has_bare_word(const char *query, const char *word);
+extern bool dpwin_ctq_has_bare_word(const char *query, const char *word);
 
 /* Does the column list declare a PROJECTION? */
-extern bool ctq_has_projection_clause(const char *query);
+extern bool dpwin_ctq_has_projection_clause(const char *query);
 
 /*
  * query from its column list on (without "CREATE TABLE db.name"),
  * palloc'd; NULL when the text does not have that shape.
  */
-extern char *ctq_body(const char *query);
+extern char *dpwin_ctq_body(const char *query);
 
 #endif							/* DPWIN_CTQ_H */

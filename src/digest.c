@@ -237,17 +237,24 @@ dpwin_digest_to_text(const DpwinDigest *d)
 					d->count, d->sum1, d->sum2);
 }
 
-bool
-dpwin_digest_from_text(const char *text, DpwinDigest *d)
+/* Three unsigned numbers separated by sep: count, sum1, sum2. */
+static bool
+digest_parse(const char *text, char sep, bool newline, DpwinDigest *d)
 {
 	uint64		v[3];
 
-	if (!parse_u64_list(text, ':', 3, v, false))
+	if (!parse_u64_list(text, sep, 3, v, newline))
 		return false;
 	d->count = v[0];
 	d->sum1 = v[1];
 	d->sum2 = v[2];
 	return true;
+}
+
+bool
+dpwin_digest_from_text(const char *text, DpwinDigest *d)
+{
+	return digest_parse(text, ':', false, d);
 }
 
 void
@@ -308,14 +315,7 @@ dpwin_digest_ch_select_list(const DpwinDigestKey *key, const char *quoted_column
 bool
 dpwin_digest_from_tsv(const char *line, DpwinDigest *d)
 {
-	uint64		v[3];
-
-	if (!parse_u64_list(line, '\t', 3, v, true))
-		return false;
-	d->count = v[0];
-	d->sum1 = v[1];
-	d->sum2 = v[2];
-	return true;
+	return digest_parse(line, '\t', true, d);
 }
 
 char *

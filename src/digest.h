@@ -31,25 +31,25 @@ typedef struct DpwinDigest
 #define DPWIN_DIGEST_INIT {0, 0, 0}
 
 /* Reference SipHash-2-4 of data under key (k0, k1). */
-extern uint64 dpwin_siphash24(uint64 k0, uint64 k1, const void *data, size_t len);
+extern PGDLLEXPORT uint64 dpwin_siphash24(uint64 k0, uint64 k1, const void *data, size_t len);
 
 /* Add one row (its RowBinary bytes) to the digest. */
-extern void dpwin_digest_add_row(DpwinDigest *d, const DpwinDigestKey *key,
+extern PGDLLEXPORT void dpwin_digest_add_row(DpwinDigest *d, const DpwinDigestKey *key,
 								 const void *row, size_t len);
 
 /* into += from (multiset union). */
 extern void dpwin_digest_merge(DpwinDigest *into, const DpwinDigest *from);
 
-extern bool dpwin_digest_equal(const DpwinDigest *a, const DpwinDigest *b);
+extern PGDLLEXPORT bool dpwin_digest_equal(const DpwinDigest *a, const DpwinDigest *b);
 
 /* "count:sum1:sum2" in decimal, and back (false on malformed text). */
-extern char *dpwin_digest_to_text(const DpwinDigest *d);
-extern bool dpwin_digest_from_text(const char *text, DpwinDigest *d);
+extern PGDLLEXPORT char *dpwin_digest_to_text(const DpwinDigest *d);
+extern PGDLLEXPORT bool dpwin_digest_from_text(const char *text, DpwinDigest *d);
 
 /* Fresh random keys (pg_strong_random); ereports if no randomness. */
 extern void dpwin_digest_key_generate(DpwinDigestKey *key);
 extern char *dpwin_digest_key_to_text(const DpwinDigestKey *key);
-extern bool dpwin_digest_key_from_text(const char *text, DpwinDigestKey *key);
+extern PGDLLEXPORT bool dpwin_digest_key_from_text(const char *text, DpwinDigestKey *key);
 
 /*
  * The ClickHouse select-list that computes the digest of a table:
@@ -59,7 +59,7 @@ extern bool dpwin_digest_key_from_text(const char *text, DpwinDigestKey *key);
  * by ", ".  The result of such a SELECT in TabSeparated parses with
  * dpwin_digest_from_tsv().
  */
-extern char *dpwin_digest_ch_select_list(const DpwinDigestKey *key,
+extern PGDLLEXPORT char *dpwin_digest_ch_select_list(const DpwinDigestKey *key,
 										 const char *quoted_columns);
 extern bool dpwin_digest_from_tsv(const char *line, DpwinDigest *d);
 

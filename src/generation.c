@@ -56,10 +56,6 @@
 /* Partitions attached per ALTER TABLE statement. */
 #define ATTACH_BATCH		100
 
-/* ClickHouse exception codes we react to. */
-#define CH_UNKNOWN_SETTING	115
-#define CH_PROJECTION_NOT_USED	584
-
 typedef enum PartClass
 {
 	PART_OUTSIDE,				/* no row inside the ranges */
@@ -95,8 +91,8 @@ literal_list(List *items)
 	return buf.data;
 }
 
-char *
-dpwin_generation_ranges_sql(const char *window_column, List *ranges)
+static char *
+window_ranges_sql(const char *window_column, List *ranges)
 {
 	StringInfoData buf;
 	char	   *w = ch_quote_ident(window_column);
@@ -244,7 +240,7 @@ classify_partitions(ChClient *client, const DpwinTargetInfo *target,
 				  psprintf("reading the partitions of %s",
 						   ch_qualified_name(target->database, target->table)));
 
-	rows = ch_parse_tsv(reply.body.data);
+	rows = dpwin_ch_parse_tsv(reply.body.data);
 	foreach(lc, rows)
 	{
 		List	   *row = (List *) lfirst(lc);
@@ -259,20 +255,20 @@ classify_partitions(ChClient *client, const DpwinTargetInfo *target,
 					(errcode(ERRCODE_PROTOCOL_VIOLATION),
 					 errmsg("unexpected answer from ClickHouse about the partitions of %s",
 							ch_qualified_name(target->database, target->table))));
-		has_min = read_bound(ch_row_field(row, 2), &min);
-		has_max = read_bound(ch_row_field(row, 3), &max);
+		has_min = read_bound(dpwin_ch_row_field(row, 2), &min);
+		has_max = read_bound(dpwin_ch_row_field(row, 3), &max);
 		class = classify_part(ranges, has_min, min, has_max, max);
-		if (cur == NULL || strcmp(cur->id, ch_row_field(row, 0)) != 0)
+		if (cur == NULL || strcmp(cur->id, dpwin_ch_row_field(row, 0)) != 0)
 		{
 			cur = palloc0(sizeof(PartitionMeta));
-			cur->id = pstrdup(ch_row_field(row, 0));
+			cur->id = pstrdup(dpwin_ch_row_field(row, 0));
 			cur->class = class;
 			result = lappend(result, cur);
 		}
 		else if (cur->class != class)
 			cur->class = PART_MIXED;
 		cur->parts++;
-		cur->rows += pg_strtoint64(ch_row_field(row, 1));
+		cur->rows += pg_strtoint64(dpwin_ch_row_field(row, 1));
 	}
 	return result;
 }
@@ -290,7 +286,7 @@ all_partitions(ChClient *client, const DpwinTargetInfo *target)
 	List	   *result = NIL;
 	ListCell   *lc;
 
-	rows = ch_parse_tsv(ch_exec(client,
+	rows = dpwin_ch_parse_tsv(dpwin_ch_exec(client,
 								psprintf("SELECT partition_id, count(), sum(rows) FROM system.parts"
 										 " WHERE database = %s AND `table` = %s AND active"
 										 " GROUP BY partition_id ORDER BY partition_id",
@@ -301,9 +297,9 @@ all_partitions(ChClient *client, const DpwinTargetInfo *target)
 		List	   *row = (List *) lfirst(lc);
 		PartitionMeta *p = palloc0(sizeof(PartitionMeta));
 
-		p->id = pstrdup(ch_row_field(row, 0));
-		p->parts = pg_strtoint64(ch_row_field(row, 1));
-		p->rows = pg_strtoint64(ch_row_field(row, 2));
+		p->id = pstrdup(dpwin_ch_row_field(row, 0));
+		p->parts = pg_strtoint64(dpwin_ch_row_field(row, 1));
+		p->rows = pg_strtoint64(dpwin_ch_row_field(row, 2));
 		p->class = PART_MIXED;
 		result = lappend(result, p);
 	}
@@ -375,7 +371,7 @@ read_parts(ChClient *client, const char *database, List *tables, List *only)
 	List	   *result = NIL;
 	ListCell   *lc;
 
-	rows = ch_parse_tsv(ch_exec(client,
+	rows = dpwin_ch_parse_tsv(dpwin_ch_exec(client,
 								psprintf("SELECT partition_id, rows, hash_of_all_files FROM system.parts"
 										 " WHERE database = %s AND `table` IN %s AND active%s%s"
 										 " ORDER BY partition_id, rows, hash_of_all_files",
@@ -386,8 +382,8 @@ read_parts(ChClient *client, const char *database, List *tables, List *only)
 	{
 		List	   *row = (List *) lfirst(lc);
 
-		result = lappend(result, psprintf("%s\t%s\t%s", ch_row_field(row, 0),
-										  ch_row_field(row, 1), ch_row_field(row, 2)));
+		result = lappend(result, psprintf("%s\t%s\t%s", dpwin_ch_row_field(row, 0),
+										  dpwin_ch_row_field(row, 1), dpwin_ch_row_field(row, 2)));
 	}
 	return result;
 }
@@ -484,7 +480,7 @@ count_ranges(ChClient *client, const char *database, const char *table,
 	List	   *rows;
 	List	   *row;
 
-	rows = ch_parse_tsv(ch_exec(client,
+	rows = dpwin_ch_parse_tsv(dpwin_ch_exec(client,
 								psprintf("SELECT countIf(%s), count() - countIf(%s) FROM %s%s%s"
 										 " SETTINGS " DPWIN_TARGET_SCAN_SETTINGS,
 										 ranges_sql, ranges_sql,
@@ -497,8 +493,8 @@ count_ranges(ChClient *client, const char *database, const char *table,
 				(errcode(ERRCODE_PROTOCOL_VIOLATION),
 				 errmsg("unexpected answer from ClickHouse counting the rows of %s",
 						ch_qualified_name(database, table))));
-	*inside = pg_strtoint64(ch_row_field(row, 0));
-	*outside = pg_strtoint64(ch_row_field(row, 1));
+	*inside = pg_strtoint64(dpwin_ch_row_field(row, 0));
+	*outside = pg_strtoint64(dpwin_ch_row_field(row, 1));
 }
 
 /*
@@ -516,7 +512,7 @@ count_partitions(ChClient *client, const char *database, const char *table,
 
 	if (only == NIL)
 		return NIL;
-	rows = ch_parse_tsv(ch_exec(client,
+	rows = dpwin_ch_parse_tsv(dpwin_ch_exec(client,
 								psprintf("SELECT _partition_id, count() FROM %s"
 										 " WHERE _partition_id IN %s GROUP BY _partition_id"
 										 " SETTINGS " DPWIN_TARGET_SCAN_SETTINGS,
@@ -532,8 +528,8 @@ count_partitions(ChClient *client, const char *database, const char *table,
 					(errcode(ERRCODE_PROTOCOL_VIOLATION),
 					 errmsg("unexpected answer from ClickHouse counting the partitions of %s",
 							ch_qualified_name(database, table))));
-		p->id = pstrdup(ch_row_field(row, 0));
-		p->rows = pg_strtoint64(ch_row_field(row, 1));
+		p->id = pstrdup(dpwin_ch_row_field(row, 0));
+		p->rows = pg_strtoint64(dpwin_ch_row_field(row, 1));
 		result = lappend(result, p);
 	}
 	return result;
@@ -708,7 +704,7 @@ dpwin_generation_clone(ChClient *client, const DpwinTargetInfo *target,
 	gen->outside_rows = count_partitions(client, target->database, target->table,
 										 outside);
 	count_ranges(client, target->database, target->table,
-				 dpwin_generation_ranges_sql(window_column, ranges), outside,
+				 window_ranges_sql(window_column, ranges), outside,
 				 &inside, &gen->target_kept_rows);
 	foreach(lc, gen->outside_rows)
 		gen->target_kept_rows += ((PartitionMeta *) lfirst(lc))->rows;
@@ -775,7 +771,7 @@ dpwin_generation_remove_ranges(ChClient *client, const DpwinTargetInfo *target,
 		status = ch_try(client,
 						psprintf("DELETE FROM %s WHERE %s SETTINGS %s = 2",
 								 ch_qualified_name(target->database, table),
-								 dpwin_generation_ranges_sql(gen->window_column, gen->ranges),
+								 window_ranges_sql(gen->window_column, gen->ranges),
 								 setting ? "lightweight_deletes_sync" : "mutations_sync"),
 						query_id, NULL, NULL, &reply);
 		if (status == CHHTTP_SERVER_ERROR &&
@@ -814,7 +810,7 @@ dpwin_generation_attach_staged(ChClient *client, const DpwinTargetInfo *target,
 							   const DpwinDigest *staged_digest,
 							   const DpwinDigestKey *key)
 {
-	char	   *ranges_sql = dpwin_generation_ranges_sql(gen->window_column, gen->ranges);
+	char	   *ranges_sql = window_ranges_sql(gen->window_column, gen->ranges);
 	List	   *staged_parts = NIL;
 	List	   *gen_parts;
 	List	   *ids = NIL;
@@ -830,7 +826,7 @@ dpwin_generation_attach_staged(ChClient *client, const DpwinTargetInfo *target,
 		List	   *rows;
 		List	   *sources = NIL;
 
-		rows = ch_parse_tsv(ch_exec(client,
+		rows = dpwin_ch_parse_tsv(dpwin_ch_exec(client,
 									psprintf("SELECT DISTINCT `table`, partition_id FROM system.parts"
 											 " WHERE database = %s AND `table` IN %s AND active"
 											 " ORDER BY `table`, partition_id",
@@ -840,8 +836,8 @@ dpwin_generation_attach_staged(ChClient *client, const DpwinTargetInfo *target,
 		{
 			List	   *row = (List *) lfirst(lc);
 
-			sources = lappend(sources, pstrdup(ch_row_field(row, 0)));
-			ids = lappend(ids, pstrdup(ch_row_field(row, 1)));
+			sources = lappend(sources, pstrdup(dpwin_ch_row_field(row, 0)));
+			ids = lappend(ids, pstrdup(dpwin_ch_row_field(row, 1)));
 		}
 		staged_parts = read_parts(client, target->database, staging_tables, NIL);
 		gen->attached_parts = list_length(staged_parts);
@@ -933,8 +929,7 @@ dpwin_generation_check_target(ChClient *client, const DpwinTargetInfo *target,
 	}
 
 	/* Same rows in other parts (a merge), or a change of the target? */
-	keep_sql = psprintf("NOT %s", dpwin_generation_ranges_sql(gen->window_column,
-															  gen->ranges));
+	keep_sql = psprintf("NOT %s", window_ranges_sql(gen->window_column, gen->ranges));
 	digest_partitions(client, target, target->table, differ, keep_sql, key, &t);
 	digest_partitions(client, target, gen->table, differ, keep_sql, key, &g);
 	gen->digest_checks++;

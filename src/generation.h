@@ -102,8 +102,6 @@ extern void dpwin_generation_check_target(ChClient *client,
 										  const DpwinDigestKey *key,
 										  const char *when);
 
-/* The ranges predicate in ClickHouse SQL: 1 for a row inside, else 0. */
-extern char *dpwin_generation_ranges_sql(const char *window_column, List *ranges);
 
 /*
  * Merge the chunks (DpwinChunkBounds, in order) into the fewest

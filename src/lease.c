@@ -29,6 +29,8 @@
 #include "catalog.h"
 #include "lease.h"
 
+static bool lease_held(int32 target_id);
+
 static void
 lease_locktag(LOCKTAG *tag, int32 target_id)
 {
@@ -238,39 +240,13 @@ dpwin_lease_acquire(int32 target_id, const pg_uuid_t *holder)
 	return epoch;
 }
 
-int64
-dpwin_lease_acquire_in_xact(int32 target_id, const pg_uuid_t *holder)
-{
-	/* A session lock taken twice would need two releases. */
-	if (!dpwin_lease_held(target_id) && !lease_lock_wait(target_id))
-		lease_report_busy(target_id);
-	return lease_bump_epoch(target_id, holder);
-}
-
-bool
-dpwin_lease_release_in_xact(int32 target_id)
-{
-	LOCKTAG		tag;
-	Oid			types[2] = {INT4OID, INT4OID};
-	Datum		args[2] = {Int32GetDatum(target_id), Int32GetDatum(MyProcPid)};
-
-	if (!dpwin_lease_held(target_id))
-		return false;
-	dpwin_catalog_exec("UPDATE dpwin.lease SET holder_pid = NULL,"
-					   " holder_invocation = NULL"
-					   " WHERE target_id = $1 AND holder_pid = $2",
-					   2, types, args, NULL, false);
-	lease_locktag(&tag, target_id);
-	return LockRelease(&tag, ExclusiveLock, true);
-}
-
 void
 dpwin_lease_release(int32 target_id)
 {
 	LOCKTAG		tag;
 
 	lease_locktag(&tag, target_id);
-	if (!dpwin_lease_held(target_id))
+	if (!lease_held(target_id))
 		return;
 
 	/* Clear the holder first, while the lock still excludes others. */
@@ -302,8 +278,9 @@ dpwin_lease_release(int32 target_id)
 	LockRelease(&tag, ExclusiveLock, true);
 }
 
-bool
-dpwin_lease_held(int32 target_id)
+/* Is the lock held by this process? */
+static bool
+lease_held(int32 target_id)
 {
 	LOCKTAG		tag;
 

@@ -28,31 +28,13 @@ extern int32 dpwin_lease_target_id(const char *server_name,
  */
 extern int64 dpwin_lease_acquire(int32 target_id, const pg_uuid_t *holder);
 
-/*
- * The same acquisition inside the caller's transaction (SPI connected), for
- * test functions that play a runner from SQL: the lock is still the
- * session-level one, but the epoch bump and the holder columns commit or
- * roll back with the caller's transaction.  holder may be NULL.  Taking a
- * lease this session already holds only bumps the epoch.
- */
-extern int64 dpwin_lease_acquire_in_xact(int32 target_id, const pg_uuid_t *holder);
-
-/*
- * Clear the holder columns in the caller's transaction and release the
- * lock; false when this session did not hold it.
- */
-extern bool dpwin_lease_release_in_xact(int32 target_id);
-
 /* Release the advisory lock and clear the holder columns (best effort). */
 extern void dpwin_lease_release(int32 target_id);
-
-/* Is the lock held by this process? */
-extern bool dpwin_lease_held(int32 target_id);
 
 /*
  * Lock the lease row FOR SHARE and check that epoch is current: the
  * compare half of every fenced write.  ereports when fenced.
  */
-extern void dpwin_lease_check_epoch(int32 target_id, int64 epoch);
+extern PGDLLEXPORT void dpwin_lease_check_epoch(int32 target_id, int64 epoch);
 
 #endif							/* DPWIN_LEASE_H */

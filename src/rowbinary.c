@@ -891,7 +891,7 @@ init_scalar_col(RbCol *c, Oid typid, int32 typmod, const ChType *t)
 }
 
 RbEncoder *
-rb_encoder_create(int ncols, char *const *names, const Oid *typids,
+dpwin_rb_encoder_create(int ncols, char *const *names, const Oid *typids,
 				  const int32 *typmods, const bool *pg_notnull,
 				  char *const *ch_types, int window_index)
 {
@@ -907,13 +907,13 @@ rb_encoder_create(int ncols, char *const *names, const Oid *typids,
 		RbCol	   *c = &enc->cols[i];
 		int32		typmod = typmods[i];
 		Oid			elem;
-		Oid			base = pg_resolve_type(typids[i], &typmod, &elem);
+		Oid			base = dpwin_pg_resolve_type(typids[i], &typmod, &elem);
 		char	   *error;
-		ChType	   *t = ch_type_parse(ch_types[i], &error);
+		ChType	   *t = dpwin_ch_type_parse(ch_types[i], &error);
 
 		c->name = pstrdup(names[i]);
 		if (t != NULL)
-			error = parity_resolved(base, elem, typmod, t);
+			error = dpwin_parity_resolved(base, elem, typmod, t);
 		if (error != NULL)
 			ereport(ERROR,
 					(errcode(ERRCODE_DATATYPE_MISMATCH),
@@ -947,7 +947,7 @@ rb_encoder_create(int ncols, char *const *names, const Oid *typids,
 }
 
 void
-rb_encode_row(RbEncoder *enc, const Datum *values, const bool *isnull,
+dpwin_rb_encode_row(RbEncoder *enc, const Datum *values, const bool *isnull,
 			  StringInfo out)
 {
 	enc->cur_values = values;

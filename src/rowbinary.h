@@ -22,22 +22,12 @@ typedef struct RbEncoder RbEncoder;
  * "DateTime64(6, 'UTC')", "Array(Nullable(Int32))")?  Returns NULL when it
  * can, else a palloc'd sentence saying why not.  Whether the column may
  * hold NULLs does not matter: a NULL for a type that is not Nullable is
- * refused value by value by rb_encode_row() (docs/types.md).
+ * refused value by value by dpwin_rb_encode_row() (docs/types.md).
  */
-extern char *rb_type_parity(Oid typid, int32 typmod, const char *ch_type);
+extern PGDLLEXPORT char *dpwin_rb_type_parity(Oid typid, int32 typmod, const char *ch_type);
 
 /* Is this PostgreSQL type supported at all (docs/types.md)? */
 extern bool rb_type_supported(Oid typid);
-
-/*
- * The ClickHouse type dpwin would choose for a PostgreSQL column (used by
- * the demo, docs and tests to create matching targets), palloc'd; NULL
- * when there is none (unsupported type).  A column that may hold NULLs
- * gets Nullable(T); an array column gets Array(Nullable(T)) either way
- * (ClickHouse has no Nullable(Array(...))).  Unconstrained numeric gets
- * Decimal(38, 10), checked per value.
- */
-extern char *rb_default_ch_type(Oid typid, int32 typmod, bool pg_notnull);
 
 /*
  * Build an encoder for ncols columns.  names are the column names (for
@@ -45,9 +35,9 @@ extern char *rb_default_ch_type(Oid typid, int32 typmod, bool pg_notnull);
  * fidelity errors.  pg_notnull (which columns are NOT NULL in PostgreSQL)
  * is ignored: every NULL is checked when it is met, whatever the column's
  * constraint.  ereports ERRCODE_DATATYPE_MISMATCH if any column fails
- * rb_type_parity().  Allocated in CurrentMemoryContext.
+ * dpwin_rb_type_parity().  Allocated in CurrentMemoryContext.
  */
-extern RbEncoder *rb_encoder_create(int ncols, char *const *names,
+extern PGDLLEXPORT RbEncoder *dpwin_rb_encoder_create(int ncols, char *const *names,
 									const Oid *typids, const int32 *typmods,
 									const bool *pg_notnull,
 									char *const *ch_types, int window_index);
@@ -72,7 +62,7 @@ extern RbEncoder *rb_encoder_create(int ncols, char *const *names,
  * or compressed values (freed again) and jsonb.  The row is appended; on
  * error, out may hold a partial row.
  */
-extern void rb_encode_row(RbEncoder *enc, const Datum *values,
+extern PGDLLEXPORT void dpwin_rb_encode_row(RbEncoder *enc, const Datum *values,
 						  const bool *isnull, StringInfo out);
 
 #endif							/* DPWIN_ROWBINARY_H */

@@ -22,6 +22,9 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
+static void digest_answer(char *answer, const DpwinTargetInfo *target,
+						  const char *table, DpwinDigest *out);
+
 /* ----------------------------------------------------------------------
  * Tables
  * ----------------------------------------------------------------------
@@ -41,13 +44,13 @@ dpwin_target_create_like(ChClient *client, const DpwinTargetInfo *target,
 	List	   *columns = NIL;
 	bool		same;
 
-	ch_exec(client, psprintf("CREATE TABLE %s AS %s", qnew, qtarget));
+	dpwin_ch_exec(client, psprintf("CREATE TABLE %s AS %s", qnew, qtarget));
 
 	/*
 	 * CREATE TABLE AS copies the target as it is now; make sure that is
 	 * still what admission saw, or the generation would not match it.
 	 */
-	rows = ch_parse_tsv(ch_exec(client,
+	rows = dpwin_ch_parse_tsv(dpwin_ch_exec(client,
 								psprintf("SELECT * FROM (SELECT 'T', engine_full, toUInt64(0) AS pos FROM system.tables WHERE database = %s AND name = %s\n"
 										 "UNION ALL SELECT name, type, position FROM system.columns WHERE database = %s AND `table` = %s)"
 										 " ORDER BY pos",
@@ -56,8 +59,8 @@ dpwin_target_create_like(ChClient *client, const DpwinTargetInfo *target,
 	{
 		List	   *row = (List *) lfirst(lc);
 
-		if (strcmp(ch_row_field(row, 2), "0") == 0 && strcmp(ch_row_field(row, 0), "T") == 0)
-			engine_full = pstrdup(ch_row_field(row, 1));
+		if (strcmp(dpwin_ch_row_field(row, 2), "0") == 0 && strcmp(dpwin_ch_row_field(row, 0), "T") == 0)
+			engine_full = pstrdup(dpwin_ch_row_field(row, 1));
 		else
 			columns = lappend(columns, row);
 	}
@@ -75,8 +78,8 @@ dpwin_target_create_like(ChClient *client, const DpwinTargetInfo *target,
 
 			if (!same)
 				break;
-			same = strcmp(ch_row_field(c, 0), target->column_names[i]) == 0 &&
-				strcmp(ch_row_field(c, 1), target->column_types[i]) == 0;
+			same = strcmp(dpwin_ch_row_field(c, 0), target->column_names[i]) == 0 &&
+				strcmp(dpwin_ch_row_field(c, 1), target->column_types[i]) == 0;
 		}
 	}
 	if (!same)
@@ -97,7 +100,7 @@ void
 dpwin_target_drop_table(ChClient *client, const char *database,
 						const char *name)
 {
-	ch_exec(client, psprintf("DROP TABLE IF EXISTS %s",
+	dpwin_ch_exec(client, psprintf("DROP TABLE IF EXISTS %s",
 							 ch_qualified_name(database, name)));
 }
 
@@ -107,7 +110,7 @@ dpwin_target_table_uuid(ChClient *client, const char *database,
 {
 	List	   *rows;
 
-	rows = ch_parse_tsv(ch_exec(client,
+	rows = dpwin_ch_parse_tsv(dpwin_ch_exec(client,
 								psprintf("SELECT toString(uuid) FROM system.tables WHERE database = %s AND name = %s",
 										 ch_quote_literal(database),
 										 ch_quote_literal(name))));
@@ -118,14 +121,14 @@ dpwin_target_table_uuid(ChClient *client, const char *database,
 				(errcode(ERRCODE_PROTOCOL_VIOLATION),
 				 errmsg("ClickHouse returned %d rows for the UUID of %s",
 						list_length(rows), ch_qualified_name(database, name))));
-	return pstrdup(ch_row_field((List *) linitial(rows), 0));
+	return pstrdup(dpwin_ch_row_field((List *) linitial(rows), 0));
 }
 
 void
 dpwin_target_rename(ChClient *client, const char *database,
 					const char *from, const char *to)
 {
-	ch_exec(client, psprintf("RENAME TABLE %s TO %s",
+	dpwin_ch_exec(client, psprintf("RENAME TABLE %s TO %s",
 							 ch_qualified_name(database, from),
 							 ch_qualified_name(database, to)));
 }
@@ -138,12 +141,12 @@ dpwin_target_list_tables(ChClient *client, const char *database,
 	List	   *names = NIL;
 	ListCell   *lc;
 
-	rows = ch_parse_tsv(ch_exec(client,
+	rows = dpwin_ch_parse_tsv(dpwin_ch_exec(client,
 								psprintf("SELECT name FROM system.tables WHERE database = %s AND startsWith(name, %s) ORDER BY name",
 										 ch_quote_literal(database),
 										 ch_quote_literal(prefix))));
 	foreach(lc, rows)
-		names = lappend(names, pstrdup(ch_row_field((List *) lfirst(lc), 0)));
+		names = lappend(names, pstrdup(dpwin_ch_row_field((List *) lfirst(lc), 0)));
 	return names;
 }
 
@@ -170,12 +173,16 @@ dpwin_target_digest(ChClient *client, const DpwinTargetInfo *target,
 	if (settings != NULL)
 		appendStringInfo(&sql, " SETTINGS %s", settings);
 
-	dpwin_target_digest_answer(ch_exec(client, sql.data), target, table, out);
+	digest_answer(dpwin_ch_exec(client, sql.data), target, table, out);
 }
 
-void
-dpwin_target_digest_answer(char *answer, const DpwinTargetInfo *target,
-						   const char *table, DpwinDigest *out)
+/*
+ * Parse the answer to a SELECT of dpwin_digest_ch_select_list() over
+ * db.table (named in errors); ereports on anything else.
+ */
+static void
+digest_answer(char *answer, const DpwinTargetInfo *target,
+			  const char *table, DpwinDigest *out)
 {
 	char	   *nl = strchr(answer, '\n');
 
@@ -202,27 +209,6 @@ dpwin_target_bound_sql(TimestampTz ts, const char *what)
 {
 	return psprintf("fromUnixTimestamp64Micro(toInt64(" INT64_FORMAT "), 'UTC')",
 					dpwin_unix_usecs(ts, what));
-}
-
-/*
- * The bounds are exact microsecond ticks: DateTime64 comparisons convert
- * both sides to the larger scale, so a column of precision p < 6 compares
- * exactly against a bound with digits below its precision.
- */
-char *
-dpwin_target_keep_predicate(const DpwinTargetInfo *target,
-							const char *window_column,
-							TimestampTz lo, TimestampTz hi)
-{
-	char	   *w = ch_quote_ident(window_column);
-	char	   *slo = dpwin_target_bound_sql(lo, "lower");
-	char	   *shi = dpwin_target_bound_sql(hi, "upper");
-
-	return psprintf("(%s < %s OR %s >= %s%s%s%s)",
-					w, slo, w, shi,
-					target->window_nullable ? " OR " : "",
-					target->window_nullable ? w : "",
-					target->window_nullable ? " IS NULL" : "");
 }
 
 char *
@@ -313,7 +299,7 @@ dpwin_target_chunk_digests(ChClient *client, const DpwinTargetInfo *target,
 
 	for (int i = 0; i < nchunks; i++)
 		out[i] = (DpwinDigest) DPWIN_DIGEST_INIT;
-	answer = ch_exec(client, sql.data);
+	answer = dpwin_ch_exec(client, sql.data);
 	for (line = strtok_r(answer, "\n", &save); line != NULL; line = strtok_r(NULL, "\n", &save))
 	{
 		char	   *tab = strchr(line, '\t');
@@ -325,6 +311,6 @@ dpwin_target_chunk_digests(ChClient *client, const DpwinTargetInfo *target,
 					 errmsg("unexpected answer from ClickHouse to the chunk digests of %s",
 							ch_qualified_name(target->database, table)),
 					 errdetail_internal("Line: \"%s\".", line)));
-		dpwin_target_digest_answer(tab + 1, target, table, &out[idx - 1]);
+		digest_answer(tab + 1, target, table, &out[idx - 1]);
 	}
 }

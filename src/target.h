@@ -76,13 +76,6 @@ extern void dpwin_target_digest(ChClient *client, const DpwinTargetInfo *target,
 								DpwinDigest *out);
 
 /*
- * Parse the answer to a SELECT of dpwin_digest_ch_select_list() over
- * db.table (named in errors); ereports on anything else.
- */
-extern void dpwin_target_digest_answer(char *answer, const DpwinTargetInfo *target,
-									   const char *table, DpwinDigest *out);
-
-/*
  * Digest of the rows of db.table in each chunk (a List of
  * DpwinChunkBounds: a window's chunks, as dpwin_window_chunks() makes
  * them), all in one statement: out[i]
@@ -97,14 +90,6 @@ extern void dpwin_target_chunk_digests(ChClient *client,
 
 /* A window bound as an exact DateTime64(6, 'UTC') ClickHouse expression. */
 extern char *dpwin_target_bound_sql(TimestampTz ts, const char *what);
-
-/*
- * The predicate selecting target rows to keep: outside [lo, hi) or with a
- * NULL window value, as ClickHouse SQL over the window column.
- */
-extern char *dpwin_target_keep_predicate(const DpwinTargetInfo *target,
-										 const char *window_column,
-										 TimestampTz lo, TimestampTz hi);
 
 /* The complement: rows with the window value in [lo, hi). */
 extern char *dpwin_target_window_predicate(const DpwinTargetInfo *target,

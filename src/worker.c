@@ -121,7 +121,7 @@ worker_post(WorkerState *ws, const char *staging, const char *data, size_t len,
 					&reply);
 	if (status != CHHTTP_OK)
 	{
-		ws->failure_transient = ch_status_transient(status, &reply);
+		ws->failure_transient = dpwin_ch_status_transient(status, &reply);
 		ch_report(status, &reply, psprintf("inserting rows of chunk %d", chunk_no));
 	}
 }
@@ -170,7 +170,7 @@ worker_read_chunk(WorkerState *ws, DpwinChunkSlot *slot, const char *staging,
 
 			heap_deform_tuple(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
 							  values, nulls);
-			rb_encode_row(ws->encoder, values, nulls, &buf);
+			dpwin_rb_encode_row(ws->encoder, values, nulls, &buf);
 			row_len = buf.len - row_start;
 			if (row_len > (size_t) route->max_encoded_bytes)
 				ereport(ERROR,
@@ -502,6 +502,61 @@ worker_chunk(WorkerState *ws, DpwinChunkSlot *slot)
 	}
 }
 
+/*
+ * Everything a worker needs for all its chunks: its route, the target's
+ * column types as admission found them, the encoder and a ClickHouse
+ * client, read in a transaction of their own.
+ */
+static void
+worker_setup(WorkerState *ws, MemoryContext worker_cxt)
+{
+	DpwinExtractShared *sh = ws->sh;
+	DpwinServerConf *conf;
+	char	   *types;
+	char	   *tok;
+	char	   *save;
+	StringInfoData cols;
+
+	dpwin_xact_begin("dpwin: chunk worker setup");
+	MemoryContextSwitchTo(worker_cxt);
+	ws->route = dpwin_route_load_by_id(sh->route_id);
+	conf = dpwin_server_conf(ws->route->server_name, GetUserId());
+
+	/* The target's column types, as admission found them. */
+	ws->target.database = ws->route->target_database;
+	ws->target.table = ws->route->target_table;
+	ws->target.ncolumns = ws->route->ncolumns;
+	ws->target.column_names = ws->route->columns;
+	ws->target.column_types = palloc(sizeof(char *) * ws->route->ncolumns);
+	types = pstrdup(dpwin_extract_types(sh));
+	tok = strtok_r(types, "\n", &save);
+	for (int i = 0; i < ws->route->ncolumns; i++)
+	{
+		if (tok == NULL)
+			elog(ERROR, "dpwin: target column types missing from shared memory");
+		ws->target.column_types[i] = tok;
+		tok = strtok_r(NULL, "\n", &save);
+	}
+	initStringInfo(&cols);
+	for (int i = 0; i < ws->route->ncolumns; i++)
+		appendStringInfo(&cols, "%s%s", i ? ", " : "",
+						 ch_quote_ident(ws->route->columns[i]));
+	ws->target.quoted_columns = cols.data;
+	ws->insert_prefix = "INSERT INTO ";
+	ws->insert_suffix = psprintf(" (%s) FORMAT RowBinary", cols.data);
+
+	ws->encoder = dpwin_rb_encoder_create(ws->route->ncolumns, ws->route->columns,
+									ws->route->column_types,
+									ws->route->column_typmods,
+									ws->route->column_notnull,
+									ws->target.column_types,
+									ws->route->window_index);
+	ws->client = ch_client_open(conf, psprintf("dpwin-%s-w%d-",
+											   dpwin_uuid_text(&sh->invocation_id),
+											   MyProcPid));
+	dpwin_xact_commit(worker_cxt);
+}
+
 void
 dpwin_worker_main(Datum main_arg)
 {
@@ -509,11 +564,6 @@ dpwin_worker_main(Datum main_arg)
 	DpwinExtractShared *sh;
 	WorkerState ws = {0};
 	MemoryContext worker_cxt;
-	DpwinServerConf *conf;
-	char	   *types;
-	char	   *tok;
-	char	   *save;
-	StringInfoData cols;
 
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
@@ -551,44 +601,7 @@ dpwin_worker_main(Datum main_arg)
 	/* A failure to set up is reported to the coordinator like any other. */
 	PG_TRY();
 	{
-	dpwin_xact_begin("dpwin: chunk worker setup");
-	MemoryContextSwitchTo(worker_cxt);
-	ws.route = dpwin_route_load_by_id(sh->route_id);
-	conf = dpwin_server_conf(ws.route->server_name, GetUserId());
-
-	/* The target's column types, as admission found them. */
-	ws.target.database = ws.route->target_database;
-	ws.target.table = ws.route->target_table;
-	ws.target.ncolumns = ws.route->ncolumns;
-	ws.target.column_names = ws.route->columns;
-	ws.target.column_types = palloc(sizeof(char *) * ws.route->ncolumns);
-	types = pstrdup(dpwin_extract_types(sh));
-	tok = strtok_r(types, "\n", &save);
-	for (int i = 0; i < ws.route->ncolumns; i++)
-	{
-		if (tok == NULL)
-			elog(ERROR, "dpwin: target column types missing from shared memory");
-		ws.target.column_types[i] = tok;
-		tok = strtok_r(NULL, "\n", &save);
-	}
-	initStringInfo(&cols);
-	for (int i = 0; i < ws.route->ncolumns; i++)
-		appendStringInfo(&cols, "%s%s", i ? ", " : "",
-						 ch_quote_ident(ws.route->columns[i]));
-	ws.target.quoted_columns = cols.data;
-	ws.insert_prefix = "INSERT INTO ";
-	ws.insert_suffix = psprintf(" (%s) FORMAT RowBinary", cols.data);
-
-	ws.encoder = rb_encoder_create(ws.route->ncolumns, ws.route->columns,
-								   ws.route->column_types,
-								   ws.route->column_typmods,
-								   ws.route->column_notnull,
-								   ws.target.column_types,
-								   ws.route->window_index);
-	ws.client = ch_client_open(conf, psprintf("dpwin-%s-w%d-",
-											  dpwin_uuid_text(&sh->invocation_id),
-											  MyProcPid));
-	dpwin_xact_commit(worker_cxt);
+		worker_setup(&ws, worker_cxt);
 	}
 	PG_CATCH();
 	{

@@ -351,16 +351,14 @@ is(parity('text', -1, 'LowCardinality(Nullable(String))'), 'ok', 'text -> LowCar
 is(parity('timestamptz', -1, "Nullable(DateTime64(6, 'UTC'))"), 'ok', 'timestamptz -> Nullable(DateTime64(6, UTC))');
 is(parity('numeric', -1, 'Decimal(18, 2)'), 'ok', 'numeric -> Decimal(18, 2)');
 like(parity('numeric', -1, 'Decimal(18, 2'), qr/cannot parse/, 'unparsable type');
-is(psql_ok("SELECT dpwin_test.rb_default_ch_type('numeric(12,3)', 786439, true)"),
-	'Decimal(12, 3)', 'default type of numeric(12,3)');
-is(psql_ok("SELECT dpwin_test.rb_default_ch_type('timestamptz', 3, false)"),
-	"Nullable(DateTime64(3, 'UTC'))", 'default type of timestamptz(3)');
-is(psql_ok("SELECT dpwin_test.rb_default_ch_type('int4[]', -1, true)"),
-	'Array(Nullable(Int32))', 'default type of int4[] NOT NULL');
-is(psql_ok("SELECT dpwin_test.rb_default_ch_type('int4[]', -1, false)"),
-	'Array(Nullable(Int32))', 'default type of int4[] that may hold NULLs');
-is(psql_ok("SELECT dpwin_test.rb_default_ch_type('int8', -1, false)"),
-	'Nullable(Int64)', 'default type of a bigint that may hold NULLs');
+# A refused pair names the type dpwin expects for the PostgreSQL column
+# (the admission's error detail).
+like(parity('numeric', 786439, 'String'), qr/\(expected Decimal\(12, 3\)\)$/, 'numeric(12,3) -> String: expected Decimal(12, 3)');
+like(parity('numeric', -1, 'String'), qr/\(expected Decimal\(38, 10\)\)$/, 'numeric -> String: expected Decimal(38, 10)');
+like(parity('timestamptz', 3, 'String'), qr/\(expected DateTime64\(3, 'UTC'\)\)$/, "timestamptz(3) -> String: expected DateTime64(3, 'UTC')");
+like(parity('timestamp', -1, 'Int64'), qr/\(expected DateTime64\(6, 'UTC'\)\)$/, "timestamp -> Int64: expected DateTime64(6, 'UTC')");
+like(parity('int4[]', -1, 'Array(String)'), qr/\(expected Int32\)$/, 'int4[] -> Array(String): expected element Int32');
+like(parity('int8', -1, 'Nullable(String)'), qr/\(expected Int64\)$/, 'int8 -> Nullable(String): expected Int64');
 
 # Table columns keep their typmod: char(n) padding and numeric(p,s).
 {

@@ -2,12 +2,13 @@
 # for each blocker, a real ClickHouse table that has it, and the SQLSTATE
 # and message dpwin_test.admit_target() raises; an admissible target and what
 # admission learns about it; identifiers that need quoting; the EXCHANGE
-# probe; and the keep predicate's semantics at sub-precision bounds.
+# probe; and the rows a refresh keeps at sub-precision window bounds.
 use strict;
 use warnings;
 use Test::More;
 use DpwinTest;
-use DpwinFixture qw(pg_literal pg_ident ch_literal ch_ident);
+use DpwinFixture qw(pg_literal pg_ident ch_literal ch_ident fault bg_psql bg_finish);
+use DpwinEndpoint qw(wait_running release);
 
 my $url = $ENV{DPWIN_CH_URL};
 my $user = $ENV{DPWIN_CH_USER};
@@ -334,6 +335,9 @@ refused('window column DateTime', $db, 'wdt',
 
 {
 	my $odd = "Wé`ird'; DROP TABLE x; -- \"q\" \\ ü";
+	# the table the name would drop if it were injected, wherever it ran
+	ch_table($_, 'x', "(x UInt8) ENGINE = MergeTree ORDER BY x") for ('default', $odddb);
+	my $x_uuids = ch_ok("SELECT arrayStringConcat(groupArray(toString(uuid)), ',') FROM system.tables WHERE name = 'x' AND database IN ('default', " . ch_literal($odddb) . ")");
 	ch_table($odddb, $odd, $good);
 	my $r = route($odddb, $odd);
 	my ($rc, $out, $err) = psql(admit_sql($r));
@@ -346,14 +350,33 @@ refused('window column DateTime', $db, 'wdt',
 	ch_ok("CREATE MATERIALIZED VIEW " . qn($odddb, "mv ' `x`") . " TO " . qn($odddb, $odd) . " AS SELECT * FROM " . qn($odddb, 'feed'));
 	like(psql_err(admit_sql($r)) // 'admitted', qr/^55000: .*has dependent materialized views/,
 		'a materialized view writing into an oddly named target is found');
-	like(ch_ok("SELECT count() FROM system.databases WHERE name = " . ch_literal($db)), qr/^1$/,
-		'nothing was injected');
+	is(ch_ok("SELECT arrayStringConcat(groupArray(toString(uuid)), ',') FROM system.tables WHERE name = 'x' AND database IN ('default', " . ch_literal($odddb) . ")"),
+		$x_uuids, 'nothing was injected: the tables named x are still there');
+	ch_ok("DROP TABLE IF EXISTS default.x");
 }
 
 # --- EXCHANGE probe ------------------------------------------------------------------------
 
 {
-	my ($rc, $out, $err) = psql("SELECT dpwin_test.probe_exchange('t040_r1')");
+	# Hold the probe's EXCHANGE and its first DROP to read the probe
+	# tables' UUIDs before and after the exchange.
+	my $probe = qr/^EXCHANGE TABLES \Q${\ ch_ident($db)}\E\.`_dpwin_probe_/;
+	fault(pattern => 'EXCHANGE TABLES ' . ch_ident($db) . '.`_dpwin_probe_', count => 1, mode => 'hold');
+	fault(pattern => 'DROP TABLE IF EXISTS ' . ch_ident($db) . '.`_dpwin_probe_', count => 1, mode => 'hold');
+	my $probe_uuids = sub {
+		my $out = ch_ok("SELECT arrayStringConcat(groupArray(toString(uuid)), ',') FROM (SELECT uuid FROM system.tables"
+			  . " WHERE database = " . ch_literal($db) . " AND startsWith(name, '_dpwin_probe_') ORDER BY name)");
+		chomp $out;
+		return $out;
+	};
+	my $h = bg_psql("SELECT dpwin_test.probe_exchange('t040_r1')");
+	ok(wait_running($probe, 1, phase => 'holding'), 'the probe reaches its EXCHANGE');
+	my ($ua, $ub) = split /,/, $probe_uuids->();
+	release('EXCHANGE TABLES');
+	ok(wait_running(qr/^DROP TABLE IF EXISTS .*_dpwin_probe_/, 1, phase => 'holding'), '... and then drops its tables');
+	is($probe_uuids->(), "$ub,$ua", 'the probe tables exchanged their UUIDs');
+	release('DROP TABLE');
+	my ($rc, $out, $err) = bg_finish($h);
 	is($rc, 0, 'EXCHANGE TABLES works in an Atomic database') or diag($err);
 	is(ch_ok("SELECT count() FROM system.tables WHERE database = " . ch_literal($db) . " AND startsWith(name, '_dpwin_probe_')"),
 		"0\n", 'the probe tables are dropped');
@@ -365,28 +388,51 @@ refused('window column DateTime', $db, 'wdt',
 		"0\n", '... and leaves nothing behind');
 }
 
-# --- keep predicate ------------------------------------------------------------------
+# --- kept rows at sub-precision window bounds ------------------------------------------
+
+# A refresh replaces the target's rows in [lo, hi) and keeps the others.
+# The bounds have digits below the window column's precision: a row that
+# prints the bound's second (or millisecond) but lies before it is kept.
+# $def is the target, $rows the target's rows before, $src_rows the
+# source's; returns the target's ids after the refresh, in order.
+sub refresh_ids
+{
+	my ($t, $def, $src_def, $rows, $src_rows, $lookback, $end) = @_;
+	ch_table($db, $t, $def);
+	ch_ok("INSERT INTO " . qn($db, $t) . " VALUES $rows");
+	psql_ok("CREATE TABLE $schema.$t $src_def; INSERT INTO $schema.$t VALUES $src_rows");
+	my $r = sprintf('t040_r%d', ++$nroutes);
+	psql_ok("SELECT dpwin.create_route(" . pg_literal($r) . ", '$schema.$t'::regclass, 'w', "
+		  . pg_literal($srv) . ", " . pg_literal($db) . ", " . pg_literal($t)
+		  . ", interval '$lookback', interval '$lookback')");
+	my ($rc, $out, $err) = psql("SELECT state FROM dpwin_refresh(" . pg_literal($r) . ", '$end')");
+	is($rc, 0, "$t: the refresh of [$end - $lookback, $end) completes") or diag($err);
+	my $ids = ch_ok("SELECT arrayStringConcat(groupArray(toString(id)), ',') FROM (SELECT id FROM "
+		  . qn($db, $t) . " ORDER BY id)");
+	chomp $ids;
+	return $ids;
+}
 
 {
-	# window [00:00:00.000500, 00:00:01) against a millisecond column: a row
-	# at .000 is before the bound although it prints the same second.
-	ch_table($db, 'kp3', "(id Int32, w Nullable(DateTime64(3, 'UTC'))) ENGINE = MergeTree ORDER BY id");
-	ch_ok("INSERT INTO " . qn($db, 'kp3') . " VALUES "
-		  . "(1, '2026-01-01 00:00:00.000'), (2, '2026-01-01 00:00:00.001'), (3, NULL), "
-		  . "(4, '2025-12-31 23:59:59.999'), (5, '2026-01-01 00:00:01.000'), (6, '2026-01-01 00:00:00.999')");
-	my $keep = psql_ok("SELECT dpwin_test.keep_predicate('w', true, '2026-01-01 00:00:00.0005+00', '2026-01-01 00:00:01+00')");
-	is(ch_ok("SELECT arrayStringConcat(groupArray(toString(id)), ',') FROM (SELECT id FROM " . qn($db, 'kp3') . " WHERE $keep ORDER BY id)"),
-		"1,3,4,5\n", 'keep predicate: outside [lo, hi) and NULL kept, exact at sub-millisecond bounds');
+	# window [00:00:00.0005, 00:00:01) on a millisecond column: the row at
+	# .000 lies before the bound although it prints the same millisecond
+	is(refresh_ids('kp3', "(id Int64, w Nullable(DateTime64(3, 'UTC')), v Nullable(String)) ENGINE = MergeTree ORDER BY id",
+			"(id bigint NOT NULL, w timestamptz, v text)",
+			"(1, '2026-01-01 00:00:00.000', 'old'), (2, '2026-01-01 00:00:00.001', 'old'), (3, NULL, 'old'), "
+			  . "(4, '2025-12-31 23:59:59.999', 'old'), (5, '2026-01-01 00:00:01.000', 'old'), "
+			  . "(6, '2026-01-01 00:00:00.999', 'old')",
+			"(10, '2026-01-01 00:00:00.500+00', 'new'), (11, '2026-01-01 00:00:00.999+00', 'new'), "
+			  . "(12, '2026-01-01 00:00:01+00', 'outside'), (13, NULL, 'null')",
+			'999.5 milliseconds', '2026-01-01 00:00:01+00'),
+		'1,3,4,5,10,11', 'DateTime64(3): rows before .0005, at the upper bound and NULL are kept; .001 and .999 replaced');
 
-	ch_table($db, 'kp0', "(id Int32, w DateTime64(0, 'UTC')) ENGINE = MergeTree ORDER BY id");
-	ch_ok("INSERT INTO " . qn($db, 'kp0') . " VALUES (1, '2026-01-01 00:00:00'), (2, '2026-01-01 00:00:01'), (3, '2026-01-01 00:00:02')");
-	$keep = psql_ok("SELECT dpwin_test.keep_predicate('w', false, '2026-01-01 00:00:00.5+00', '2026-01-01 00:00:02+00')");
-	unlike($keep, qr/IS NULL/, 'no NULL branch for a non-Nullable window column');
-	is(ch_ok("SELECT arrayStringConcat(groupArray(toString(id)), ',') FROM (SELECT id FROM " . qn($db, 'kp0') . " WHERE $keep ORDER BY id)"),
-		"1,3\n", 'keep predicate on DateTime64(0): exact at a half-second bound');
-
-	like(psql_err("SELECT dpwin_test.keep_predicate('w', false, '-infinity', '2026-01-01+00')") // 'ok',
-		qr/^22008: lower bound of the window is not a finite timestamp/, 'an infinite bound is refused');
+	# window [00:00:00.5, 00:00:02) on a column of whole seconds
+	is(refresh_ids('kp0', "(id Int64, w DateTime64(0, 'UTC'), v Nullable(String)) ENGINE = MergeTree ORDER BY id",
+			"(id bigint NOT NULL, w timestamptz NOT NULL, v text)",
+			"(1, '2026-01-01 00:00:00', 'old'), (2, '2026-01-01 00:00:01', 'old'), (3, '2026-01-01 00:00:02', 'old')",
+			"(10, '2026-01-01 00:00:01+00', 'new')",
+			'1.5 seconds', '2026-01-01 00:00:02+00'),
+		'1,3,10', 'DateTime64(0): the row at :00 before the half-second bound is kept, :01 replaced, :02 kept');
 }
 
 # --- cleanup ---------------------------------------------------------------------

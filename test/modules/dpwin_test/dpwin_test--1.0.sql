@@ -40,13 +40,6 @@ CREATE FUNCTION dpwin_test.rb_type_parity(typ regtype, typmod integer,
 	LANGUAGE C STRICT STABLE PARALLEL SAFE
 	AS 'MODULE_PATHNAME', 'dpwin__rb_type_parity';
 
-/* The ClickHouse type dpwin would choose for such a column (NULL: none). */
-CREATE FUNCTION dpwin_test.rb_default_ch_type(typ regtype, typmod integer,
-										  notnull boolean)
-	RETURNS text
-	LANGUAGE C STRICT STABLE PARALLEL SAFE
-	AS 'MODULE_PATHNAME', 'dpwin__rb_default_ch_type';
-
 /* The digest ("count:sum1:sum2") of RowBinary rows under key "k1a:k1b:k2a:k2b". */
 CREATE FUNCTION dpwin_test.digest_rows(key text, rows bytea[])
 	RETURNS text
@@ -100,35 +93,14 @@ CREATE FUNCTION dpwin_test.probe_exchange(route text) RETURNS void
 	LANGUAGE C STRICT VOLATILE PARALLEL UNSAFE
 	AS 'MODULE_PATHNAME', 'dpwin__probe_exchange';
 
-/* The ClickHouse predicate selecting the target rows a refresh keeps. */
-CREATE FUNCTION dpwin_test.keep_predicate(window_column text, nullable boolean,
-									  lo timestamptz, hi timestamptz)
-	RETURNS text
-	LANGUAGE C STRICT IMMUTABLE PARALLEL SAFE
-	AS 'MODULE_PATHNAME', 'dpwin__keep_predicate';
-
 REVOKE ALL ON FUNCTION dpwin_test.admit_target(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION dpwin_test.probe_exchange(text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION dpwin_test.keep_predicate(text, boolean, timestamptz, timestamptz) FROM PUBLIC;
 
-/* dpwin — test-only access to the target lease (dpwin_test.c)
+/* dpwin — test-only access to the lease's fence (dpwin_test.c)
  *
- * These let an isolation spec play a runner from an ordinary session:
- * take a target's lease and bump its fencing epoch as a coordinator does,
- * release it, and attempt a fenced journal write with any epoch
- * (test/isolation/specs/lease_fencing.spec).  The leading underscore marks
- * them as not part of the user interface; only superusers may call them.
+ * Lets an isolation spec attempt a fenced journal write with any epoch
+ * (test/isolation/specs/lease_fencing.spec); only superusers may call it.
  */
-
-/* Take the lease of dpwin.lease row target_id and bump its epoch; returns it. */
-CREATE FUNCTION dpwin_test.lease_acquire(target_id integer) RETURNS bigint
-	LANGUAGE C VOLATILE PARALLEL UNSAFE
-	AS 'MODULE_PATHNAME', 'dpwin__lease_acquire';
-
-/* Release it (the epoch stays); false if this session did not hold it. */
-CREATE FUNCTION dpwin_test.lease_release(target_id integer) RETURNS boolean
-	LANGUAGE C VOLATILE PARALLEL UNSAFE
-	AS 'MODULE_PATHNAME', 'dpwin__lease_release';
 
 /*
  * The fence of a journal write, without the write: locks the lease row FOR
@@ -138,8 +110,6 @@ CREATE FUNCTION dpwin_test.fenced_write(target_id integer, epoch bigint) RETURNS
 	LANGUAGE C VOLATILE PARALLEL UNSAFE
 	AS 'MODULE_PATHNAME', 'dpwin__fenced_write';
 
-REVOKE ALL ON FUNCTION dpwin_test.lease_acquire(integer) FROM PUBLIC;
-REVOKE ALL ON FUNCTION dpwin_test.lease_release(integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION dpwin_test.fenced_write(integer, bigint) FROM PUBLIC;
 
 /*

@@ -28,7 +28,6 @@
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"
 
-#include "catalog.h"
 #include "chclient.h"
 #include "digest.h"
 #include "lease.h"
@@ -47,7 +46,6 @@ PG_MODULE_MAGIC;
 
 PG_FUNCTION_INFO_V1(dpwin__encode_rowbinary);
 PG_FUNCTION_INFO_V1(dpwin__rb_type_parity);
-PG_FUNCTION_INFO_V1(dpwin__rb_default_ch_type);
 
 /*
  * dpwin_test.encode_rowbinary(value anyelement, ch_type text,
@@ -94,7 +92,7 @@ dpwin__encode_rowbinary(PG_FUNCTION_ARGS)
 		if (list_length(args) >= 1)
 			typmod = exprTypmod((Node *) linitial(args));
 	}
-	/* an unparsable type is reported by rb_encoder_create() */
+	/* an unparsable type is reported by dpwin_rb_encoder_create() */
 	ch_type = text_to_cstring(PG_GETARG_TEXT_PP(1));
 
 	with_window = PG_NARGS() >= 3 && !PG_ARGISNULL(2);
@@ -108,10 +106,10 @@ dpwin__encode_rowbinary(PG_FUNCTION_ARGS)
 	values[1] = with_window ? PG_GETARG_DATUM(2) : (Datum) 0;
 	isnull[1] = false;
 
-	enc = rb_encoder_create(with_window ? 2 : 1, names, typids, typmods,
+	enc = dpwin_rb_encoder_create(with_window ? 2 : 1, names, typids, typmods,
 							notnull, ch_types, with_window ? 1 : -1);
 	initStringInfo(&buf);
-	rb_encode_row(enc, values, isnull, &buf);
+	dpwin_rb_encode_row(enc, values, isnull, &buf);
 	len = buf.len - (with_window ? 8 : 0);
 
 	result = (bytea *) palloc(VARHDRSZ + len);
@@ -120,29 +118,17 @@ dpwin__encode_rowbinary(PG_FUNCTION_ARGS)
 	PG_RETURN_BYTEA_P(result);
 }
 
-/* dpwin_test.rb_type_parity(typ regtype, typmod int, ch_type text) -> text */
+/* dpwin_test.dpwin_rb_type_parity(typ regtype, typmod int, ch_type text) -> text */
 Datum
 dpwin__rb_type_parity(PG_FUNCTION_ARGS)
 {
 	char	   *why;
 
-	why = rb_type_parity(PG_GETARG_OID(0), PG_GETARG_INT32(1),
+	why = dpwin_rb_type_parity(PG_GETARG_OID(0), PG_GETARG_INT32(1),
 						 text_to_cstring(PG_GETARG_TEXT_PP(2)));
 	if (why == NULL)
 		PG_RETURN_NULL();
 	PG_RETURN_TEXT_P(cstring_to_text(why));
-}
-
-/* dpwin_test.rb_default_ch_type(typ regtype, typmod int, notnull bool) -> text */
-Datum
-dpwin__rb_default_ch_type(PG_FUNCTION_ARGS)
-{
-	char	   *t;
-
-	t = rb_default_ch_type(PG_GETARG_OID(0), PG_GETARG_INT32(1), PG_GETARG_BOOL(2));
-	if (t == NULL)
-		PG_RETURN_NULL();
-	PG_RETURN_TEXT_P(cstring_to_text(t));
 }
 
 /* ----------------------------------------------------------------
@@ -246,7 +232,7 @@ dpwin__ch_query(PG_FUNCTION_ARGS)
 
 	conf = dpwin_server_conf(NameStr(*server), GetUserId());
 	client = ch_client_open(conf, "dpwin-test-");
-	body = ch_exec(client, sql);
+	body = dpwin_ch_exec(client, sql);
 	ch_client_close(client);
 	PG_RETURN_TEXT_P(cstring_to_text(body));
 }
@@ -340,31 +326,11 @@ dpwin__probe_exchange(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
-PG_FUNCTION_INFO_V1(dpwin__keep_predicate);
-
-/*
- * dpwin_test.keep_predicate(window_column text, nullable bool, lo timestamptz,
- * hi timestamptz) RETURNS text
- */
-Datum
-dpwin__keep_predicate(PG_FUNCTION_ARGS)
-{
-	char	   *column = text_to_cstring(PG_GETARG_TEXT_PP(0));
-	DpwinTargetInfo info = {0};
-
-	info.window_nullable = PG_GETARG_BOOL(1);
-	PG_RETURN_TEXT_P(cstring_to_text(dpwin_target_keep_predicate(&info, column,
-																 PG_GETARG_TIMESTAMPTZ(2),
-																 PG_GETARG_TIMESTAMPTZ(3))));
-}
-
 /* ----------------------------------------------------------------
  *		target lease
  * ----------------------------------------------------------------
  */
 
-PG_FUNCTION_INFO_V1(dpwin__lease_acquire);
-PG_FUNCTION_INFO_V1(dpwin__lease_release);
 PG_FUNCTION_INFO_V1(dpwin__fenced_write);
 
 /* Refuse non-superusers, and targets without a dpwin.lease row. */
@@ -379,57 +345,21 @@ testing_target_arg(FunctionCallInfo fcinfo, const char *fn)
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("only superusers may call %s", fn),
-				 errdetail("It is a test function: it takes or fences a target's lease.")));
+				 errdetail("It is a test function: it checks a target's fencing epoch.")));
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("target_id must not be NULL")));
 	target_id = PG_GETARG_INT32(0);
 	args[0] = Int32GetDatum(target_id);
-	if (dpwin_catalog_exec("SELECT 1 FROM dpwin.lease WHERE target_id = $1",
-						   1, types, args, NULL, true) != 1)
+	if (SPI_execute_with_args("SELECT 1 FROM dpwin.lease WHERE target_id = $1",
+							  1, types, args, NULL, true, 0) != SPI_OK_SELECT ||
+		SPI_processed != 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("dpwin target %d does not exist", target_id),
 				 errhint("Targets are the rows of dpwin.lease.")));
 	return target_id;
-}
-
-/*
- * dpwin_test.lease_acquire(target_id) -> the new epoch.  Takes the target's
- * lease for this session (waiting up to dpwin.lease_timeout, failing with
- * 55P03 naming the holder) and bumps the epoch in the current transaction,
- * as a coordinator does in one of its own.
- */
-Datum
-dpwin__lease_acquire(PG_FUNCTION_ARGS)
-{
-	int32		target_id;
-	int64		epoch;
-
-	SPI_connect();
-	target_id = testing_target_arg(fcinfo, "dpwin_test.lease_acquire()");
-	epoch = dpwin_lease_acquire_in_xact(target_id, NULL);
-	SPI_finish();
-	PG_RETURN_INT64(epoch);
-}
-
-/*
- * dpwin_test.lease_release(target_id) -> whether this session held it.  The
- * epoch stays: a runner that lost its lease keeps its old epoch, and every
- * write it attempts is compared with the current one.
- */
-Datum
-dpwin__lease_release(PG_FUNCTION_ARGS)
-{
-	int32		target_id;
-	bool		held;
-
-	SPI_connect();
-	target_id = testing_target_arg(fcinfo, "dpwin_test.lease_release()");
-	held = dpwin_lease_release_in_xact(target_id);
-	SPI_finish();
-	PG_RETURN_BOOL(held);
 }
 
 /*
