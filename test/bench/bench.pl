@@ -99,6 +99,8 @@ my %shape_ddl = (
 	flat => "ORDER BY id",
 );
 
+require "$root/test/bench/report.pl";
+
 sub on { return $only{ $_[0] }; }
 sub logmsg { printf STDERR "bench: %s\n", join('', @_); }
 sub now { return clock_gettime(CLOCK_MONOTONIC); }
@@ -933,6 +935,18 @@ sub v_sink
 
 my @runs;
 my %window_rows;
+
+# Every run is also appended to $out/results.partial.csv as it ends: a
+# results file without medians, which `perl test/bench/report.pl` reads,
+# for a run stopped before its end.
+sub partial_csv
+{
+	my (%f) = @_;
+	open my $f, '>>', "$out/results.partial.csv" or return;
+	print $f csv_row(%f);
+	close $f;
+}
+
 my %copy_payload;
 
 sub record
@@ -945,6 +959,7 @@ sub record
 	}
 	$r->{other} //= $r->{wall} - $r->{stage} - $r->{build} - $r->{verify} - $r->{publish} if defined $r->{wall};
 	push @runs, $r;
+	partial_csv(run_fields('run', $r));
 	logmsg(sprintf("round %d %-13s %-5s %4s %-5s %-14s %7s s  cpu pg %5s ch %5s  statements %3s (%3s in sequence)  %s",
 			$r->{round}, $r->{mode}, $r->{end}, $r->{days} // '', $r->{shape} // '', $r->{variant},
 			defined $r->{wall} ? sprintf('%.3f', $r->{wall}) : '-', $r->{cpu_pg} // '', $r->{cpu_ch} // '',
@@ -983,7 +998,7 @@ sub target_variant
 		base_outside_ref($b, $lo, $hi));
 	drop_leftovers();
 	record($r, %k);
-	return unless $variant eq 'dpwin';
+	return unless $variant eq 'dpwin' && ($ENV{BENCH_AGAIN} // 1);
 
 	# The same refresh again, on the target dpwin has just published: what
 	# a scheduled job meets from its second run on (a window bound inside a
@@ -1210,6 +1225,10 @@ if (on('memory') && max(@sizes) >= $mem_wdays + 1)
 skip_setup();
 $meta{load_start} = loadavg();
 $meta{started} = strftime('%Y-%m-%d %H:%M:%S UTC', gmtime());
+unlink "$out/results.partial.csv";
+partial_csv(map { $_ => $_ } csv_cols());
+partial_csv(record => 'meta', label => $_, value => $meta{$_}) for sort keys %meta;
+partial_csv(record => 'window', window_end => $_, rows => $window_rows{$_}) for sort keys %window_rows;
 my $t0 = now();
 for my $round (0 .. $rounds - 1)
 {
@@ -1222,7 +1241,6 @@ $meta{run_seconds} = sprintf('%.0f', now() - $t0);
 ch_drop(map { "t_$_" } 'mem', 'skip_on', 'skip_off', map { my $s = $_; map { "${s}_$_" } @sizes } @shapes);
 drop_leftovers();
 
-require "$root/test/bench/report.pl";
 bench_report(
 	runs => \@runs, meta => \%meta, window_rows => \%window_rows, sizes => \@sizes, shapes => \@shapes,
 	ends => \@ends, modes => \@modes, par => $par, wdays => $wdays, mem_wdays => $mem_wdays, out => $out, csv => $csv_path,

@@ -341,6 +341,8 @@ my @csv_cols = qw(record round window_end target_days shape variant parallelism 
   cloned_partitions check label value round_min round_max goal verdict hosts rtt_ms cpu_pg_s cpu_ch_s statements
   statements_in_sequence);
 
+sub csv_cols { return @csv_cols; }
+
 sub csv_row
 {
 	my (%f) = @_;

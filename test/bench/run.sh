@@ -20,6 +20,7 @@
 #   CPU 0 and the endpoint to CPU 1, as on two hosts
 #   BENCH_RTT_MS ["direct"; or round trips in ms, e.g. "0 2 20"]: every
 #   connection between the two sides crosses test/bench/netdelay
+#   BENCH_AGAIN [1]: 0 leaves out "dpwin again"
 #   BENCH_OUT [test/bench/out]  BENCH_CSV [see above]
 #   BENCH_KEEP_SANDBOX=1 leaves the sandbox running (the dataset is reused
 #   by the next run either way: it lives in the sandbox's folder).
