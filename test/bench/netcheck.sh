@@ -48,6 +48,17 @@ small() { for _ in $(seq 50); do curl -sS -u "$DPWIN_CH_USER:$DPWIN_CH_PASSWORD"
 bytes=$(psql -X -q -c "$copy" | wc -c)
 printf 'netcheck: %s; load %s; %d runs; ClickHouse answer %d MB, COPY %d bytes\n' "$(date -u '+%F %H:%M UTC')" \
 	"$(cut -d' ' -f1-3 /proc/loadavg)" "$RUNS" "$MB" "$bytes"
+if command -v socat >/dev/null; then
+	sinkport=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+	socat -u "TCP-LISTEN:$sinkport,reuseaddr,fork" OPEN:/dev/null &
+	pids+=($!)
+	sleep 0.3
+	raw0=$(proxy "$sinkport" 0)
+	raw() { head -c "$((${NETCHECK_RAW_MB:-1000} * 1048576))" /dev/zero | socat -u - "TCP:127.0.0.1:$1"; }
+	for i in $(seq "$RUNS"); do
+		printf 'raw %d MB, run %d: direct %s s, through the proxy %s s\n' "${NETCHECK_RAW_MB:-1000}" "$i" "$(t raw "$sinkport")" "$(t raw "$raw0")"
+	done
+fi
 printf '%-4s %10s %10s %10s %10s %12s %12s %14s\n' run ch_direct ch_proxy pg_direct pg_proxy 50xSELECT1 50x_proxy0 "50x_proxy$RTT"
 for i in $(seq "$RUNS"); do
 	printf '%-4s %10s %10s %10s %10s %12s %12s %14s\n' "$i" "$(t chget "$chport")" "$(t chget "$ch0")" \

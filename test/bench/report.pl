@@ -6,6 +6,7 @@ use strict;
 use warnings;
 use File::Basename qw(dirname);
 use File::Path qw(make_path);
+use File::Spec;
 use List::Util qw(min max);
 use POSIX qw(floor);
 
@@ -437,6 +438,8 @@ sub csv_split
 # medians, ratios and table of the runs a results CSV holds, computed by
 # this version of the report (to compare a committed CSV with a newer
 # one); --markdown prints the tables docs/benchmark.md shows.
+sub nz { my ($v, $d) = @_; return defined $v && $v ne '' ? $v : $d; }
+
 sub report_from_csv
 {
 	my $markdown = @_ && $_[0] eq '--markdown' ? shift : undef;
@@ -461,15 +464,16 @@ sub report_from_csv
 				wall => $r{wall_s} eq '' ? undef : $r{wall_s}, stage => $r{stage_s}, build => $r{build_s},
 				verify => $r{verify_s}, publish => $r{publish_s}, other => $r{other_s}, cloned => $r{cloned_partitions},
 				check => $r{check}, ($r{worker_rssanon_mb} ne '' ? (mem => \%mem) : ()),
-				hosts => $r{hosts} || 'shared', rtt => $r{rtt_ms} || 'direct',
-				mode => ($r{hosts} || 'shared') . '/' . ($r{rtt_ms} || 'direct'),
+				hosts => nz($r{hosts}, 'shared'), rtt => nz($r{rtt_ms}, 'direct'),
+				mode => nz($r{hosts}, 'shared') . '/' . nz($r{rtt_ms}, 'direct'),
 				cpu_pg => $r{cpu_pg_s}, cpu_ch => $r{cpu_ch_s}, stmts => $r{statements}, crit => $r{statements_in_sequence} };
 		}
 	}
 	close $f;
 	bench_report(runs => \@runs, meta => \%meta, window_rows => \%wrows, tables => \%tables,
 		sizes => [ split ' ', $meta{sizes} ], shapes => [ split ' ', $meta{shapes} ], ends => [ split ' ', $meta{ends} ],
-		modes => [ map { my $h = $_; map { "$h/$_" } split ' ', ($meta{rtt_ms} || 'direct') } split ' ', ($meta{hosts} || 'shared') ],
+		modes => [ map { my $h = $_; map { "$h/$_" } split ' ', nz($meta{rtt_ms}, 'direct') } split ' ', nz($meta{hosts}, 'shared') ],
+		root => File::Spec->rel2abs(dirname(__FILE__) . '/../..'),
 		par => $meta{parallelism}, wdays => $meta{window_days}, mem_wdays => $meta{memory_window_days}, csv => $outcsv,
 		markdown => $markdown);
 }
