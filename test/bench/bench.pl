@@ -464,7 +464,8 @@ sub statements
 	{
 		chomp $l;
 		my ($ans, $seq, $arr, $qid, $user, $status, $text) = split /\t/, $l, 7;
-		next unless defined $text && $arr >= floor($t0) && $arr <= $t1;
+		# the log's arrival is in whole ms: $arr <= real arrival < $arr + 1
+		next unless defined $text && $arr + 1 > $t0 && $arr + 1 <= $t1;
 		push @s, { ans => $ans, arr => $arr, status => $status, text => $text };
 	}
 	seek($stamps_fh, 0, 1);

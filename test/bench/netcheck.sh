@@ -25,6 +25,7 @@ cc -O2 -Wall -pthread -o "$OUT/netdelay" "$ROOT/test/bench/netdelay.c"
 
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
+trap 'exit 1' INT TERM
 proxy() {	# proxy TARGET RTT: prints the port
 	local pf="$OUT/.netcheck.$$.${#pids[@]}"
 	"$OUT/netdelay" proxy "$1" "$2" "$pf" >/dev/null 2>&1 &
