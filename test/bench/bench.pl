@@ -60,6 +60,13 @@ my $rounds = env_int('BENCH_ROUNDS', 3);
 my @kinds = qw(dpwin naive expert copy sink memory skip);
 my %only = map { $_ => 1 } split /,/, ($ENV{BENCH_ONLY} // join(',', @kinds));
 my $src_days = env_int('BENCH_SOURCE_DAYS', max(30, $mem_wdays, $skip_days, $wdays + 1));
+# The two dimensions of issue "two hosts": where the processes run and the
+# round trip between them (docs/benchmark.md, "Hosts and round trips").
+my @hosts = split ' ', ($ENV{BENCH_HOSTS} // 'shared');
+my @rtts = split ' ', ($ENV{BENCH_RTT_MS} // 'direct');
+for my $h (@hosts) { die "BENCH_HOSTS: unknown mode $h (known: shared split)\n" unless $h =~ /^(shared|split)$/; }
+for my $r (@rtts) { die "BENCH_RTT_MS: $r is not a number of ms or direct\n" unless $r =~ /^([0-9]+|direct)$/; }
+my @modes = map { my $h = $_; map { "$h/$_" } @rtts } @hosts;
 
 for my $k (keys %only) { die "BENCH_ONLY: unknown kind $k (known: @kinds)\n" unless grep { $_ eq $k } @kinds; }
 for my $s (@shapes) { die "BENCH_SHAPES: unknown shape $s\n" unless $s =~ /^(day|month|flat)$/; }
@@ -73,7 +80,8 @@ die "BENCH_SOURCE_DAYS must exceed the window by a day\n" if $src_days < $wdays 
 
 # A run with every default is the one whose CSV docs/benchmark.md quotes.
 my $is_default = !grep { defined $ENV{$_} } qw(BENCH_ROWS_PER_DAY BENCH_WINDOW_DAYS BENCH_MEMORY_WINDOW_DAYS
-  BENCH_SKIP_DAYS BENCH_SIZES BENCH_SHAPES BENCH_ENDS BENCH_PARALLELISM BENCH_ROUNDS BENCH_ONLY BENCH_SOURCE_DAYS);
+  BENCH_SKIP_DAYS BENCH_SIZES BENCH_SHAPES BENCH_ENDS BENCH_PARALLELISM BENCH_ROUNDS BENCH_ONLY BENCH_SOURCE_DAYS
+  BENCH_HOSTS BENCH_RTT_MS);
 my $csv_path = $ENV{BENCH_CSV} // ($is_default ? "$root/docs/bench/results.csv" : undef);
 
 my $start_epoch = timegm(0, 0, 0, 1, 0, 2026);    # 2026-01-01 00:00:00 UTC
@@ -91,6 +99,8 @@ my %shape_ddl = (
 	flat => "ORDER BY id",
 );
 
+require "$root/test/bench/report.pl";
+
 sub on { return $only{ $_[0] }; }
 sub logmsg { printf STDERR "bench: %s\n", join('', @_); }
 sub now { return clock_gettime(CLOCK_MONOTONIC); }
@@ -102,6 +112,20 @@ sub timed
 	my $t0 = now();
 	my @r = $code->();
 	return (now() - $t0, @r);
+}
+
+# The unix ms span of a variant's timed part, when it does untimed work of
+# its own (dropping and creating scratch tables): its statements are those
+# that arrived within it.
+my @span;
+
+sub spanned
+{
+	my ($code) = @_;
+	my $t0 = Time::HiRes::time() * 1000;
+	my @r = timed($code);
+	@span = ($t0, Time::HiRes::time() * 1000);
+	return @r;
 }
 
 # ---- PostgreSQL and ClickHouse ------------------------------------------------------
@@ -141,9 +165,9 @@ sub ch
 	my ($sql, %o) = @_;
 	my %p = (async_insert => 0, insert_deduplicate => 0, wait_end_of_query => 1,
 		%{ $o{params} // {} }, query => $sql);
-	my $url = "$ENV{DPWIN_CH_URL}/?" . join('&', map { "$_=" . uri_escape($p{$_}) } sort keys %p);
+	my $url = ($o{url} // $ENV{DPWIN_CH_URL}) . '/?' . join('&', map { "$_=" . uri_escape($p{$_}) } sort keys %p);
 	my $auth = 'Basic ' . encode_base64("$ENV{DPWIN_CH_USER}:$ENV{DPWIN_CH_PASSWORD}", '');
-	my $r = http()->request('POST', $url, { content => $o{body} // '', headers => { Authorization => $auth } });
+	my $r = ($o{client} // http())->request('POST', $url, { content => $o{body} // '', headers => { Authorization => $auth } });
 	die "ClickHouse failed ($r->{status}): $r->{content}\nSQL: " . substr($sql, 0, 500) . "\n"
 	  unless $r->{success};
 	return $r->{content} if $o{binary};
@@ -174,9 +198,13 @@ sub settle
 	logmsg("merges did not settle");
 }
 
+# ClickHouse's view of the source; $port: PostgreSQL's, or the delay
+# proxy's in front of it.
 sub pg_source_fn
 {
-	return "postgresql('127.0.0.1:$ENV{PGPORT}', '$ENV{PGDATABASE}', 'events', 'postgres', '', '$pgs')";
+	my ($port) = @_;
+	$port //= $ENV{PGPORT};
+	return "postgresql('127.0.0.1:$port', '$ENV{PGDATABASE}', 'events', 'postgres', '', '$pgs')";
 }
 
 sub ch_window
@@ -263,6 +291,222 @@ sub rss_stop
 	unlink $h->{file};
 	$r{$_} = sprintf('%.1f', $r{$_} / 1024) for keys %r;    # kB -> MB
 	return \%r;
+}
+
+# ---- hosts, round trips, CPU and statements ---------------------------------------------
+#
+# A mode is "HOSTS/RTT".  HOSTS split pins PostgreSQL (the postmaster and
+# every process it has started; later ones inherit its affinity) to CPU 0
+# and the endpoint (every thread) to CPU 1, as on two hosts; shared lets
+# both use both CPUs.  RTT (ms) puts test/bench/netdelay between dpwin and
+# the endpoint (a foreign server of its own), between the peers' and the
+# limits' clients and the servers, and between ClickHouse's postgresql()
+# and PostgreSQL; "direct" uses no proxy, as before these dimensions.
+
+my $sandbox = $ENV{DPWIN_SANDBOX} // $ENV{DPWIN_SANDBOX_DIR};
+my $ch_pid = do {
+	open my $f, '<', "$sandbox/ch.pid" or die "no ch.pid: $!";
+	my $l = <$f>;
+	chomp $l;
+	$l;
+};
+my $netdelay = $ENV{BENCH_NETDELAY} // "$out/netdelay";
+my (@helpers, %net);
+END { kill 'TERM', @helpers if @helpers; }
+
+sub children
+{
+	my ($pid) = @_;
+	open my $f, '<', "/proc/$pid/task/$pid/children" or return ();
+	my @c = split ' ', (<$f> // '');
+	return @c;
+}
+
+sub spawn_helper
+{
+	my ($stdout, @cmd) = @_;
+	my $pid = fork() // die "fork: $!";
+	if (!$pid)
+	{
+		open STDIN, '<', '/dev/null';
+		open STDOUT, '>', $stdout or POSIX::_exit(126);
+		exec(@cmd) or POSIX::_exit(127);
+	}
+	push @helpers, $pid;
+	return $pid;
+}
+
+# A delay proxy in front of 127.0.0.1:$target: its port.
+sub start_proxy
+{
+	my ($target, $rtt) = @_;
+	my $pf = "$out/.port.$$." . scalar(@helpers);
+	unlink $pf;
+	spawn_helper('/dev/null', $netdelay, 'proxy', $target, $rtt, $pf);
+	for (1 .. 500)
+	{
+		if (open my $f, '<', $pf)
+		{
+			my $p = <$f> // '';
+			if ($p =~ /^([0-9]+)\n/) { unlink $pf; return $1; }
+		}
+		usleep(10_000);
+	}
+	die "netdelay did not start\n";
+}
+
+# The proxies of every round trip of the run, and a foreign server behind
+# each ClickHouse proxy, mapped as the sandbox's own server is.
+sub net_setup
+{
+	for my $r (@rtts)
+	{
+		if ($r eq 'direct')
+		{
+			$net{$r} = { url => $ENV{DPWIN_CH_URL}, pg_port => $ENV{PGPORT}, pg_host => $ENV{PGHOST}, server => $server };
+			next;
+		}
+		my ($cp, $pp) = (start_proxy($ENV{DPWIN_CH_URL} =~ /:([0-9]+)$/, $r), start_proxy($ENV{PGPORT}, $r));
+		my $srv = "bench_ch_rtt$r";
+		psql("DROP SERVER IF EXISTS $srv CASCADE;
+			CREATE SERVER $srv FOREIGN DATA WRAPPER dpwin_clickhouse OPTIONS (url 'http://127.0.0.1:$cp');
+			CREATE USER MAPPING FOR CURRENT_USER SERVER $srv
+				OPTIONS (user '$ENV{DPWIN_CH_REFRESH_USER}', password '$ENV{DPWIN_CH_PASSWORD}')");
+		$net{$r} = { url => "http://127.0.0.1:$cp", pg_port => $pp, pg_host => '127.0.0.1', server => $srv };
+		logmsg("round trip $r ms: ClickHouse through port $cp, PostgreSQL through port $pp, foreign server $srv");
+	}
+}
+
+my ($cur_hosts, $cur_net) = ('', 'direct');
+
+sub pin
+{
+	my ($cpus, @pids) = @_;
+	run([ 'taskset', '-a', '-c', '-p', $cpus, $_ ], '>', '/dev/null', '2>', '/dev/null') for @pids;
+}
+
+sub set_mode
+{
+	my ($mode) = @_;
+	my ($h, $r) = split m{/}, $mode;
+	if ($h ne $cur_hosts)
+	{
+		my ($pgc, $chc) = $h eq 'split' ? ('0', '1') : ('0-1', '0-1');
+		pin($pgc, $postmaster, children($postmaster));
+		pin($chc, $ch_pid);
+		$cur_hosts = $h;
+	}
+	$cur_net = $r;
+}
+
+# The peers' and the limits' own HTTP client (a fresh connection for every
+# variant: dpwin opens its own too) and statements.
+my %peer_http;
+sub peer_reset { delete $peer_http{$$}; }
+
+sub ch_peer
+{
+	my ($sql, %o) = @_;
+	$peer_http{$$} //= HTTP::Tiny->new(keep_alive => 1, timeout => 7200);
+	return ch($sql, %o, url => $net{$cur_net}{url}, client => $peer_http{$$});
+}
+
+my $tck = POSIX::sysconf(POSIX::_SC_CLK_TCK()) || 100;
+
+# utime + stime (+ the exited and waited-for children's) of $pid, in ticks.
+sub stat_ticks
+{
+	my ($pid) = @_;
+	open my $f, '<', "/proc/$pid/stat" or return 0;
+	my $l = <$f> // '';
+	$l =~ s/^.*\) //s;
+	my @f = split ' ', $l;
+	return ($f[11] // 0) + ($f[12] // 0) + ($f[13] // 0) + ($f[14] // 0);
+}
+
+# CPU ticks so far of PostgreSQL (the postmaster, its live children and,
+# through the postmaster's cutime/cstime, every child it has reaped) and
+# of the endpoint.
+sub cpu_sample
+{
+	my $pg = stat_ticks($postmaster);
+	$pg += stat_ticks($_) for children($postmaster);
+	return [ $pg, stat_ticks($ch_pid) ];
+}
+
+# The endpoint's query log, each line stamped with the time it appeared
+# (when the statement was answered) by `netdelay stamp`.
+my $stamps = "$out/.stamps.$$";
+my $stamps_fh;
+
+sub stamps_start
+{
+	unlink $stamps;
+	spawn_helper($stamps, $netdelay, 'stamp', "$sandbox/ch_queries.log");
+	usleep(100_000);
+	open $stamps_fh, '<', $stamps or die "$stamps: $!";
+}
+END { unlink $stamps if $stamps; }
+
+my $stmt_dir = "$out/statements";
+
+# The statements that arrived between $t0 and $t1 (unix ms): how many, and
+# how many of them ran one after another (the most that do not overlap in
+# time: each arrived after the previous one was answered; every one of
+# them costs at least one round trip).  Writes them, the sequence marked,
+# to $stmt_dir/$name.tsv.
+sub statements
+{
+	my ($t0, $t1, $name) = @_;
+	usleep(30_000);
+	my @s;
+	while (my $l = <$stamps_fh>)
+	{
+		chomp $l;
+		my ($ans, $seq, $arr, $qid, $user, $status, $text) = split /\t/, $l, 7;
+		# the log's arrival is in whole ms: $arr <= real arrival < $arr + 1
+		next unless defined $text && $arr + 1 > $t0 && $arr + 1 <= $t1;
+		push @s, { ans => $ans, arr => $arr, status => $status, text => $text };
+	}
+	seek($stamps_fh, 0, 1);
+	my ($last, $crit) = (-1, 0);
+	for my $x (sort { $a->{ans} <=> $b->{ans} } @s)
+	{
+		next unless $x->{arr} >= floor($last);
+		$x->{seq} = ++$crit;
+		$last = $x->{ans};
+	}
+	if (defined $name)
+	{
+		make_path($stmt_dir);
+		(my $f = $name) =~ s/[^A-Za-z0-9_.-]+/_/g;
+		if (open my $o, '>', "$stmt_dir/$f.tsv")
+		{
+			print $o "# arrival_ms answer_ms (from the variant's start) in_sequence status statement\n";
+			printf $o "%d\t%.1f\t%s\t%s\t%s\n", $_->{arr} - $t0, $_->{ans} - $t0, $_->{seq} // '', $_->{status},
+			  substr($_->{text}, 0, 300) for sort { $a->{arr} <=> $b->{arr} } @s;
+			close $o;
+		}
+	}
+	return (scalar @s, $crit);
+}
+
+# Runs one variant ($code returns its result hash or dies) and adds the
+# CPU seconds of each side and the statements the endpoint received.
+sub measured
+{
+	my ($name, $code) = @_;
+	my $c0 = cpu_sample();
+	my $t0 = Time::HiRes::time() * 1000;
+	@span = ();
+	my $r = $code->();
+	my $t1 = Time::HiRes::time() * 1000;
+	my $c1 = cpu_sample();
+	($t0, $t1) = @span if @span;
+	$r->{cpu_pg} = ($c1->[0] - $c0->[0]) / $tck;
+	$r->{cpu_ch} = ($c1->[1] - $c0->[1]) / $tck;
+	($r->{stmts}, $r->{crit}) = statements($t0, $t1, $name);
+	return $r;
 }
 
 # ---- the dataset ----------------------------------------------------------------------
@@ -466,8 +710,9 @@ sub route
 	my ($name, $table, $lookback, %o) = @_;
 	my $p = $o{par} // $par;
 	my $src = $o{source} // 'events';
+	my $srv = $o{server} // $server;
 	psql("SELECT dpwin.drop_route('$name') FROM dpwin.route WHERE route_name = '$name';
-		SELECT dpwin.create_route('$name', '$pgs.$src', 'w', '$server', '$db', '$table',
+		SELECT dpwin.create_route('$name', '$pgs.$src', 'w', '$srv', '$db', '$table',
 			interval '$lookback days', interval '1 day', parallelism => $p)");
 }
 
@@ -509,15 +754,16 @@ sub v_naive
 	my ($t, $lo, $hi) = @_;
 	my $g = "gen_$t";
 	ch_drop($g);
+	peer_reset();
 	my %ph;
-	my ($wall) = timed(sub {
-		($ph{other}) = timed(sub { ch("CREATE TABLE $db.$g AS $db.$t") });
-		($ph{stage}) = timed(sub { ch("INSERT INTO $db.$g SELECT $cols FROM " . pg_source_fn() . " WHERE " . ch_window($lo, $hi)) });
+	my ($wall) = spanned(sub {
+		($ph{other}) = timed(sub { ch_peer("CREATE TABLE $db.$g AS $db.$t") });
+		($ph{stage}) = timed(sub { ch_peer("INSERT INTO $db.$g SELECT $cols FROM " . pg_source_fn($net{$cur_net}{pg_port}) . " WHERE " . ch_window($lo, $hi)) });
 		($ph{build}) = timed(sub {
-			ch("INSERT INTO $db.$g SELECT $cols FROM $db.$t WHERE NOT (" . ch_window($lo, $hi) . ") OR w IS NULL",
+			ch_peer("INSERT INTO $db.$g SELECT $cols FROM $db.$t WHERE NOT (" . ch_window($lo, $hi) . ") OR w IS NULL",
 				params => { max_partitions_per_insert_block => 0 });
 		});
-		($ph{publish}) = timed(sub { ch("EXCHANGE TABLES $db.$t AND $db.$g") });
+		($ph{publish}) = timed(sub { ch_peer("EXCHANGE TABLES $db.$t AND $db.$g") });
 	});
 	return { wall => $wall, %ph, verify => 0 };
 }
@@ -555,19 +801,20 @@ sub v_expert
 	my ($shape, $t, $lo, $hi) = @_;
 	my ($g, $x) = ("gen_$t", "gen_${t}_x");
 	ch_drop($g, $x);
+	peer_reset();
 	my %ph = (other => 0, build => 0);
 	my $attach = sub {
 		my ($into, $from, @ids) = @_;
 		while (my @batch = splice(@ids, 0, 100))
 		{
-			ch("ALTER TABLE $db.$into " . join(', ', map { "ATTACH PARTITION ID '$_' FROM $db.$from" } @batch));
+			ch_peer("ALTER TABLE $db.$into " . join(', ', map { "ATTACH PARTITION ID '$_' FROM $db.$from" } @batch));
 		}
 	};
-	my ($wall) = timed(sub {
-		($ph{other}) = timed(sub { ch("CREATE TABLE $db.$g AS $db.$t") });
+	my ($wall) = spanned(sub {
+		($ph{other}) = timed(sub { ch_peer("CREATE TABLE $db.$g AS $db.$t") });
 		($ph{build}) = timed(sub {
 			my (@keep, @straddle);
-			for my $l (ch_lines("SELECT partition_id, partition FROM system.parts WHERE database = '$db'"
+			for my $l (grep { length } split /\n/, ch_peer("SELECT partition_id, partition FROM system.parts WHERE database = '$db'"
 					  . " AND table = '$t' AND active GROUP BY partition_id, partition"))
 			{
 				my ($id, $value) = split /\t/, $l;
@@ -579,18 +826,18 @@ sub v_expert
 			if ($shape eq 'flat')
 			{
 				$attach->($g, $t, @straddle);
-				ch("DELETE FROM $db.$g WHERE " . ch_window($lo, $hi));
+				ch_peer("DELETE FROM $db.$g WHERE " . ch_window($lo, $hi));
 			}
 			elsif (@straddle)
 			{
-				ch("CREATE TABLE $db.$x AS $db.$t");
+				ch_peer("CREATE TABLE $db.$x AS $db.$t");
 				$attach->($x, $t, @straddle);
-				ch("DELETE FROM $db.$x WHERE " . ch_window($lo, $hi));
+				ch_peer("DELETE FROM $db.$x WHERE " . ch_window($lo, $hi));
 				$attach->($g, $x, @straddle);
 			}
 		});
-		($ph{stage}) = timed(sub { ch("INSERT INTO $db.$g SELECT $cols FROM " . pg_source_fn() . " WHERE " . ch_window($lo, $hi)) });
-		($ph{publish}) = timed(sub { ch("EXCHANGE TABLES $db.$t AND $db.$g") });
+		($ph{stage}) = timed(sub { ch_peer("INSERT INTO $db.$g SELECT $cols FROM " . pg_source_fn($net{$cur_net}{pg_port}) . " WHERE " . ch_window($lo, $hi)) });
+		($ph{publish}) = timed(sub { ch_peer("EXCHANGE TABLES $db.$t AND $db.$g") });
 	});
 	ch_drop($x);
 	return { wall => $wall, %ph, verify => 0 };
@@ -620,7 +867,8 @@ sub copy_streams
 	{
 		my @mine = map { $chunks[$_] } grep { $_ % $n == $k } 0 .. $#chunks;
 		next unless @mine;
-		my @cmd = ('psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', map { ('-c', copy_sql(@$_)) } @mine);
+		my @cmd = ('psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-h', $net{$cur_net}{pg_host}, '-p', $net{$cur_net}{pg_port},
+			map { ('-c', copy_sql(@$_)) } @mine);
 		$bytes[$k] = '';
 		$err[$k] = '';
 		push @h, start(\@cmd, '|', [ 'wc', '-c' ], '>', \$bytes[$k], '2>', \$err[$k]);
@@ -674,10 +922,11 @@ sub v_sink
 	ch("CREATE TABLE $db.$_ AS $db.$b") for @tables;
 	my $insert = sub {
 		my ($k) = @_;
-		ch("INSERT INTO $db.$tables[$k] ($cols) FORMAT RowBinary", body => $bodies[$k],
+		ch_peer("INSERT INTO $db.$tables[$k] ($cols) FORMAT RowBinary", body => $bodies[$k],
 			params => { max_partitions_per_insert_block => 0 });
 	};
-	my ($wall) = timed(sub {
+	peer_reset();
+	my ($wall) = spanned(sub {
 		if ($n == 1) { $insert->(0); return; }
 		my @pids;
 		for my $w (0 .. $n - 1)
@@ -685,6 +934,7 @@ sub v_sink
 			my $pid = fork() // die "fork: $!";
 			if (!$pid)
 			{
+				@helpers = ();
 				my $ok = eval { $insert->($_) for grep { $_ % $n == $w } 0 .. $#bodies; 1 };
 				print STDERR $@ unless $ok;
 				POSIX::_exit($ok ? 0 : 1);
@@ -702,6 +952,18 @@ sub v_sink
 
 my @runs;
 my %window_rows;
+
+# Every run is also appended to $out/results.partial.csv as it ends: a
+# results file without medians, which `perl test/bench/report.pl` reads,
+# for a run stopped before its end.
+sub partial_csv
+{
+	my (%f) = @_;
+	open my $f, '>>', "$out/results.partial.csv" or return;
+	print $f csv_row(%f);
+	close $f;
+}
+
 my %copy_payload;
 
 sub record
@@ -714,8 +976,11 @@ sub record
 	}
 	$r->{other} //= $r->{wall} - $r->{stage} - $r->{build} - $r->{verify} - $r->{publish} if defined $r->{wall};
 	push @runs, $r;
-	logmsg(sprintf("round %d %-5s %4s %-5s %-14s %7s s  %s", $r->{round}, $r->{end}, $r->{days} // '',
-			$r->{shape} // '', $r->{variant}, defined $r->{wall} ? sprintf('%.3f', $r->{wall}) : '-', $r->{check}));
+	partial_csv(run_fields('run', $r));
+	logmsg(sprintf("round %d %-13s %-5s %4s %-5s %-14s %7s s  cpu pg %5s ch %5s  statements %3s (%3s in sequence)  %s",
+			$r->{round}, $r->{mode}, $r->{end}, $r->{days} // '', $r->{shape} // '', $r->{variant},
+			defined $r->{wall} ? sprintf('%.3f', $r->{wall}) : '-', $r->{cpu_pg} // '', $r->{cpu_ch} // '',
+			$r->{stmts} // '', $r->{crit} // '', $r->{check}));
 	return $r;
 }
 
@@ -726,14 +991,18 @@ sub target_variant
 	my ($lo, $hi) = ($end->{hi} - $wdays * 86400, $end->{hi});
 	my $b = base_name($shape, $n);
 	my $t = "t_${shape}_$n";
-	my %k = (round => $round, end => $end->{label}, days => $n, shape => $shape, variant => $variant, par => $par);
+	my %k = (round => $round, end => $end->{label}, days => $n, shape => $shape, variant => $variant, par => $par, mode_keys());
+	my $name = "$k{mode} $end->{label} ${shape}_$n $variant r$round";
 	drop_leftovers();
 	clone_base($b, $t);
+	route_for_net("b_${shape}_$n", $t) if $variant eq 'dpwin';
 	settle();
 	my $r = eval {
-		$variant eq 'dpwin' ? v_dpwin("b_${shape}_$n", $hi)
-		  : $variant eq 'naive' ? v_naive($t, $lo, $hi)
-		  : v_expert($shape, $t, $lo, $hi);
+		measured($name, sub {
+			$variant eq 'dpwin' ? v_dpwin("b_${shape}_$n", $hi)
+			  : $variant eq 'naive' ? v_naive($t, $lo, $hi)
+			  : v_expert($shape, $t, $lo, $hi);
+		});
 	};
 	if (!$r)
 	{
@@ -746,13 +1015,13 @@ sub target_variant
 		base_outside_ref($b, $lo, $hi));
 	drop_leftovers();
 	record($r, %k);
-	return unless $variant eq 'dpwin';
+	return unless $variant eq 'dpwin' && ($ENV{BENCH_AGAIN} // 1);
 
 	# The same refresh again, on the target dpwin has just published: what
 	# a scheduled job meets from its second run on (a window bound inside a
 	# partition leaves lightweight-deleted rows there).
 	settle();
-	my $again = eval { v_dpwin("b_${shape}_$n", $hi) };
+	my $again = eval { measured("$name again", sub { v_dpwin("b_${shape}_$n", $hi) }) };
 	return record({}, %k, variant => 'dpwin again', check => 'FAILED: ' . (split /\n/, $@)[0]) if !$again;
 	$again->{rows} //= $window_rows{ $end->{label} };
 	$again->{check} = check_result(fingerprint("$db.$t", $lo, $hi), source_window_ref('events', $lo, $hi),
@@ -784,8 +1053,8 @@ sub limit_variants
 		drop_leftovers();
 		settle();
 		my %k = (round => $round, end => $end->{label}, shape => $shape // '', variant => $name,
-			par => $name =~ /parallel/ ? $par : 1, rows => $window_rows{ $end->{label} });
-		my $r = eval { $code->() };
+			par => $name =~ /parallel/ ? $par : 1, rows => $window_rows{ $end->{label} }, mode_keys());
+		my $r = eval { measured("$k{mode} $end->{label} $k{shape} $name r$round", $code) };
 		if (!$r)
 		{
 			record({}, %k, check => 'FAILED: ' . (split /\n/, $@)[0]);
@@ -816,7 +1085,8 @@ sub memory_variant
 {
 	my ($round) = @_;
 	my $n = max(@sizes);
-	my %k = (round => $round, end => '00:00', days => $n, shape => 'day', variant => "dpwin ${mem_wdays}-day window", par => $par);
+	my %k = (round => $round, end => '00:00', days => $n, shape => 'day', variant => "dpwin ${mem_wdays}-day window", par => $par,
+		mode_keys());
 	return record({}, %k, check => "not run: the largest target holds fewer than $mem_wdays days") if $n < $mem_wdays + 1;
 	my $hi = $end_epoch;
 	my $lo = $hi - $mem_wdays * 86400;
@@ -842,7 +1112,7 @@ sub skip_variants
 	my $hi = $end_epoch;
 	my $lo = $hi - $skip_days * 86400;
 	my $b = base_name('day', max(@sizes));
-	my %k = (round => $round, end => '00:00', days => max(@sizes), shape => 'day', par => $par);
+	my %k = (round => $round, end => '00:00', days => max(@sizes), shape => 'day', par => $par, mode_keys());
 	if (!have_skip_option())
 	{
 		record({}, %k, variant => 'dpwin skip_unchanged', check => 'not run: dpwin.routes has no skip_unchanged column');
@@ -885,23 +1155,47 @@ sub skip_setup
 	psql("SELECT dpwin.alter_route('b_skip_on', skip_unchanged => true)");
 }
 
+sub mode_keys
+{
+	my ($h) = split m{/}, $cur_hosts;
+	return (mode => "$cur_hosts/$cur_net", hosts => $cur_hosts, rtt => $cur_net);
+}
+
+# dpwin's route to $t through the foreign server of the current round trip.
+my %route_server;
+
+sub route_for_net
+{
+	my ($name, $t) = @_;
+	my $srv = $net{$cur_net}{server};
+	return if ($route_server{$name} // '') eq $srv;
+	route($name, $t, $wdays, server => $srv);
+	$route_server{$name} = $srv;
+}
+
 sub one_round
 {
 	my ($round, @endlist) = @_;
+	my @m = (@modes[ $round % @modes .. $#modes ], @modes[ 0 .. $round % @modes - 1 ]);
 	for my $end (@endlist)
 	{
-		limit_variants($round, $end);
-		for my $n (@sizes)
+		for my $mode (@m)
 		{
-			for my $s (@shapes)
+			set_mode($mode);
+			limit_variants($round, $end);
+			for my $n (@sizes)
 			{
-				my @v = grep { on($_) } qw(dpwin naive expert);
-				next unless @v;
-				@v = (@v[ $round % @v .. $#v ], @v[ 0 .. $round % @v - 1 ]);
-				target_variant($round, $end, $n, $s, $_) for @v;
+				for my $s (@shapes)
+				{
+					my @v = grep { on($_) } qw(dpwin naive expert);
+					next unless @v;
+					@v = (@v[ $round % @v .. $#v ], @v[ 0 .. $round % @v - 1 ]);
+					target_variant($round, $end, $n, $s, $_) for @v;
+				}
 			}
 		}
 	}
+	set_mode($modes[0]);
 	memory_variant($round) if on('memory');
 	skip_variants($round) if on('skip');
 }
@@ -913,11 +1207,13 @@ sub loadavg { open my $f, '<', '/proc/loadavg' or return '?'; my $l = <$f>; retu
 my %meta = (
 	rows_per_day => $rpd, source_days => $src_days, window_days => $wdays, memory_window_days => $mem_wdays,
 	skip_days => $skip_days, sizes => "@sizes", shapes => "@shapes", ends => "@ends", parallelism => $par,
-	rounds => $rounds, only => join(',', grep { on($_) } @kinds),
+	rounds => $rounds, only => join(',', grep { on($_) } @kinds), hosts => "@hosts", rtt_ms => "@rtts",
 );
 logmsg('parameters: ' . join(' ', map { "$_=$meta{$_}" } sort keys %meta));
 pg_dataset();
 ch_dataset();
+net_setup();
+stamps_start();
 my @endlist = map {
 	my ($h, $m) = split /:/;
 	my $hi = $h == 0 && $m == 0 ? $end_epoch : $end_epoch - 86400 + $h * 3600 + $m * 60;
@@ -935,6 +1231,7 @@ for my $n (@sizes)
 	{
 		clone_base(base_name($s, $n), "t_${s}_$n");
 		route("b_${s}_$n", "t_${s}_$n", $wdays);
+		$route_server{"b_${s}_$n"} = $server;
 	}
 }
 if (on('memory') && max(@sizes) >= $mem_wdays + 1)
@@ -945,6 +1242,10 @@ if (on('memory') && max(@sizes) >= $mem_wdays + 1)
 skip_setup();
 $meta{load_start} = loadavg();
 $meta{started} = strftime('%Y-%m-%d %H:%M:%S UTC', gmtime());
+unlink "$out/results.partial.csv";
+partial_csv(map { $_ => $_ } csv_cols());
+partial_csv(record => 'meta', label => $_, value => $meta{$_}) for sort keys %meta;
+partial_csv(record => 'window', window_end => $_, rows => $window_rows{$_}) for sort keys %window_rows;
 my $t0 = now();
 for my $round (0 .. $rounds - 1)
 {
@@ -952,14 +1253,14 @@ for my $round (0 .. $rounds - 1)
 	one_round($round, @endlist);
 }
 $meta{load_end} = loadavg();
+set_mode('shared/direct');
 $meta{run_seconds} = sprintf('%.0f', now() - $t0);
 ch_drop(map { "t_$_" } 'mem', 'skip_on', 'skip_off', map { my $s = $_; map { "${s}_$_" } @sizes } @shapes);
 drop_leftovers();
 
-require "$root/test/bench/report.pl";
 bench_report(
 	runs => \@runs, meta => \%meta, window_rows => \%window_rows, sizes => \@sizes, shapes => \@shapes,
-	ends => \@ends, par => $par, wdays => $wdays, mem_wdays => $mem_wdays, out => $out, csv => $csv_path,
+	ends => \@ends, modes => \@modes, par => $par, wdays => $wdays, mem_wdays => $mem_wdays, out => $out, csv => $csv_path,
 	root => $root, tables => table_sizes(),
 );
 

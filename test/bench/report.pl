@@ -6,12 +6,17 @@ use strict;
 use warnings;
 use File::Basename qw(dirname);
 use File::Path qw(make_path);
+use File::Spec;
 use List::Util qw(min max);
 use POSIX qw(floor);
 
 my %R;    # the run's facts: runs, meta, sizes, ...
 
-sub rkey { my ($r) = @_; return join('|', $r->{end}, $r->{days} // '', $r->{shape} // '', $r->{variant}); }
+sub rkey
+{
+	my ($r) = @_;
+	return join('|', $r->{mode} // 'shared/direct', $r->{end}, $r->{days} // '', $r->{shape} // '', $r->{variant});
+}
 
 # The median run of every variant, by wall time, over its rounds that
 # passed their check; a variant with any failed round is FAILED.
@@ -105,50 +110,10 @@ sub ratios
 {
 	my ($med) = @_;
 	my @x;
+	push @x, mode_ratios($med, $_) for @{ $R{modes} };
 	my @sizes = @{ $R{sizes} };
 	my ($small, $large) = ($sizes[0], $sizes[-1]);
-	my $k = sub { join('|', @_) };
-	for my $e (@{ $R{ends} })
-	{
-		my $cs = $k->($e, '', '', 'copy serial');
-		my $cp = $k->($e, '', '', 'copy parallel');
-		for my $n (@sizes)
-		{
-			for my $s (@{ $R{shapes} })
-			{
-				my ($d, $nv, $ex) = map { $k->($e, $n, $s, $_) } qw(dpwin naive expert);
-				my $p = "$e $s $n-day:";
-				my $g30 = $n == 30;
-				push @x, ratio($med, label => "$p dpwin / naive peer", num => $d, den => [$nv]);
-				push @x, ratio($med, label => "$p dpwin / expert peer", num => $d, den => [$ex],
-					goal => $g30 && $s ne 'day' ? '<= 0.8' : undef);
-				push @x, ratio($med, label => "$p dpwin / faster peer", num => $d, den => [ $nv, $ex ],
-					goal => $g30 && $s eq 'day' ? '<= 0.40' : undef);
-				push @x, ratio($med, label => "$p dpwin / serial COPY of the window", num => $d, den => [$cs],
-					goal => $g30 ? ($s eq 'day' ? '<= 1.3' : '<= 1.6') : undef);
-				push @x, ratio($med, label => "$p dpwin / parallel COPY (source limit)", num => $d, den => [$cp]);
-				push @x, ratio($med, label => "$p dpwin again (on its own last generation) / dpwin",
-					num => $k->($e, $n, $s, 'dpwin again'), den => [$d]);
-			}
-		}
-		for my $s (@{ $R{shapes} })
-		{
-			next if $small == $large;
-			push @x, ratio($med, label => "$e $s: dpwin $large-day / $small-day target", num => $k->($e, $large, $s, 'dpwin'),
-				den => [ $k->($e, $small, $s, 'dpwin') ], goal => $small == 30 && $large == 300 ? '<= 1.15' : undef);
-		}
-		for my $s (@{ $R{shapes} })
-		{
-			my $d = $k->($e, $small, $s, 'dpwin');
-			push @x, ratio($med, label => "$e $s $small-day: dpwin extraction (stage) / parallel COPY (source limit)",
-				num => $d, den => [$cp], field => 'stage');
-			push @x, ratio($med, label => "$e $s $small-day: dpwin extraction (stage) / parallel sink limit",
-				num => $d, den => [ $k->($e, '', $s, 'sink parallel') ], field => 'stage');
-			push @x, ratio($med, label => "$e $s: parallel / serial sink", num => $k->($e, '', $s, 'sink parallel'),
-				den => [ $k->($e, '', $s, 'sink serial') ]);
-		}
-		push @x, ratio($med, label => "$e: parallel / serial COPY", num => $cp, den => [$cs]);
-	}
+	my $k = sub { join('|', $R{modes}[0], @_) };
 	my $mem = $k->('00:00', $large, 'day', "dpwin $R{mem_wdays}-day window");
 	push @x, ratio($med, label => "worker RssAnon, $R{mem_wdays}-day / $R{wdays}-day window", num => $mem,
 		den => [ $k->('00:00', $large, 'day', 'dpwin') ], field => 'anon', goal => '<= 1.25');
@@ -164,6 +129,64 @@ sub ratios
 	return grep { defined } @x;
 }
 
+# The mode's prefix of ratio labels: none for the one mode of the runs
+# before the modes ("shared/direct" alone).
+sub mode_label { my ($mode) = @_; return @{ $R{modes} } == 1 && $mode eq 'shared/direct' ? '' : "$mode "; }
+
+# The ratios of one mode (hosts/round trip).  The goals of issue 19 apply
+# to every mode: dpwin / expert <= 1.0 on 30-day targets, and dpwin /
+# serial COPY <= 1.5 when shared.
+sub mode_ratios
+{
+	my ($med, $mode) = @_;
+	my @x;
+	my @sizes = @{ $R{sizes} };
+	my ($small, $large) = ($sizes[0], $sizes[-1]);
+	my $k = sub { join('|', $mode, @_) };
+	my $ml = mode_label($mode);
+	for my $e (@{ $R{ends} })
+	{
+		my $cs = $k->($e, '', '', 'copy serial');
+		my $cp = $k->($e, '', '', 'copy parallel');
+		for my $n (@sizes)
+		{
+			for my $s (@{ $R{shapes} })
+			{
+				my ($d, $nv, $ex) = map { $k->($e, $n, $s, $_) } qw(dpwin naive expert);
+				my $p = "$ml$e $s $n-day:";
+				my $g30 = $n == 30;
+				push @x, ratio($med, label => "$p dpwin / naive peer", num => $d, den => [$nv]);
+				push @x, ratio($med, label => "$p dpwin / expert peer", num => $d, den => [$ex],
+					goal => $g30 ? '<= 1.0' : undef);
+				push @x, ratio($med, label => "$p dpwin / faster peer", num => $d, den => [ $nv, $ex ]);
+				push @x, ratio($med, label => "$p dpwin / serial COPY of the window", num => $d, den => [$cs],
+					goal => $g30 && $mode =~ /^shared/ ? '<= 1.5' : undef);
+				push @x, ratio($med, label => "$p dpwin / parallel COPY (source limit)", num => $d, den => [$cp]);
+				push @x, ratio($med, label => "$p dpwin again (on its own last generation) / dpwin",
+					num => $k->($e, $n, $s, 'dpwin again'), den => [$d]);
+			}
+		}
+		for my $s (@{ $R{shapes} })
+		{
+			next if $small == $large;
+			push @x, ratio($med, label => "$ml$e $s: dpwin $large-day / $small-day target", num => $k->($e, $large, $s, 'dpwin'),
+				den => [ $k->($e, $small, $s, 'dpwin') ]);
+		}
+		for my $s (@{ $R{shapes} })
+		{
+			my $d = $k->($e, $small, $s, 'dpwin');
+			push @x, ratio($med, label => "$ml$e $s $small-day: dpwin extraction (stage) / parallel COPY (source limit)",
+				num => $d, den => [$cp], field => 'stage');
+			push @x, ratio($med, label => "$ml$e $s $small-day: dpwin extraction (stage) / parallel sink limit",
+				num => $d, den => [ $k->($e, '', $s, 'sink parallel') ], field => 'stage');
+			push @x, ratio($med, label => "$ml$e $s: parallel / serial sink", num => $k->($e, '', $s, 'sink parallel'),
+				den => [ $k->($e, '', $s, 'sink serial') ]);
+		}
+		push @x, ratio($med, label => "$ml$e: parallel / serial COPY", num => $cp, den => [$cs]);
+	}
+	return @x;
+}
+
 sub fmt { my ($f, $v) = @_; return defined $v && $v ne '' ? sprintf($f, $v) : ''; }
 
 sub text_table
@@ -175,18 +198,19 @@ sub text_table
 		$m->{started}, $m->{rows_per_day}, $m->{source_days}, $m->{window_days}, $m->{parallelism}, $m->{rounds},
 		$m->{cpus}, $m->{load_start}, $m->{load_end}, $m->{run_seconds});
 	$t .= "window rows: " . join(', ', map { "end $_: $R{window_rows}{$_}" } sort keys %{ $R{window_rows} }) . "\n\n";
-	my @h = ([ 'end', '%-5s' ], [ 'days', '%4s' ], [ 'shape', '%-5s' ], [ 'variant', '%-22s' ], [ 'wall_s', '%7s' ],
+	my @h = ([ 'mode', '%-13s' ], [ 'end', '%-5s' ], [ 'days', '%4s' ], [ 'shape', '%-5s' ], [ 'variant', '%-22s' ], [ 'wall_s', '%7s' ],
 		[ 'min', '%6s' ], [ 'max', '%6s' ], [ 'stage', '%6s' ], [ 'build', '%6s' ], [ 'verify', '%6s' ],
 		[ 'publish', '%7s' ], [ 'other', '%6s' ], [ 'anon_MB', '%7s' ], [ 'hwm_MB', '%6s' ], [ 'cloned', '%6s' ],
-		[ 'check', '%s' ]);
+		[ 'cpu_pg', '%6s' ], [ 'cpu_ch', '%6s' ], [ 'stmts', '%5s' ], [ 'in_seq', '%6s' ], [ 'check', '%s' ]);
 	$t .= join(' ', map { sprintf($_->[1], $_->[0]) } @h) . "\n";
 	for my $r (sort { $a->{order} <=> $b->{order} } values %$med)
 	{
-		my @v = ($r->{end}, $r->{days} // '', $r->{shape} // '', $r->{variant}, fmt('%.3f', $r->{wall}),
+		my @v = ($r->{mode} // 'shared/direct', $r->{end}, $r->{days} // '', $r->{shape} // '', $r->{variant}, fmt('%.3f', $r->{wall}),
 			fmt('%.2f', $r->{wall_min}), fmt('%.2f', $r->{wall_max}), fmt('%.2f', $r->{stage}), fmt('%.2f', $r->{build}),
 			fmt('%.2f', $r->{verify}), fmt('%.3f', $r->{publish}), fmt('%.2f', $r->{other}),
 			$r->{mem} ? $r->{mem}{worker_anon} // '' : '', $r->{mem} ? $r->{mem}{worker_hwm} // '' : '',
-			$r->{cloned} // '', $r->{check});
+			$r->{cloned} // '', fmt('%.2f', $r->{cpu_pg}), fmt('%.2f', $r->{cpu_ch}), $r->{stmts} // '', $r->{crit} // '',
+			$r->{check});
 		$t .= join(' ', map { sprintf($h[$_][1], $v[$_]) } 0 .. $#h) . "\n";
 	}
 	$t .= "\n";
@@ -203,24 +227,30 @@ sub markdown_tables
 {
 	my ($med, $ratios) = @_;
 	my %rx = map { $_->{label} => $_ } @$ratios;
-	my $w = sub { my $m = $med->{ join('|', @_) }; return !$m ? '' : $m->{check} ne 'ok' ? 'FAILED' : sprintf('%.2f', $m->{wall}); };
+	my $mode = $R{modes}[0];
+	my $ml = '';
+	my $w = sub { my $m = $med->{ join('|', $mode, @_) }; return !$m ? '' : $m->{check} ne 'ok' ? 'FAILED' : sprintf('%.2f', $m->{wall}); };
 	my $r = sub {
 		my $x = $rx{ $_[0] } or return '';
 		return $x->{verdict} // '' unless defined $x->{value};
 		my $v = sprintf('%.2f', $x->{value});
 		return $x->{verdict} && $x->{verdict} =~ /^(met|missed)$/ ? "$v $x->{verdict}" : $v;
 	};
-	my $t = '';
+	my $t = modes_table($med, \%rx);
+	for my $m (@{ $R{modes} })
+	{
+	$mode = $m;
+	$ml = mode_label($m);
 	for my $e (@{ $R{ends} })
 	{
-		$t .= "Window ending $e; seconds, medians of $R{meta}{rounds} rounds; ratios: medians of the rounds' ratios.\n\n";
+		$t .= "${ml}Window ending $e; seconds, medians of $R{meta}{rounds} rounds; ratios: medians of the rounds' ratios.\n\n";
 		$t .= "| target | dpwin | naive | expert | serial COPY | parallel COPY | dpwin / faster peer | dpwin / expert | dpwin / serial COPY |\n";
 		$t .= "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
 		for my $n (@{ $R{sizes} })
 		{
 			for my $s (@{ $R{shapes} })
 			{
-				my $p = "$e $s $n-day:";
+ 				my $p = "$ml$e $s $n-day:";
 				$t .= "| $s, $n days | " . join(' | ', (map { $w->($e, $n, $s, $_) } qw(dpwin naive expert)),
 					$w->($e, '', '', 'copy serial'), $w->($e, '', '', 'copy parallel'),
 					$r->("$p dpwin / faster peer"), $r->("$p dpwin / expert peer"),
@@ -229,6 +259,9 @@ sub markdown_tables
 		}
 		$t .= "\n";
 	}
+	}
+	$mode = $R{modes}[0];
+	$ml = mode_label($mode);
 	$t .= "| window end | shape | dpwin 300-day / 30-day | dpwin stage / parallel COPY | dpwin stage / parallel sink | sink serial | sink parallel |\n";
 	$t .= "| --- | --- | ---: | ---: | ---: | ---: | ---: |\n";
 	my ($small, $large) = ($R{sizes}[0], $R{sizes}[-1]);
@@ -236,9 +269,9 @@ sub markdown_tables
 	{
 		for my $s (@{ $R{shapes} })
 		{
-			$t .= "| $e | $s | " . join(' | ', $r->("$e $s: dpwin $large-day / $small-day target"),
-				$r->("$e $s $small-day: dpwin extraction (stage) / parallel COPY (source limit)"),
-				$r->("$e $s $small-day: dpwin extraction (stage) / parallel sink limit"),
+			$t .= "| $e | $s | " . join(' | ', $r->("$ml$e $s: dpwin $large-day / $small-day target"),
+				$r->("$ml$e $s $small-day: dpwin extraction (stage) / parallel COPY (source limit)"),
+				$r->("$ml$e $s $small-day: dpwin extraction (stage) / parallel sink limit"),
 				$w->($e, '', $s, 'sink serial'), $w->($e, '', $s, 'sink parallel')) . " |\n";
 		}
 	}
@@ -248,6 +281,51 @@ sub markdown_tables
 		$t .= "- $x->{label}: " . (defined $x->{value} ? sprintf('%.3f', $x->{value}) . " ($x->{goal}: $x->{verdict})" : $x->{verdict}) . "\n";
 	}
 	return $t;
+}
+
+# Every mode side by side on the smallest targets: the ratios, the
+# statements the endpoint received (in sequence / all) and the CPU seconds
+# of each side (PostgreSQL / ClickHouse), medians of the rounds.
+sub modes_table
+{
+	my ($med, $rx) = @_;
+	my $n = $R{sizes}[0];
+	my $t = "| hosts / RTT ms | end | $n-day target | dpwin s | expert s | serial COPY s | dpwin / expert | dpwin / serial COPY"
+	  . " | dpwin statements in sequence / all | expert | dpwin CPU s PG / CH | expert | serial COPY |
+";
+	$t .= "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |
+";
+	my $mcol = sub {
+		my ($key, $f) = @_;
+		my @ok = grep { rkey($_) eq $key && $_->{check} eq 'ok' && defined $_->{$f} && $_->{$f} ne '' } @{ $R{runs} };
+		return undef unless @ok;
+		my @v = sort { $a <=> $b } map { $_->{$f} } @ok;
+		return @v % 2 ? $v[ $#v / 2 ] : ($v[ @v / 2 - 1 ] + $v[ @v / 2 ]) / 2;
+	};
+	for my $mode (@{ $R{modes} })
+	{
+		my $ml = mode_label($mode);
+		for my $e (@{ $R{ends} })
+		{
+			for my $s (@{ $R{shapes} })
+			{
+				my ($d, $x, $c) = map { join('|', $mode, $e, @$_) } [ $n, $s, 'dpwin' ], [ $n, $s, 'expert' ], [ '', '', 'copy serial' ];
+				my $w = sub { my $m = $med->{ $_[0] }; return !$m ? '' : $m->{check} ne 'ok' ? 'FAILED' : sprintf('%.2f', $m->{wall}); };
+				my $r = sub {
+					my $y = $rx->{ $_[0] } or return '';
+					return $y->{verdict} // '' unless defined $y->{value};
+					return sprintf('%.2f', $y->{value}) . ($y->{verdict} && $y->{verdict} =~ /^(met|missed)$/ ? " $y->{verdict}" : '');
+				};
+				my $st = sub { my ($k) = @_; my ($a, $b) = ($mcol->($k, 'crit'), $mcol->($k, 'stmts')); return defined $a ? sprintf('%g / %g', $a, $b) : ''; };
+				my $cpu = sub { my ($k) = @_; my ($a, $b) = ($mcol->($k, 'cpu_pg'), $mcol->($k, 'cpu_ch')); return defined $a ? sprintf('%.2f / %.2f', $a, $b) : ''; };
+				my ($h, $rtt) = split m{/}, $mode;
+				$t .= "| $h / $rtt | $e | $s | " . join(' | ', $w->($d), $w->($x), $w->($c),
+					$r->("$ml$e $s $n-day: dpwin / expert peer"), $r->("$ml$e $s $n-day: dpwin / serial COPY of the window"),
+					$st->($d), $st->($x), $cpu->($d), $cpu->($x), $cpu->($c)) . " |\n";
+			}
+		}
+	}
+	return "$t\n";
 }
 
 sub csvq
@@ -261,7 +339,10 @@ sub csvq
 
 my @csv_cols = qw(record round window_end target_days shape variant parallelism rows bytes wall_s wall_min_s wall_max_s
   stage_s build_s verify_s publish_s other_s coordinator_vmhwm_mb worker_vmhwm_mb worker_rssanon_mb worker_rssshmem_mb
-  cloned_partitions check label value round_min round_max goal verdict);
+  cloned_partitions check label value round_min round_max goal verdict hosts rtt_ms cpu_pg_s cpu_ch_s statements
+  statements_in_sequence);
+
+sub csv_cols { return @csv_cols; }
 
 sub csv_row
 {
@@ -282,7 +363,9 @@ sub run_fields
 		publish_s => $n3->($r->{publish}), other_s => $n3->($r->{other}),
 		coordinator_vmhwm_mb => $r->{mem} && $r->{mem}{coord_hwm}, worker_vmhwm_mb => $r->{mem} && $r->{mem}{worker_hwm},
 		worker_rssanon_mb => $r->{mem} && $r->{mem}{worker_anon}, worker_rssshmem_mb => $r->{mem} && $r->{mem}{worker_shmem},
-		cloned_partitions => $r->{cloned}, check => $r->{check});
+		cloned_partitions => $r->{cloned}, check => $r->{check}, hosts => $r->{hosts}, rtt_ms => $r->{rtt},
+		cpu_pg_s => $n3->($r->{cpu_pg}), cpu_ch_s => $n3->($r->{cpu_ch}), statements => $r->{stmts},
+		statements_in_sequence => $r->{crit});
 }
 
 sub write_csv
@@ -355,6 +438,8 @@ sub csv_split
 # medians, ratios and table of the runs a results CSV holds, computed by
 # this version of the report (to compare a committed CSV with a newer
 # one); --markdown prints the tables docs/benchmark.md shows.
+sub nz { my ($v, $d) = @_; return defined $v && $v ne '' ? $v : $d; }
+
 sub report_from_csv
 {
 	my $markdown = @_ && $_[0] eq '--markdown' ? shift : undef;
@@ -378,12 +463,17 @@ sub report_from_csv
 				variant => $r{variant}, par => $r{parallelism}, rows => $r{rows}, bytes => $r{bytes},
 				wall => $r{wall_s} eq '' ? undef : $r{wall_s}, stage => $r{stage_s}, build => $r{build_s},
 				verify => $r{verify_s}, publish => $r{publish_s}, other => $r{other_s}, cloned => $r{cloned_partitions},
-				check => $r{check}, ($r{worker_rssanon_mb} ne '' ? (mem => \%mem) : ()) };
+				check => $r{check}, ($r{worker_rssanon_mb} ne '' ? (mem => \%mem) : ()),
+				hosts => nz($r{hosts}, 'shared'), rtt => nz($r{rtt_ms}, 'direct'),
+				mode => nz($r{hosts}, 'shared') . '/' . nz($r{rtt_ms}, 'direct'),
+				cpu_pg => $r{cpu_pg_s}, cpu_ch => $r{cpu_ch_s}, stmts => $r{statements}, crit => $r{statements_in_sequence} };
 		}
 	}
 	close $f;
 	bench_report(runs => \@runs, meta => \%meta, window_rows => \%wrows, tables => \%tables,
 		sizes => [ split ' ', $meta{sizes} ], shapes => [ split ' ', $meta{shapes} ], ends => [ split ' ', $meta{ends} ],
+		modes => [ map { my $h = $_; map { "$h/$_" } split ' ', nz($meta{rtt_ms}, 'direct') } split ' ', nz($meta{hosts}, 'shared') ],
+		root => File::Spec->rel2abs(dirname(__FILE__) . '/../..'),
 		par => $meta{parallelism}, wdays => $meta{window_days}, mem_wdays => $meta{memory_window_days}, csv => $outcsv,
 		markdown => $markdown);
 }

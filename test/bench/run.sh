@@ -16,6 +16,11 @@
 #   BENCH_ENDS ["00:00 13:37"]  BENCH_PARALLELISM [2]  BENCH_ROUNDS [3]
 #   BENCH_MEMORY_WINDOW_DAYS [10 x window]  BENCH_SKIP_DAYS [30]
 #   BENCH_ONLY [all: dpwin,naive,expert,copy,sink,memory,skip]
+#   BENCH_HOSTS ["shared"; or "split", or both]: split pins PostgreSQL to
+#   CPU 0 and the endpoint to CPU 1, as on two hosts
+#   BENCH_RTT_MS ["direct"; or round trips in ms, e.g. "0 2 20"]: every
+#   connection between the two sides crosses test/bench/netdelay
+#   BENCH_AGAIN [1]: 0 leaves out "dpwin again"
 #   BENCH_OUT [test/bench/out]  BENCH_CSV [see above]
 #   BENCH_KEEP_SANDBOX=1 leaves the sandbox running (the dataset is reused
 #   by the next run either way: it lives in the sandbox's folder).
@@ -72,4 +77,6 @@ fi
 
 # shellcheck disable=SC1091
 . "$DPWIN_SANDBOX_DIR/env"
+# The delay proxy and query-log stamper (test/bench/netdelay.c).
+cc -O2 -Wall -pthread -o "$BENCH_OUT/netdelay" "$ROOT/test/bench/netdelay.c"
 perl "$ROOT/test/bench/bench.pl"

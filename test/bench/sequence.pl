@@ -1,0 +1,104 @@
+#!/usr/bin/perl
+#
+# test/bench/sequence.pl — which of a refresh's statements run one after
+# another (docs/benchmark.md, "Where the time goes at a 20 ms round trip").
+#
+#   perl test/bench/sequence.pl test/bench/out/statements/split_20_*_dpwin_r*.tsv
+#
+# Reads the statement files the benchmark writes for every variant
+# (test/bench/out/statements/<mode>_<end>_<target>_<variant>_r<round>.tsv:
+# arrival and answer in ms from the variant's start, the statement's rank
+# in the longest sequence of statements that do not overlap in time, its
+# status and text; the sequence is computed again here) and prints, per phase of a dpwin refresh and per kind of
+# statement, the statements in that sequence and all of them, as the
+# median over the files, then the mean gap between two statements of the
+# sequence (one round trip plus the client's work between them).
+use strict;
+use warnings;
+use List::Util qw(sum);
+use POSIX qw(floor);
+
+my @kinds = (
+	[ 'admission: server, target, policies, plan' => qr/^(SELECT version\(\)|SELECT 'D', engine|SELECT name FROM system\.row_policies|EXPLAIN )/ ],
+	[ 'admission: EXCHANGE probe' => qr/_dpwin_probe_|^SELECT engine FROM system\.databases/ ],
+	[ 'staging table DROP, CREATE' => qr/^(DROP|CREATE) TABLE .*_stg_/ ],
+	[ 'staging table description' => qr/^SELECT \* FROM \(SELECT 'T', engine_full.*_stg_/ ],
+	[ 'staging INSERT' => qr/^INSERT INTO .*_stg_/ ],
+	[ 'staging digest' => qr/sipHash64Keyed/ ],
+	[ 'generation: create, describe, clone' => qr/_gen`? AS |^SELECT \* FROM \(SELECT 'T', engine_full|ATTACH PARTITION .* FROM `[^`]+`\.`(?!_dpwin_)|__dpwin_p/ ],
+	[ 'build: attach staged parts' => qr/ATTACH PARTITION .*_stg_/ ],
+	[ 'lightweight DELETE of the window in the generation' => qr/^DELETE FROM|APPLY DELETED MASK/ ],
+	[ 'checks: parts, counts' => qr/hash_of_all_files|partition_id, count\(\), sum\(rows\)|_partition_id, count\(\)|^SELECT countIf|^SELECT DISTINCT `table`, partition_id/ ],
+	[ 'EXCHANGE and its UUID checks' => qr/^EXCHANGE TABLES|^SELECT toString\(uuid\)/ ],
+	[ 'backup RENAME' => qr/^RENAME TABLE/ ],
+	[ 'evidence' => qr/toJSONString/ ],
+	[ 'clean-up' => qr/^SELECT name FROM system\.tables .*startsWith|^DROP TABLE IF EXISTS/ ],
+);
+
+sub kind_of
+{
+	my ($text, $after) = @_;
+	return 'clean-up' if $after && $text =~ /^DROP TABLE/;
+	for my $k (@kinds) { return $k->[0] if $text =~ $k->[1]; }
+	return 'other';
+}
+
+sub median
+{
+	my @v = sort { $a <=> $b } @_;
+	return 0 unless @v;
+	return @v % 2 ? $v[ $#v / 2 ] : ($v[ @v / 2 - 1 ] + $v[ @v / 2 ]) / 2;
+}
+
+die "usage: perl test/bench/sequence.pl STATEMENTS.tsv ...\n" unless @ARGV;
+my (%seq, %all, @gaps, @nseq, @nall, @walls);
+for my $file (@ARGV)
+{
+	open my $f, '<', $file or die "$file: $!\n";
+	my (%a, @st);
+	my $after = 0;    # past the EXCHANGE that publishes
+	while (my $l = <$f>)
+	{
+		next if $l =~ /^#/;
+		chomp $l;
+		my ($arr, $ans, $rank, $status, $text) = split /\t/, $l, 5;
+		$text //= '';
+		# not the variant's: the benchmark's own DROP ... SYNC, and
+		# netcheck.sh's SELECT 1 when it ran alongside
+		next if $text =~ / SYNC$/ || $text eq 'SELECT 1';
+		my $k = kind_of($text, $after);
+		$after = 1 if $text =~ /^EXCHANGE TABLES/ && $text !~ /_dpwin_probe_/;
+		$a{$k}++;
+		push @st, [ $arr, $ans, $k ];
+	}
+	close $f;
+	# the sequence again (the file's ranks may count statements left out
+	# above): greedy by answer time, as the benchmark does
+	my (%s, @in);
+	my $last = -1e9;
+	for my $x (sort { $a->[1] <=> $b->[1] } @st)
+	{
+		next unless $x->[0] >= floor($last);
+		push @in, [ scalar(@in) + 1, $x->[0], $x->[1] ];
+		$s{ $x->[2] }++;
+		$last = $x->[1];
+	}
+	push @gaps, map { $in[$_][1] - $in[ $_ - 1 ][2] } 1 .. $#in;
+	push @nseq, scalar @in;
+	push @nall, sum(values %a) // 0;
+	push @walls, @in ? $in[-1][2] : 0;
+	for my $k ((map { $_->[0] } @kinds), 'other')
+	{
+		push @{ $seq{$k} }, $s{$k} // 0;
+		push @{ $all{$k} }, $a{$k} // 0;
+	}
+}
+printf "%d files; statements in sequence / all, medians\n", scalar @ARGV;
+for my $k ((map { $_->[0] } @kinds), 'other')
+{
+	next unless grep { $_ } @{ $all{$k} };
+	printf "  %-42s %5g / %g\n", $k, median(@{ $seq{$k} }), median(@{ $all{$k} });
+}
+printf "  %-42s %5g / %g\n", 'total', median(@nseq), median(@nall);
+printf "gap between two statements of the sequence: median %.1f ms, mean %.1f ms (%d gaps)\n", median(@gaps),
+  @gaps ? sum(@gaps) / @gaps : 0, scalar @gaps;
