@@ -39,14 +39,19 @@ TAP_SUITE = $(sort $(wildcard test/t/*.t))
 
 EXTRA_CLEAN = output_iso
 
-# PostgreSQL 16 and later build modules with -fvisibility=hidden.  dpwin's
-# functions stay visible to other modules, as they are on 15: the test
-# module (test/modules/dpwin_test) calls them through the dynamic linker.
-override CFLAGS_SL_MODULE =
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# PostgreSQL 16 and later build modules with -fvisibility=hidden, so only
+# the entry points and the surface declared PGDLLEXPORT (the workers' entry
+# points, what the test module calls) leave dpwin.so.  15 does not; there a
+# linker version script keeps every name but PostgreSQL's entry points and
+# dpwin_* inside.
+ifeq ($(CFLAGS_SL_MODULE),)
+SHLIB_LINK += -Wl,--version-script=$(srcdir)/src/exports.map
+endif
 
 # PGXS tracks no header dependencies: a changed header rebuilds every object.
 $(OBJS): $(wildcard $(srcdir)/src/*.h)

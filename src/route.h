@@ -76,7 +76,7 @@ typedef struct DpwinServerConf
  * source was renamed or a column's type changed since.  alter_route with no
  * options re-validates the route and stores the new fingerprint.
  */
-extern DpwinRoute *dpwin_route_load(const char *route_name, bool missing_ok);
+extern PGDLLEXPORT DpwinRoute *dpwin_route_load(const char *route_name, bool missing_ok);
 extern DpwinRoute *dpwin_route_load_by_id(int32 route_id);
 
 /*
@@ -86,7 +86,7 @@ extern DpwinRoute *dpwin_route_load_by_id(int32 route_id);
 extern Oid	dpwin_route_source_relid(const char *route_name);
 
 /* Owner or superuser, else ERRCODE_INSUFFICIENT_PRIVILEGE naming the route. */
-extern void dpwin_route_check_owner(const DpwinRoute *route, const char *action);
+extern PGDLLEXPORT void dpwin_route_check_owner(const DpwinRoute *route, const char *action);
 
 /*
  * Member of dpwin_operator (or superuser), SELECT on the source columns,
@@ -109,7 +109,7 @@ extern char *dpwin_route_fingerprint(const DpwinRoute *route);
  * if the server does not exist, ERRCODE_WRONG_OBJECT_TYPE if it is not a
  * dpwin_clickhouse server.  Does not check USAGE on the server.
  */
-extern DpwinServerConf *dpwin_server_conf(const char *server_name, Oid userid);
+extern PGDLLEXPORT DpwinServerConf *dpwin_server_conf(const char *server_name, Oid userid);
 
 /* Same checks as dpwin_server_conf() without reading options; the server's OID. */
 extern Oid	dpwin_server_check(const char *server_name);
