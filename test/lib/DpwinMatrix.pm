@@ -471,17 +471,21 @@ my @CASES = (
 		ok(wait_running(exchange_re($s->{t}), 1, phase => 'holding'), "$s->{tag}: the EXCHANGE is held on the server");
 		sandbox_cmd('restart-ch');
 		my ($rc, $out, $err) = bg_finish($h);
-		if ($mode eq 'visible')
+		# Visible: dpwin asks the restarted server whether the EXCHANGE still
+		# runs and exchanges once more -- unless that question itself gets
+		# no answer in time (a loaded machine), when it leaves the
+		# invocation publishing for recover(), as in the hidden mode.
+		if ($mode eq 'visible' && $out eq 'completed')
 		{
-			is($out, 'completed', "$s->{tag}: the refresh completes") or diag($err);
 			is(join(',', map { $_->{status} } exchanges(0, $s->{t})), '200', "$s->{tag}: dpwin exchanged once more");
 			check_after_fault($s, which => 'new', state => 'completed', outcome => 'published');
 			settle_and_check($s, 'recover');
 		}
 		else
 		{
-			like($err, qr/HINT:.*dpwin\.recover\('\Q$s->{inv}\E'\)/, "$s->{tag}: the refresh fails, naming recover()")
-			  or diag($err);
+			like($err, $mode eq 'hidden' ? qr/HINT:.*dpwin\.recover\('\Q$s->{inv}\E'\)/
+				  : qr/ERROR:\s+08006: .*did not answer in time while settling/,
+				"$s->{tag}: the refresh fails, leaving the publication to recover()") or diag($err);
 			check_after_fault($s, which => 'old', state => 'publishing', outcome => '');
 			my $seq = ch_log_seq();
 			settle_and_check($s, 'recover');
