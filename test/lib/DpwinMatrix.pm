@@ -1,0 +1,715 @@
+package DpwinMatrix;
+
+# The fault matrix: every fault class of 100_crash_coordinator.t to
+# 106_idle_connections.t and 110_crash_shapes.t, applied to one target
+# shape (day-partitioned, month-partitioned or unpartitioned) in both
+# query_id modes of the endpoint (docs/endpoint.md, "Query ids").
+# 111_fault_matrix_day.t, 112_fault_matrix_month.t and
+# 113_fault_matrix_flat.t each run one shape.
+#
+# Every case is one faulted refresh of window E2 of a scenario of its own
+# (test/lib/DpwinCrash.pm): after the fault the target is exactly the old
+# or exactly the new generation -- full row multisets compared with the
+# source window computed in PostgreSQL -- the journal says which, and
+# recover() (or, where the snapshot died, a new invocation) ends with the
+# new generation and no table left behind.  Slow statements are holds:
+# every wait is on the query log, /running, pg_stat_activity or a held
+# lock, never on a timer, except the request_timeout cases, where only
+# the held statement can outlast the timeout.
+#
+# DPWIN_FAULT_MATRIX selects the size:
+#   full  (default) every case in both modes;
+#   slice every case once, in one mode, alternating visible and hidden
+#         from case to case and from shape to shape (about half).
+
+use strict;
+use warnings;
+use Exporter 'import';
+use Test::More;
+use DpwinTest;
+use DpwinFixture qw(fault bg_psql bg_finish ch_rows uuid_of after_refresh exchange_re exchanges
+  hold_source release_source workers_held);
+use DpwinCrash;
+use DpwinEndpoint qw(set_query_ids release running wait_running log_entries);
+
+our @EXPORT = qw(run_matrix);
+
+our %ENGINES = (
+	day => "PARTITION BY toYYYYMMDD(w) ORDER BY id SETTINGS allow_nullable_key = 1",
+	month => "PARTITION BY toYYYYMM(w) ORDER BY id SETTINGS allow_nullable_key = 1",
+	flat => "ORDER BY id");
+
+my ($db, $shape, $mode, $m);
+my ($slow, $lp, $evkey);
+my %count;       # "shape mode" -> faulted refreshes
+
+sub new_s
+{
+	my ($case, %o) = @_;
+	return scenario("${case}_$m", engine => $ENGINES{$shape}, %o);
+}
+
+sub start_e2
+{
+	my ($s) = @_;
+	$count{"$shape $mode"}++;
+	return bg_psql(refresh_sql($s->{route}, $E2, $s->{inv}));
+}
+
+# A faulted refresh run in the foreground: (rc, out, err).
+sub run_e2
+{
+	my ($s) = @_;
+	$count{"$shape $mode"}++;
+	return psql("\\set VERBOSITY verbose\n" . refresh_sql($s->{route}, $E2, $s->{inv}));
+}
+
+sub wait_state
+{
+	my ($s, $state) = @_;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	ok(wait_until(sub { state_of($s->{inv}) eq $state }, 60), "$s->{tag}: the invocation reached $state")
+	  or diag(state_of($s->{inv}));
+}
+
+sub staged_attach_pattern { my ($s) = @_; return "' FROM `$db`.`$s->{prefix}stg_"; }
+sub staged_attach_re { my ($s) = @_; return qr/^ALTER TABLE `\Q$db\E`\.`\Q$s->{prefix}gen\E` ATTACH .*_stg_/s; }
+sub xpat { my ($s) = @_; return "EXCHANGE TABLES `$db`.`$s->{t}` AND"; }
+sub stg_pat { my ($s) = @_; return "INSERT INTO `$db`.`$s->{prefix}stg_"; }
+sub stg_re { my ($s) = @_; return qr/^INSERT INTO `\Q$db\E`\.`\Q$s->{prefix}\Estg_/; }
+
+sub restart_pg_lost
+{
+	my ($h, $label) = @_;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	sandbox_cmd('restart-pg');
+	my ($rc, $out, $err) = bg_finish($h);
+	like($err, qr/server closed the connection|terminating connection|connection to server was lost/,
+		"$label: the caller lost its connection") or diag($err);
+	ok(wait_until(\&pg_up, 60), "$label: PostgreSQL is back");
+}
+
+# The caller's backend pid, found by its application name.
+sub start_caller
+{
+	my ($s) = @_;
+	my $app = unique_name('caller');
+	$count{"$shape $mode"}++;
+	my $h = bg_psql(refresh_sql($s->{route}, $E2, $s->{inv}), $app);
+	my $pid;
+	wait_until(sub {
+			$pid = psql_ok("SELECT pid FROM pg_stat_activity WHERE application_name = '$app' AND state = 'active'");
+			$pid ne '';
+		}, 30);
+	return ($h, $pid);
+}
+
+sub interrupt_caller
+{
+	my ($s, $how, $h, $pid) = @_;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	my $f = $how eq 'cancel' ? 'pg_cancel_backend' : 'pg_terminate_backend';
+	is(psql_ok("SELECT $f($pid)"), 't', "$s->{tag}: $f(caller)");
+	my ($rc, $out, $err) = bg_finish($h);
+	like($err, $how eq 'cancel' ? qr/ERROR:\s+57014: canceling statement due to user request/
+		  : qr/FATAL:\s+57P01: terminating connection due to administrator command/,
+		"$s->{tag}: the caller got its " . ($how eq 'cancel' ? 'cancel' : 'termination')) or diag($err);
+}
+
+sub wait_final
+{
+	my ($s) = @_;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	ok(wait_until(sub { state_of($s->{inv}) =~ /^(completed|failed)$/
+				  && psql_ok("SELECT count(*) FROM dpwin.progress WHERE invocation_id = '$s->{inv}'") == 0 }, 60),
+		"$s->{tag}: the coordinator has ended") or diag(state_of($s->{inv}));
+}
+
+sub none_held
+{
+	my ($s) = @_;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	is(scalar(grep { index($_->{query}, $s->{prefix}) >= 0 } running()), 0,
+		"$s->{tag}: none of its statements is still running on the server");
+}
+
+# ---- the cases: name => code, each one faulted refresh ----------------------
+
+my @CASES = (
+
+	# --- SIGKILL of the coordinator (100, 110) ---
+
+	[ planned => sub {
+		my $s = new_s('planned');
+		fault(pattern => "FROM system.databases WHERE name = '$db'", mode => 'hold', count => 1);
+		my $h = start_e2($s);
+		wait_state($s, 'planned');
+		ok(wait_running(qr/FROM system\.databases WHERE name = '\Q$db\E'/, 1, phase => 'holding'),
+			"$s->{tag}: admission waits on the server");
+		crash([ coordinator_pid($s->{inv}) ], $h, $s->{tag});
+		release("FROM system.databases WHERE name = '$db'");
+		check_after_fault($s, which => 'old', state => 'planned', outcome => '');
+		settle_and_check($s, 'expired');
+	} ],
+
+	[ clone => sub {
+		my $s = new_s('clone');
+		my $seq = ch_log_seq();
+		my $gen = "$s->{prefix}gen";
+		fault(pattern => "countIf(", mode => 'hold', count => 1);
+		my $h = start_e2($s);
+		ok(wait_answered($seq, qr/^ALTER TABLE `\Q$db\E`\.`\Q$gen\E(_del)?` ATTACH .* FROM `\Q$db\E`\.`\Q$s->{t}\E`/s),
+			"$s->{tag}: the target was cloned");
+		ok(wait_running(qr/countIf\(/, 1, phase => 'holding'), "$s->{tag}: the count of the clone waits on the server");
+		crash([ coordinator_pid($s->{inv}) ], $h, $s->{tag});
+		is(release('countIf('), 1, "$s->{tag}: released after the crash");
+		ok(wait_answered($seq, qr/countIf\(/), "$s->{tag}: its last statement has ended");
+		check_after_fault($s, which => 'old', state => 'extracting', outcome => '');
+		settle_and_check($s, 'expired');
+	} ],
+
+	[ delete => sub {
+		# a window of whole days is left out of a day-partitioned clone:
+		# nothing to delete there
+		return if $shape eq 'day';
+		my $s = new_s('delete');
+		my $seq = ch_log_seq();
+		my $del = "DELETE FROM `$db`.`$s->{prefix}gen_del`";
+		fault(pattern => $del, mode => 'hold', count => 1);
+		my $h = start_e2($s);
+		ok(wait_running(qr/^\Q$del\E/, 1, phase => 'holding'), "$s->{tag}: the DELETE waits on the server");
+		crash([ coordinator_pid($s->{inv}) ], $h, $s->{tag});
+		is(release($del), 1, "$s->{tag}: released after the crash");
+		ok(wait_answered($seq, qr/^\Q$del\E/), "$s->{tag}: its last statement has ended");
+		check_after_fault($s, which => 'old', state => 'extracting', outcome => '');
+		settle_and_check($s, 'expired_new');
+	} ],
+
+	[ kill_extracting => sub {
+		my $s = new_s('kxtr');
+		fault(pattern => stg_pat($s), mode => 'hold', count => 4);
+		my $h = start_e2($s);
+		ok(wait_running(stg_re($s), 2, phase => 'holding'), "$s->{tag}: two staging INSERTs are on the server");
+		crash([ coordinator_pid($s->{inv}) ], $h, $s->{tag});
+		release(stg_pat($s));
+		check_after_fault($s, which => 'old', state => 'extracting', outcome => '');
+		settle_and_check($s, 'expired');
+	} ],
+
+	[ kill_verified => sub {
+		my $s = new_s('kver');
+		my $seq = ch_log_seq();
+		fault(pattern => staged_attach_pattern($s), mode => 'hold', count => 1);
+		my $h = start_e2($s);
+		wait_state($s, 'verified');
+		ok(wait_running(staged_attach_re($s), 1, phase => 'holding'),
+			"$s->{tag}: the attach of the staged parts waits on the server");
+		crash([ coordinator_pid($s->{inv}) ], $h, $s->{tag});
+		is(release(staged_attach_pattern($s)), 1, "$s->{tag}: released after the crash");
+		ok(wait_answered($seq, staged_attach_re($s)), "$s->{tag}: its last statement has ended");
+		check_after_fault($s, which => 'old', state => 'verified', outcome => '');
+		$seq = ch_log_seq();
+		settle_and_check($s, 'recover');
+		is(scalar(grep { $_->{query} =~ /FORMAT RowBinary/ } ch_log_since($seq)), 0,
+			"$s->{tag}: recover published the staged chunks without extracting again");
+	} ],
+
+	[ kill_intent => sub {
+		my $s = new_s('kint');
+		fault(pattern => xpat($s), mode => 'hold', count => 1);
+		my $h = start_e2($s);
+		wait_state($s, 'publishing');
+		ok(wait_running(exchange_re($s->{t}), 1, phase => 'holding'), "$s->{tag}: the EXCHANGE waits on the server");
+		crash([ coordinator_pid($s->{inv}) ], $h, $s->{tag});
+		# the EXCHANGE is still held by the endpoint: a restart drops it unrun
+		sandbox_cmd('restart-ch');
+		check_after_fault($s, which => 'old', state => 'publishing', outcome => '');
+		my $seq = ch_log_seq();
+		settle_and_check($s, 'recover');
+		is(scalar(exchanges($seq, $s->{t})), 1, "$s->{tag}: recover ran the one EXCHANGE");
+	} ],
+
+	[ kill_exchange => sub {
+		# the held EXCHANGE runs on the server after its coordinator died
+		my $s = new_s('kxch');
+		my $seq = ch_log_seq();
+		fault(pattern => xpat($s), mode => 'hold', count => 1);
+		my $h = start_e2($s);
+		wait_state($s, 'publishing');
+		ok(wait_running(exchange_re($s->{t}), 1, phase => 'holding'), "$s->{tag}: the EXCHANGE waits on the server");
+		crash([ coordinator_pid($s->{inv}) ], $h, $s->{tag});
+		is(release(xpat($s)), 1, "$s->{tag}: released after the crash");
+		ok(wait_answered($seq, exchange_re($s->{t})), "$s->{tag}: the EXCHANGE has ended");
+		check_after_fault($s, which => 'new', state => 'publishing', outcome => '');
+		$seq = ch_log_seq();
+		settle_and_check($s, 'recover');
+		is(scalar(exchanges($seq, $s->{t})), 0, "$s->{tag}: recover sent no EXCHANGE");
+	} ],
+
+	[ kill_exchanged => sub {
+		my $s = new_s('kxd');
+		my $seq = ch_log_seq();
+		fault(pattern => xpat($s), mode => 'hold', count => 1);
+		my $h = start_e2($s);
+		wait_state($s, 'publishing');
+		my $lk = hold_locks("SELECT 1 FROM dpwin.publication WHERE invocation_id = '$s->{inv}' FOR UPDATE");
+		ok(wait_running(exchange_re($s->{t}), 1, phase => 'holding'), "$s->{tag}: the EXCHANGE waits on the server");
+		is(release(xpat($s)), 1, "$s->{tag}: the EXCHANGE is released once the lock is held");
+		my $pid = coordinator_pid($s->{inv});
+		ok(wait_answered($seq, exchange_re($s->{t})), "$s->{tag}: the EXCHANGE was answered");
+		ok(wait_until(sub { waits_on_lock($pid) }, 30), "$s->{tag}: the coordinator waits to journal the outcome");
+		crash([$pid], $h, $s->{tag});
+		bg_finish($lk);
+		check_after_fault($s, which => 'new', state => 'publishing', outcome => '');
+		$seq = ch_log_seq();
+		settle_and_check($s, 'recover');
+		is(scalar(grep { $_->{query} =~ /^EXCHANGE|FORMAT RowBinary/ } ch_log_since($seq)), 0,
+			"$s->{tag}: recover neither exchanged nor extracted");
+	} ],
+
+	[ kill_published => sub {
+		my $s = new_s('kpub', evidence => "$db.record_evidence(uuid,jsonb)");
+		my $lk = hold_locks("SELECT pg_advisory_xact_lock($evkey)");
+		my $h = start_e2($s);
+		wait_state($s, 'published');
+		my $pid = coordinator_pid($s->{inv});
+		ok(wait_until(sub { waits_on_lock($pid) }, 30), "$s->{tag}: the evidence function waits");
+		crash([$pid], $h, $s->{tag});
+		bg_finish($lk);
+		check_after_fault($s, which => 'new', state => 'published', outcome => 'published');
+		settle_and_check($s, 'recover');
+		is(psql_ok("SELECT count(*) FROM dpwin.evidence WHERE invocation_id = '$s->{inv}'")
+			  . psql_ok("SELECT count(*) FROM $db.ev_log WHERE invocation_id = '$s->{inv}'"), '11',
+			"$s->{tag}: recover wrote the evidence once, with the evidence function");
+	} ],
+
+	[ kill_evidenced => sub {
+		my $s = new_s('kevd');
+		my $lk = hold_locks("SELECT 1 FROM dpwin.route_state WHERE route_id = $s->{rid} FOR UPDATE");
+		my $h = start_e2($s);
+		wait_state($s, 'evidenced');
+		my $pid = coordinator_pid($s->{inv});
+		ok(wait_until(sub { waits_on_lock($pid) }, 30), "$s->{tag}: the coordinator waits to advance route_state");
+		crash([$pid], $h, $s->{tag});
+		bg_finish($lk);
+		check_after_fault($s, which => 'new', state => 'evidenced', outcome => 'published');
+		settle_and_check($s, 'recover');
+	} ],
+
+	[ kill_completed => sub {
+		my $s = new_s('kcmp');
+		my $stg = "$s->{prefix}stg_0_0";
+		fault(pattern => "DROP TABLE IF EXISTS `$db`.`$stg`", mode => 'delay', ms => 1, count => 1);
+		fault(pattern => "DROP TABLE IF EXISTS `$db`.`$stg`", mode => 'hold', count => 1);
+		my $h = start_e2($s);
+		wait_state($s, 'completed');
+		ok(wait_running(qr/^DROP TABLE IF EXISTS `\Q$db\E`\.`\Q$stg\E`/, 1, phase => 'holding'),
+			"$s->{tag}: the clean-up's first DROP waits on the server");
+		crash([ coordinator_pid($s->{inv}) ], $h, $s->{tag});
+		release("DROP TABLE IF EXISTS `$db`.`$stg`");
+		check_after_fault($s, which => 'new', state => 'completed', outcome => 'published');
+		settle_and_check($s, 'recover');
+	} ],
+
+	# --- chunk workers (101) ---
+
+	[ kill_worker => sub {
+		# SIGKILL of a chunk worker restarts the cluster: the coordinator dies too
+		my $s = new_s('kwrk');
+		my $barrier = hold_source("$db.src", 'src_w');
+		my $h = start_e2($s);
+		my @pids = workers_held($s->{inv}, 2);
+		is(scalar(@pids), 2, "$s->{tag}: both chunk workers are at the source barrier");
+		crash([ $pids[0] ], $h, $s->{tag}, 'the worker of chunk 0');
+		bg_finish($barrier);
+		check_after_fault($s, which => 'old', state => 'extracting', outcome => '');
+		settle_and_check($s, 'expired');
+	} ],
+
+	(map {
+		my $which = $_;
+		[ "term_worker_$which" => sub {
+			my $s = new_s("tw$which");
+			my $barrier = hold_source("$db.src", 'src_w');
+			my $h = start_e2($s);
+			my @pids = workers_held($s->{inv}, 2);
+			is(scalar(@pids), 2, "$s->{tag}: both chunk workers are at the source barrier");
+			my @victims = $which eq 'one' ? ($pids[0]) : @pids;
+			is(psql_ok("SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM unnest(ARRAY["
+					  . join(',', @victims) . "]) pid"), scalar(@victims), "$s->{tag}: pg_terminate_backend()");
+			ok(wait_until(sub { psql_ok("SELECT count(*) FROM pg_stat_activity WHERE pid IN (" . join(',', @victims) . ")") == 0 }, 30),
+				"$s->{tag}: terminated");
+			release_source($barrier);
+			my ($rc, $out, $err) = bg_finish($h);
+			like($err, qr/ERROR:\s+XX000: chunk 0 of invocation \Q$s->{inv}\E was not staged/,
+				"$s->{tag}: the caller is told which chunk was not staged") or diag($err);
+			check_after_fault($s, which => 'old', state => 'failed', outcome => '');
+			settle_and_check($s, 'failed');
+		} ]
+	} qw(one all)),
+
+	[ worker_error => sub {
+		my $s = new_s('werr');
+		fault(pattern => "INSERT INTO `$db`.`$s->{prefix}stg_0_0` (", mode => 'error', code => 53, count => 1);
+		my ($rc, $out, $err) = run_e2($s);
+		like($err, qr/ERROR:\s+HV000: ClickHouse error 53 while inserting rows of chunk 0/,
+			"$s->{tag}: the refresh fails with the worker's error") or diag($err);
+		check_after_fault($s, which => 'old', state => 'failed', outcome => '');
+		settle_and_check($s, 'failed');
+	} ],
+
+	# --- PostgreSQL immediate restarts (102) ---
+
+	[ pgr_extracting => sub {
+		my $s = new_s('pgrx');
+		fault(pattern => stg_pat($s), mode => 'hold', count => 4);
+		my $h = start_e2($s);
+		ok(wait_running(stg_re($s), 2, phase => 'holding'), "$s->{tag}: two staging INSERTs are on the server");
+		restart_pg_lost($h, $s->{tag});
+		release(stg_pat($s));
+		check_after_fault($s, which => 'old', state => 'extracting', outcome => '');
+		settle_and_check($s, 'expired');
+	} ],
+
+	[ pgr_verified => sub {
+		my $s = new_s('pgrv');
+		my $seq = ch_log_seq();
+		fault(pattern => staged_attach_pattern($s), mode => 'hold', count => 1);
+		my $h = start_e2($s);
+		ok(wait_running(staged_attach_re($s), 1, phase => 'holding'),
+			"$s->{tag}: the attach of the staged parts waits on the server");
+		restart_pg_lost($h, $s->{tag});
+		is(release(staged_attach_pattern($s)), 1, "$s->{tag}: released after the restart");
+		ok(wait_answered($seq, staged_attach_re($s)), "$s->{tag}: its last statement has ended");
+		check_after_fault($s, which => 'old', state => 'verified', outcome => '');
+		settle_and_check($s, 'recover');
+	} ],
+
+	[ pgr_intent => sub {
+		my $s = new_s('pgri');
+		my $seq = ch_log_seq();
+		fault(pattern => xpat($s), mode => 'hold', count => 1);
+		my $h = start_e2($s);
+		wait_state($s, 'publishing');
+		ok(wait_running(exchange_re($s->{t}), 1, phase => 'holding'), "$s->{tag}: the EXCHANGE waits on the server");
+		restart_pg_lost($h, $s->{tag});
+		is(release(xpat($s)), 1, "$s->{tag}: released after the restart");
+		ok(wait_answered($seq, exchange_re($s->{t})), "$s->{tag}: the EXCHANGE ran on ClickHouse all the same");
+		check_after_fault($s, which => 'new', state => 'publishing', outcome => '');
+		$seq = ch_log_seq();
+		settle_and_check($s, 'recover');
+		is(scalar(exchanges($seq, $s->{t})), 0, "$s->{tag}: recover sent no EXCHANGE");
+	} ],
+
+	# --- the endpoint misbehaving (103) ---
+
+	[ refused => sub {
+		my $s = new_s('refu');
+		fault(mode => 'refuse', count => 1000);
+		my ($rc, $out, $err) = run_e2($s);
+		ch_control('POST', '/faults/clear');
+		like($err, qr/ERROR:\s+08\w\w\w: /, "$s->{tag}: the refresh fails with a connection error") or diag($err);
+		check_after_fault($s, which => 'old', state => 'failed', outcome => '');
+		settle_and_check($s, 'failed');
+	} ],
+
+	[ chr_extracting => sub {
+		my $s = new_s('chrx');
+		fault(pattern => stg_pat($s), mode => 'hold', count => 2);
+		my $h = start_e2($s);
+		ok(wait_running(stg_re($s), 2, phase => 'holding'), "$s->{tag}: two staging INSERTs are held on the server");
+		sandbox_cmd('restart-ch');
+		my ($rc, $out, $err) = bg_finish($h);
+		# The interrupted chunks are retried with backoff; the refresh fails
+		# if the endpoint is not back before the retries run out (on a
+		# loaded machine its restart can take that long).
+		if ($out eq 'completed')
+		{
+			check_after_fault($s, which => 'new', state => 'completed', outcome => 'published');
+			is(psql_ok("SELECT sum(attempt) FROM dpwin.chunk WHERE invocation_id = '$s->{inv}'"), 2,
+				"$s->{tag}: the two interrupted chunks were loaded again");
+			settle_and_check($s, 'recover');
+		}
+		else
+		{
+			like($err, qr/ERROR:\s+08006: lost the connection to ClickHouse server .* while inserting rows of chunk/,
+				"$s->{tag}: or the refresh fails with the retries run out") or diag($err);
+			check_after_fault($s, which => 'old', state => 'failed', outcome => '');
+			settle_and_check($s, 'failed');
+		}
+	} ],
+
+	[ chr_verified => sub {
+		# the endpoint restarts while the staged parts are attached: the
+		# attach is lost before the intent, nothing is published
+		my $s = new_s('chrv');
+		fault(pattern => staged_attach_pattern($s), mode => 'hold', count => 1);
+		my $h = start_e2($s);
+		ok(wait_running(staged_attach_re($s), 1, phase => 'holding'),
+			"$s->{tag}: the attach of the staged parts waits on the server");
+		sandbox_cmd('restart-ch');
+		my ($rc, $out, $err) = bg_finish($h);
+		# either dpwin builds again and completes, or it fails before the intent
+		my $state = state_of($s->{inv});
+		ok($state =~ /^(completed|failed)$/, "$s->{tag}: the refresh ended ($state)") or diag($err);
+		if ($state eq 'completed')
+		{
+			check_after_fault($s, which => 'new', state => 'completed', outcome => 'published');
+			settle_and_check($s, 'recover');
+		}
+		else
+		{
+			check_after_fault($s, which => 'old', state => 'failed', outcome => '');
+			settle_and_check($s, 'failed');
+		}
+	} ],
+
+	[ chr_publishing => sub {
+		my $s = new_s('chrp');
+		fault(pattern => xpat($s), mode => 'hold', count => 1);
+		my $h = start_e2($s);
+		ok(wait_running(exchange_re($s->{t}), 1, phase => 'holding'), "$s->{tag}: the EXCHANGE is held on the server");
+		sandbox_cmd('restart-ch');
+		my ($rc, $out, $err) = bg_finish($h);
+		# Visible: dpwin asks the restarted server whether the EXCHANGE still
+		# runs and exchanges once more -- unless that question itself gets
+		# no answer in time (a loaded machine), when it leaves the
+		# invocation publishing for recover(), as in the hidden mode.
+		if ($mode eq 'visible' && $out eq 'completed')
+		{
+			is(join(',', map { $_->{status} } exchanges(0, $s->{t})), '200', "$s->{tag}: dpwin exchanged once more");
+			check_after_fault($s, which => 'new', state => 'completed', outcome => 'published');
+			settle_and_check($s, 'recover');
+		}
+		else
+		{
+			like($err, $mode eq 'hidden' ? qr/HINT:.*dpwin\.recover\('\Q$s->{inv}\E'\)/
+				  : qr/ERROR:\s+08006: .*did not answer in time while settling/,
+				"$s->{tag}: the refresh fails, leaving the publication to recover()") or diag($err);
+			check_after_fault($s, which => 'old', state => 'publishing', outcome => '');
+			my $seq = ch_log_seq();
+			settle_and_check($s, 'recover');
+			is(scalar(exchanges($seq, $s->{t})), 1, "$s->{tag}: recover exchanged once");
+		}
+	} ],
+
+	[ ins_timeout => sub {
+		# only the held INSERT can outlast the server's request_timeout
+		my $s = new_s('inst', server => $slow);
+		my $seq = ch_log_seq();
+		my $stg = "$s->{prefix}stg_0_0";
+		my $re = qr/^INSERT INTO `\Q$db\E`\.`\Q$stg\E`/;
+		fault(pattern => "INSERT INTO `$db`.`$stg`", mode => 'hold', count => 1);
+		my ($rc, $out, $err) = run_e2($s);
+		is($out, 'completed', "$s->{tag}: the refresh completes") or diag($err);
+		if ($mode eq 'visible')
+		{
+			is(release($stg), 0, "$s->{tag}: the timed-out INSERT is not held any more");
+		}
+		else
+		{
+			is(release($stg), 1, "$s->{tag}: the timed-out INSERT is still held when the refresh completed");
+			ok(wait_answered($seq, $re), "$s->{tag}: released, it has ended");
+		}
+		isnt((grep { $_->{query} =~ $re } log_entries($seq))[0]{status}, '200',
+			"$s->{tag}: the timed-out INSERT did not insert");
+		check_after_fault($s, which => 'new', state => 'completed', outcome => 'published');
+		settle_and_check($s, 'recover');
+	} ],
+
+	[ x_late => sub {
+		my $s = new_s('xlat', server => $slow);
+		my $seq = ch_log_seq();
+		fault(pattern => xpat($s), mode => 'hold', count => 1);
+		if ($mode eq 'visible')
+		{
+			my ($rc, $out, $err) = run_e2($s);
+			is($out, 'completed', "$s->{tag}: the refresh completes") or diag($err);
+			is(join(',', map { $_->{status} } exchanges($seq, $s->{t})), '500,200',
+				"$s->{tag}: the timed-out EXCHANGE was killed, and the one more EXCHANGE ran");
+			check_after_fault($s, which => 'new', state => 'completed', outcome => 'published');
+			settle_and_check($s, 'recover');
+		}
+		else
+		{
+			my ($rc, $out, $err) = run_e2($s);
+			like($err, qr/ERROR:\s+08006: .*EXCHANGE/, "$s->{tag}: the refresh fails: the EXCHANGE got no answer") or diag($err);
+			is(scalar(exchanges($seq, $s->{t})), 0, "$s->{tag}: no second EXCHANGE while the first may still run");
+			is(release(xpat($s)), 1, "$s->{tag}: the first is still held");
+			ok(wait_answered($seq, exchange_re($s->{t})), "$s->{tag}: released, the timed-out EXCHANGE has run");
+			check_after_fault($s, which => 'new', state => 'publishing', outcome => '');
+			$seq = ch_log_seq();
+			settle_and_check($s, 'recover');
+			is(scalar(exchanges($seq, $s->{t})), 0, "$s->{tag}: recover sent no EXCHANGE");
+		}
+	} ],
+
+	[ lost_reply => sub {
+		# the endpoint runs the EXCHANGE and drops the connection without an
+		# answer (a lost reply after the fact)
+		my $s = new_s('lost');
+		fault(pattern => xpat($s), mode => 'idle_close', ms => 0, count => 1);
+		my ($rc, $out, $err) = run_e2($s);
+		my $state = state_of($s->{inv});
+		ok($state =~ /^(completed|publishing|failed)$/, "$s->{tag}: the refresh ended ($state)") or diag($err);
+		if ($state eq 'completed')
+		{
+			check_after_fault($s, which => 'new', state => 'completed', outcome => 'published');
+			settle_and_check($s, 'recover');
+		}
+		elsif ($state eq 'publishing')
+		{
+			check_after_fault($s, which => 'old', state => 'publishing', outcome => '');
+			settle_and_check($s, 'recover');
+		}
+		else
+		{
+			check_after_fault($s, which => 'old', state => 'failed', outcome => 'not_published');
+			settle_and_check($s, 'failed');
+		}
+	} ],
+
+	# --- cancels and terminates of the caller (104) ---
+
+	(map {
+		my $how = $_;
+		my $h3 = substr($how, 0, 3);
+		(
+			[ "${how}_extracting" => sub {
+				my $s = new_s("${h3}x");
+				fault(pattern => stg_pat($s), mode => 'hold', count => 4);
+				my ($h, $pid) = start_caller($s);
+				ok(wait_running(stg_re($s), 2, phase => 'holding'), "$s->{tag}: two staging INSERTs are on the server");
+				interrupt_caller($s, $how, $h, $pid);
+				wait_final($s);
+				none_held($s);
+				check_after_fault($s, which => 'old', state => 'failed', outcome => '');
+				settle_and_check($s, 'failed');
+			} ],
+			[ "${how}_building" => sub {
+				my $s = new_s("${h3}b");
+				fault(pattern => staged_attach_pattern($s), mode => 'hold', count => 1);
+				my ($h, $pid) = start_caller($s);
+				ok(wait_running(staged_attach_re($s), 1, phase => 'holding'),
+					"$s->{tag}: the attach of the staged parts is on the server");
+				interrupt_caller($s, $how, $h, $pid);
+				wait_final($s);
+				none_held($s);
+				check_after_fault($s, which => 'old', state => 'failed', outcome => '');
+				settle_and_check($s, 'failed');
+			} ],
+			[ "${how}_publishing" => sub {
+				my $s = new_s("${h3}p");
+				fault(pattern => xpat($s), mode => 'hold', count => 1);
+				my ($h, $pid) = start_caller($s);
+				wait_state($s, 'publishing');
+				ok(wait_running(exchange_re($s->{t}), 1, phase => 'holding'), "$s->{tag}: the EXCHANGE is on the server");
+				interrupt_caller($s, $how, $h, $pid);
+				is(release(xpat($s)), 1, "$s->{tag}: the EXCHANGE still waits after the interruption, and is released");
+				wait_final($s);
+				check_after_fault($s, which => 'new', state => 'completed', outcome => 'published');
+				settle_and_check($s, 'recover');
+			} ],
+		)
+	} qw(cancel terminate)),
+
+	# --- least privilege (105) ---
+
+	[ lp_denied => sub {
+		# the least-privileged account builds the partitioned clone; the
+		# server then denies the attach of the staged parts
+		my $s = new_s('lpd', server => $lp);
+		my $seq = ch_log_seq();
+		fault(pattern => staged_attach_pattern($s), mode => 'error', code => 497, count => 1);
+		my ($rc, $out, $err) = run_e2($s);
+		like($err, qr/ERROR:\s+42501: /, "$s->{tag}: the refresh fails with the denial") or diag($err);
+		my %users = map { $_->{user} => 1 } grep { index($_->{query}, $db) >= 0 } log_entries($seq);
+		is(join(',', sort keys %users), $ENV{DPWIN_CH_REFRESH_USER}, "$s->{tag}: every statement as the least-privileged account");
+		check_after_fault($s, which => 'old', state => 'failed', outcome => '');
+		settle_and_check($s, 'failed');
+	} ],
+
+	# --- idle connections closed by the server (106) ---
+
+	[ idle_race => sub {
+		my $s = new_s('idle');
+		my $seq = ch_log_seq();
+		my $pat = staged_attach_pattern($s);
+		fault(pattern => $pat, mode => 'idle_close', ms => 0, count => 1);
+		my ($rc, $out, $err) = run_e2($s);
+		like($err, qr/ERROR:\s+08006: lost the connection to ClickHouse server/, "$s->{tag}: the refresh fails with a lost reply")
+		  or diag($err);
+		my @att = grep { index($_->{query}, $pat) >= 0 } log_entries($seq);
+		is($att[0]{status}, 'idle-closed', "$s->{tag}: the attach reached the server on a connection it closed");
+		is(scalar(grep { $_->{query_id} eq $att[0]{query_id} } log_entries($seq)), 1,
+			"$s->{tag}: it was not sent again under its query_id");
+		check_after_fault($s, which => 'old', state => 'failed', outcome => '');
+		settle_and_check($s, 'failed');
+	} ],
+);
+
+sub setup
+{
+	($db) = @_;
+	crash_setup($db);
+	$evkey = 200_000 + $$ % 100_000;
+	psql_ok("CREATE TABLE $db.ev_log (invocation_id uuid NOT NULL, metrics jsonb NOT NULL);
+		CREATE FUNCTION $db.record_evidence(inv uuid, metrics jsonb) RETURNS void
+			LANGUAGE plpgsql AS \$\$
+			BEGIN
+				PERFORM pg_advisory_xact_lock($evkey);
+				INSERT INTO $db.ev_log VALUES (inv, metrics);
+			END
+			\$\$;");
+	# a request_timeout that no statement but a held one outlasts
+	$slow = "${db}_slow";
+	psql_ok("CREATE SERVER $slow FOREIGN DATA WRAPPER dpwin_clickhouse"
+		  . " OPTIONS (url '$ENV{DPWIN_CH_URL}', request_timeout '8s');
+		CREATE USER MAPPING FOR CURRENT_USER SERVER $slow
+		  OPTIONS (user '$ENV{DPWIN_CH_REFRESH_USER}', password '$ENV{DPWIN_CH_PASSWORD}');");
+	$lp = "${db}_lp";
+	psql_ok("CREATE SERVER $lp FOREIGN DATA WRAPPER dpwin_clickhouse OPTIONS (url '$ENV{DPWIN_CH_URL}');
+		CREATE USER MAPPING FOR CURRENT_USER SERVER $lp
+		  OPTIONS (user '$ENV{DPWIN_CH_REFRESH_USER}', password '$ENV{DPWIN_CH_PASSWORD}');");
+}
+
+# Run the matrix on target shape $sh (day, month, flat) in ClickHouse
+# database and PostgreSQL schema $database; DPWIN_FAULT_MATRIX_ONLY (a
+# regexp of case names) restricts the cases, for debugging.
+sub run_matrix
+{
+	my ($sh, $database) = @_;
+	$shape = $sh;
+	my $size = $ENV{DPWIN_FAULT_MATRIX} // 'full';
+	die "DPWIN_FAULT_MATRIX must be full or slice\n" unless $size =~ /^(full|slice)$/;
+	my $only = $ENV{DPWIN_FAULT_MATRIX_ONLY};
+	my $t0 = time;
+	setup($database);
+	my $shape_no = { day => 0, month => 1, flat => 2 }->{$sh};
+	for my $md ('visible', 'hidden')
+	{
+		($mode, $m) = ($md, substr($md, 0, 1));
+		set_query_ids($mode);
+		note("--- $shape, query_ids $mode ---");
+		my $i = 0;
+		for my $c (@CASES)
+		{
+			my ($name, $code) = @$c;
+			my $in_slice = ($i++ + $shape_no) % 2 == ($mode eq 'visible' ? 0 : 1);
+			next if $size eq 'slice' && !$in_slice;
+			next if defined $only && $name !~ /$only/;
+			note("case $name ($shape, $mode)");
+			$code->();
+		}
+	}
+	set_query_ids('visible');
+	crash_teardown();
+	psql_ok("DROP SERVER $slow CASCADE; DROP SERVER $lp CASCADE");
+	my $n = 0;
+	$n += $_ for values %count;
+	note(sprintf("fault matrix (%s) on %s: %s; %d faulted refreshes in %d s", $size, $shape,
+			join(', ', map { "$_ $count{$_}" } sort keys %count), $n, time - $t0));
+	return $n;
+}
+
+1;
