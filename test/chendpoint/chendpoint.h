@@ -108,7 +108,8 @@ enum fault_mode {
 	FAULT_HOLD,
 	FAULT_MIDSTREAM,
 	FAULT_REFUSE,
-	FAULT_IDLE_CLOSE
+	FAULT_IDLE_CLOSE,
+	FAULT_STUBBORN		/* a hold that KILL QUERY does not stop */
 };
 
 /* Exception block of a failure after "200 OK" (mode=midstream). */
@@ -147,6 +148,14 @@ int hold_released(struct hold *h);
 void hold_end(struct hold *h);
 /* Release the holds whose text contains pattern; returns how many. */
 int holds_release(const char *pattern);
+/*
+ * Marks the sleeping SELECT of a stubborn hold: KILL QUERY passes over it
+ * (qidmap.c), and it sleeps again when killed all the same (run.c).
+ */
+#define STUBBORN_MARK "chendpoint-" "stubborn"
+/* The KILLs a stubborn hold has outlived, for GET /holds. */
+void hold_note_kill(struct hold *h);
+void holds_describe(struct buf *out);
 
 /* ---- the registry of running statements and query ids (qidmap.c) ---- */
 
@@ -309,6 +318,8 @@ void connection_notify(void *cls, struct MHD_Connection *c,
 		       enum MHD_ConnectionNotificationCode toe);
 enum MHD_Result accept_policy(void *cls, const struct sockaddr *addr,
 			      socklen_t addrlen);
+/* The main port's accepted and refused connections, for GET /sockets. */
+void sockets_describe(struct buf *out);
 
 /* control.c: the control port */
 enum MHD_Result control_handler(void *cls, struct MHD_Connection *c,

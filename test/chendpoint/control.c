@@ -139,6 +139,10 @@ control_handler(void *cls, struct MHD_Connection *c, const char *url,
 	if (strcmp(url, "/release") == 0 && is_post)
 		return control_reply(c, 200, xasprintf("%d\n",
 		    holds_release(arg(c, "pattern"))));
+	if (strcmp(url, "/holds") == 0 && !is_post)
+		return control_listing(c, holds_describe);
+	if (strcmp(url, "/sockets") == 0 && !is_post)
+		return control_listing(c, sockets_describe);
 	if (strcmp(url, "/query_ids") == 0)
 		return control_query_ids(c, is_post);
 	if (strcmp(url, "/running") == 0 && !is_post)

@@ -12,6 +12,9 @@
  * statement on a server; POST /release ends a hold by killing that SELECT
  * after marking the hold released, so the request can tell a release from
  * a client's KILL.
+ * A stubborn hold is what a server's EXCHANGE or long INSERT does once it
+ * runs: KILL QUERY marks it killed, yet it goes on until it is done (here:
+ * until released).
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -33,6 +36,7 @@ struct hold {
 	unsigned long token;
 	char *text;
 	int released;
+	long kills;		/* KILLs outlived (stubborn holds) */
 	struct hold *next;
 };
 
@@ -53,6 +57,7 @@ static const char *const mode_names[] = {
 	[FAULT_MIDSTREAM] = "midstream",
 	[FAULT_REFUSE] = "refuse",
 	[FAULT_IDLE_CLOSE] = "idle_close",
+	[FAULT_STUBBORN] = "stubborn",
 };
 
 void
@@ -102,8 +107,8 @@ fault_add(const char *mode_s, const char *pattern, long count, long code,
 	struct fault *f, **pp;
 
 	if (mode == FAULT_NONE)
-		return "unknown mode (error, lost, delay, hold, midstream, "
-		    "refuse, idle_close)\n";
+		return "unknown mode (error, lost, delay, hold, stubborn, "
+		    "midstream, refuse, idle_close)\n";
 	if (count < 1)
 		return "bad count\n";
 	if ((mode == FAULT_ERROR || mode == FAULT_MIDSTREAM) &&
@@ -191,6 +196,7 @@ hold_begin(const char *text, size_t len, unsigned long *token)
 
 	h->text = xstrndup(text, len);
 	h->released = 0;
+	h->kills = 0;
 	pthread_mutex_lock(&hold_lock);
 	h->token = ++hold_seq;
 	h->next = holds;
@@ -209,6 +215,30 @@ hold_released(struct hold *h)
 	released = h->released;
 	pthread_mutex_unlock(&hold_lock);
 	return released;
+}
+
+void
+hold_note_kill(struct hold *h)
+{
+	pthread_mutex_lock(&hold_lock);
+	h->kills++;
+	pthread_mutex_unlock(&hold_lock);
+}
+
+/* The holds in progress: number, KILLs outlived, released, text. */
+void
+holds_describe(struct buf *out)
+{
+	struct hold *h;
+
+	pthread_mutex_lock(&hold_lock);
+	for (h = holds; h != NULL; h = h->next) {
+		buf_printf(out, "%lu\t%ld\t%d\t", h->token, h->kills,
+		    h->released);
+		buf_put_escaped(out, h->text, strlen(h->text));
+		buf_puts(out, "\n");
+	}
+	pthread_mutex_unlock(&hold_lock);
 }
 
 void

@@ -950,6 +950,14 @@ main_handler(void *cls, struct MHD_Connection *c, const char *url,
 	return answer(c, r);
 }
 
+/*
+ * Every TCP connection accepted on the main port, refused ones included:
+ * a test that a client did no I/O counts sockets, not only the requests
+ * that reached the query handler.
+ */
+static atomic_ulong accepted_count;
+static atomic_ulong refused_count;
+
 /* Refuse connections on request of the control port. */
 enum MHD_Result
 accept_policy(void *cls, const struct sockaddr *addr, socklen_t addrlen)
@@ -957,10 +965,20 @@ accept_policy(void *cls, const struct sockaddr *addr, socklen_t addrlen)
 	(void) cls;
 	(void) addr;
 	(void) addrlen;
+	atomic_fetch_add(&accepted_count, 1);
 	if (fault_take_refuse()) {
+		atomic_fetch_add(&refused_count, 1);
 		qlog_append(now_ms(), "", "", "refused", "", 0);
 		return MHD_NO;
 	}
 	return MHD_YES;
+}
+
+/* GET /sockets: the connections accepted and refused since the start. */
+void
+sockets_describe(struct buf *out)
+{
+	buf_printf(out, "accepted\t%lu\nrefused\t%lu\n",
+	    atomic_load(&accepted_count), atomic_load(&refused_count));
 }
 

@@ -42,11 +42,17 @@ static const char processes_view[] =
     "mapFilter((k, v) -> NOT (k = 'log_comment' AND startsWith(v, '"
     CARRIER_PREFIX "')), Settings) AS Settings) FROM system.processes)";
 
+/*
+ * What KILL QUERY may stop: not the sleep of a stubborn hold (fault.c),
+ * which stands for a statement that a server cannot stop once it runs.
+ * The mark is split so that the KILL does not hide itself.
+ */
 static const char kill_view[] =
     "(SELECT * REPLACE (" CARRIED("query_id") " AS query_id, "
     CARRIED("initial_query_id") " AS initial_query_id) FROM "
     "(SELECT *, query_id AS __chendpoint_engine_query_id "
-    "FROM system.processes))";
+    "FROM system.processes WHERE position(query, concat('chendpoint-', "
+    "'stubborn')) = 0))";
 
 static atomic_int mode = QID_VISIBLE;
 static pthread_mutex_t run_lock = PTHREAD_MUTEX_INITIALIZER;

@@ -170,14 +170,18 @@ name_user(const struct request *r, char *msg)
  * it (under the client's query_id in the visible mode) and KILL QUERY
  * stops it, as on a server where the statement itself is slow.  Returns 0
  * when the statement may run: the time is up or the hold was released.
- * A KILL from a client fails the request (394) without running it.
+ * A KILL from a client fails the request (394) without running it, except
+ * in a stubborn hold: there the KILL is outlived and the statement runs
+ * once released, as a server's EXCHANGE already running does.
  */
 static int
 wait_fault(struct engine_conn *ec, struct request *r)
 {
-	int hold = r->fault.mode == FAULT_HOLD;
+	int stubborn = r->fault.mode == FAULT_STUBBORN;
+	int hold = r->fault.mode == FAULT_HOLD || stubborn;
 	long ms = hold ? HOLD_MAX_MS : r->fault.ms;
 	long rows = ms >= 10 ? ms / 10 : 1;
+	uint64_t until = mono_ms() + (uint64_t) ms;
 	struct buf lit = {0};
 	struct hold *h;
 	unsigned long token;
@@ -189,14 +193,24 @@ wait_fault(struct engine_conn *ec, struct request *r)
 	h = hold_begin(r->log_text ? r->log_text : "", r->log_len, &token);
 	running_set_phase(r, hold ? PHASE_HOLDING : PHASE_WAITING);
 	buf_put_literal(&lit, r->log_text ? r->log_text : "", r->log_len);
-	sql = xasprintf("SELECT sleepEachRow(%.6f), 'chendpoint-hold-%lu', %s "
+	sql = xasprintf("SELECT sleepEachRow(%.6f), 'chendpoint-hold-%lu', %s%s "
 	    "FROM system.numbers LIMIT %ld FORMAT Null SETTINGS "
 	    "max_block_size = 1, function_sleep_max_microseconds_per_block = 0, "
 	    "max_execution_time = 0, max_rows_to_read = 0",
-	    (double) ms / 1000.0 / (double) rows, token, lit.data, rows);
+	    (double) ms / 1000.0 / (double) rows, token,
+	    stubborn ? "'" STUBBORN_MARK "', " : "", lit.data, rows);
 	buf_free(&lit);
-	if (!hold_released(h))
-		rc = engine_exec(ec, sql, &err, &code);
+	for (;;) {
+		if (!hold_released(h))
+			rc = engine_exec(ec, sql, &err, &code);
+		/* A KILL that reached the engine all the same: sleep again. */
+		if (rc == 0 || !stubborn || hold_released(h) ||
+		    atomic_load(&g.shutting_down) || mono_ms() >= until)
+			break;
+		hold_note_kill(h);
+		free(err);
+		err = NULL;
+	}
 	free(sql);
 	released = hold_released(h);
 	hold_end(h);

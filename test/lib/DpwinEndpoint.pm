@@ -14,7 +14,7 @@ use DpwinTest;
 our @EXPORT_OK = qw(
   query_ids_mode set_query_ids both_modes
   release running wait_running connections faults_pending
-  log_entries wait_logged
+  log_entries wait_logged sockets_accepted holds
 );
 
 # The endpoint's query_id mode: 'visible' (statements run under the
@@ -115,6 +115,29 @@ sub connections
 	{
 		my ($id, $state, $idle, $requests) = split /\t/, $l, -1;
 		push @rows, { id => $id, state => $state, idle_ms => $idle, requests => $requests };
+	}
+	return @rows;
+}
+
+# How many TCP connections the main port has accepted since the endpoint
+# started (refused ones included): a client that did no I/O opened none.
+sub sockets_accepted
+{
+	my %n = map { split /\t/ } grep { length } split /\n/, ch_control('GET', '/sockets');
+	die "GET /sockets answered no count" unless defined $n{accepted};
+	return $n{accepted};
+}
+
+# The holds in progress: hashes of token, kills (the KILL QUERYs a
+# stubborn hold outlived), released and query.
+sub holds
+{
+	my @rows;
+	for my $l (split /\n/, ch_control('GET', '/holds'))
+	{
+		my ($token, $kills, $released, $query) = split /\t/, $l, 4;
+		next unless defined $query;
+		push @rows, { token => $token, kills => $kills, released => $released, query => unescape($query) };
 	}
 	return @rows;
 }

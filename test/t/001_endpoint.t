@@ -145,7 +145,7 @@ sub ctl {
 	my ($path, %params) = @_;
 	my @p = map { ($_, $params{$_}) } sort keys %params;
 	return http(url => "$ctl$path", params => \@p, auth => 'none',
-		post => $path !~ m{^/(?:log|ping|running|connections|faults|query_ids)\z});
+		post => $path !~ m{^/(?:log|ping|running|connections|faults|query_ids|sockets|holds)\z});
 }
 
 # ---- RowBinary encoding ----
@@ -450,11 +450,41 @@ ctl('/faults/clear');
 }
 
 # delay: the statement runs after ms, in the engine (a SELECT that sleeps
-# carries its text), so system.processes shows it meanwhile.
+# carries its text), so system.processes shows it meanwhile.  Seen by what
+# can be observed, not by timing: while GET /running says `delaying` the
+# INSERT has not run (its row is absent, system.processes lists the
+# sleep under the client's query_id); then it runs by itself.
 {
-	ctl('/fault', pattern => "delay_marker_$$", mode => 'delay', ms => 300);
-	my $r = chq("SELECT 'delay_marker_$$'", params => [query_id => "delay-$db"]);
-	is($r->{body}, "delay_marker_$$\n", 'delay: the statement ran after the delay');
+	my $qid = "delay-$db";
+	ctl('/fault', pattern => "delay_marker_$$", mode => 'delay', ms => 3000);
+	my ($cmd, $hf, $bf) = curl_cmd(body => "INSERT INTO $db.f SELECT 4, 'delay_marker_$$'",
+		params => [query_id => $qid]);
+	my $pid = open(my $out, '-|', @$cmd) // die "fork: $!";
+	my $delaying = 0;
+	for (1 .. 3000) {
+		$delaying = ctl('/running')->{body} =~ /^\Q$qid\E\t[^\t]*\tdelaying\t/m;
+		last if $delaying;
+	}
+	ok($delaying, 'delay: GET /running shows the statement delaying');
+	is(chq("SELECT count() FROM $db.f WHERE s = 'delay_marker_$$'")->{body}, "0\n",
+		'delay: meanwhile it has not run');
+	is(chq("SELECT count() FROM system.processes WHERE query_id = '$qid'")->{body}, "1\n",
+		'delay: system.processes lists it under its query_id');
+	my $code = <$out> // 0;
+	close($out);
+	my $r = parse_reply($? >> 8, $code, $hf, $bf);
+	is($r->{status}, 200, 'delay: then it answers 200 by itself');
+	is(chq("SELECT count() FROM $db.f WHERE s = 'delay_marker_$$'")->{body}, "1\n",
+		'delay: having run once');
+}
+
+# /sockets counts every TCP connection the main port accepts.
+{
+	my ($before) = ctl('/sockets')->{body} =~ /^accepted\t(\d+)$/m;
+	http(url => "$url/ping", auth => 'none');
+	http(url => "$url/ping", auth => 'none');
+	my ($after) = ctl('/sockets')->{body} =~ /^accepted\t(\d+)$/m;
+	is($after - $before, 2, 'GET /sockets: two requests on two connections, two accepted');
 }
 
 # hold: the statement waits until released; a client that gives up does not

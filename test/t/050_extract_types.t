@@ -19,7 +19,8 @@ use strict;
 use warnings;
 use Test::More;
 use DpwinTest;
-use DpwinFixture qw(fresh_fixture drop_fixture psql_ok_long sorted_lines multiset_is);
+use DpwinFixture qw(fresh_fixture drop_fixture psql_ok_long sorted_lines multiset_is bg_psql bg_finish
+  hold_source release_source workers_held);
 
 my $tag = "t050_$$";
 my $db = $tag;                  # ClickHouse database
@@ -158,11 +159,18 @@ my $pg_in = "w >= '$lo' AND w < '$hi'";
 my $ch_in = "w >= $ch_lo AND w < $ch_hi";
 my $ch_keep = "isNull(w) OR w < $ch_lo OR w >= $ch_hi";
 
+sub refresh_sql
+{
+	my ($end, $inv) = @_;
+	return "SELECT state, source_rows, final_rows, invocation_id,"
+	  . " details->'evidence'->>'source_digest' FROM dpwin_refresh('$route', '$end'"
+	  . ($inv ? ", '$inv'" : '') . ")";
+}
+
 sub refresh
 {
-	my ($end) = @_;
-	my $out = psql_ok_long("SELECT state, source_rows, final_rows, invocation_id,"
-		  . " details->'evidence'->>'source_digest' FROM dpwin_refresh('$route', '$end')");
+	my ($end, $out) = @_;
+	$out //= psql_ok_long(refresh_sql($end));
 	my %r;
 	@r{qw(state source_rows final_rows id digest)} = split /\|/, $out;
 	$r{key} = psql_ok_long("SELECT plan->>'digest_key' FROM dpwin.invocation WHERE invocation_id = '$r{id}'");
@@ -344,6 +352,8 @@ cmp_ok($ndup_in, '>', 50, "... $ndup_in of them duplicates");
 is(psql_ok_long("SELECT count(DISTINCT w) FROM $src WHERE w IN (SELECT timestamptz '$lo' + interval '6 hours' * k FROM generate_series(0, 8) k)"),
 	9, 'the source has rows on every chunk boundary, lo and hi included');
 
+# the index the source barrier locks (DpwinFixture::hold_source)
+psql_ok_long("CREATE INDEX src_barrier ON $src (id)");
 psql_ok_long("SELECT dpwin.create_route('$route', '$src', 'w', '$srv', '$db', 'tgt',
 	interval '2 days', interval '6 hours', parallelism => 3, batch_rows => 100)");
 is(psql_ok_long("SELECT count(*) FROM dpwin.plan('$route', '$hi')"), 8, 'the window has 8 chunks');
@@ -447,7 +457,19 @@ my %digest_counts;
 for my $p (1, 2, 8)
 {
 	psql_ok_long("SELECT dpwin.alter_route('$route', parallelism => $p)");
-	my $rp = refresh($hi);
+	# The chunk workers stop at the source barrier: $p of them, no more,
+	# each in a chunk of its own, wait there at once.
+	my $inv = psql_ok('SELECT gen_random_uuid()');
+	my $barrier = hold_source($src, 'src_barrier');
+	my $h = bg_psql(refresh_sql($hi, $inv));
+	my @held = workers_held($inv, $p);
+	is(scalar(@held), $p, "parallelism $p: $p workers read the source at once");
+	my $more = psql_ok("SELECT count(*) FROM dpwin.chunk WHERE invocation_id = '$inv' AND state = 'running'");
+	is($more, $p, "parallelism $p: and no more chunks run");
+	release_source($barrier);
+	my ($brc, $bout, $berr) = bg_finish($h);
+	die "the refresh at parallelism $p failed: $berr" if $brc;
+	my $rp = refresh($hi, $bout);
 	is($rp->{state}, 'completed', "parallelism $p: completed");
 	multiset_is(ch_rows($tgt, '1'), $full_ref, "parallelism $p: the whole target is identical");
 	is($rp->{digest}, ch_window_digest($rp->{key}),

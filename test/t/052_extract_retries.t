@@ -129,17 +129,24 @@ $exp = src_window();
 
 # ---- a 5xx on the other statements of an attempt ---------------------------
 
+# (the pattern of the digest also matches an ATTACH ... FROM a staging
+# table: the log shows which statement got the fault)
 for my $case (
-	[ 'creating the staging table', sub { insert_pattern(4, 0) =~ s/\($/AS/r } ],
-	[ 'digesting a staging table', sub { "FROM `$db`.`" . table_prefix(next_invocation()) . 'stg_' } ])
+	[ 'creating the staging table', sub { insert_pattern(4, 0) =~ s/\($/AS/r }, qr/^CREATE TABLE / ],
+	[ 'digesting a staging table', sub { "FROM `$db`.`" . table_prefix(next_invocation()) . 'stg_' },
+		qr/^SELECT count\(\), sum\(sipHash64Keyed\(/ ])
 {
-	my ($what, $pattern_of) = @$case;
+	my ($what, $pattern_of, $faulted_re) = @$case;
 	my $pattern = $pattern_of->();
 	psql_ok("UPDATE $src SET n = n + 1 WHERE id % 11 = 0");
 	$exp = src_window();
+	my $seq = ch_log_seq();
 	fault(pattern => $pattern, count => 1, mode => 'error', code => 1000);
 	($rc, $state, $id) = refresh();
 	is($state, 'completed', "a 5xx while $what: the refresh completes");
+	my @faulted = grep { $_->{status} eq '500' } ch_log_since($seq);
+	is(scalar(@faulted), 1, "... one statement got the 5xx");
+	like($faulted[0]{query} // '', $faulted_re, "... and it was the one $what");
 	is(psql_ok("SELECT string_agg(attempt::text, ' ' ORDER BY attempt) FROM dpwin.chunks"
 		  . " WHERE invocation_id = '$id' AND state = 'verified'"), '0 0 0 0 0 0 0 1',
 		"... the chunk is retried once, the others are not");

@@ -9,6 +9,7 @@ use warnings;
 use Test::More;
 use DpwinTest;
 use DpwinFixture qw(drop_roles pg_literal);
+use DpwinEndpoint qw(sockets_accepted);
 
 my $tag = "t080_$$";
 my $db = $tag;
@@ -145,16 +146,21 @@ my @stateful = (
 	  "REVOKE EXECUTE ON FUNCTION public.dpwin_refresh(text, timestamptz, uuid) FROM $nobody" ],
 );
 
+my $clean = 0;    # cases refused with their SQLSTATE and no socket opened
+
 sub no_io
 {
 	my ($label, $role, $sql, $state, $re) = @_;
 	my $seq = ch_log_seq();
+	my $sockets = sockets_accepted();
 	my $full = ($role ? "SET ROLE $role;\n" : '') . $sql;
 	my $err = psql_err($full) // 'no error';
-	like($err, qr/^\Q$state\E: .*$re/, "$label: $state") or diag("got: $err");
+	my $ok = like($err, qr/^\Q$state\E: .*$re/, "$label: $state") or diag("got: $err");
 	my @sent = ch_log_since($seq);
-	is(scalar(@sent), 0, "$label: nothing sent to ClickHouse")
+	$ok &= is(scalar(@sent), 0, "$label: nothing sent to ClickHouse")
 	  or diag(join("\n", map { "  $_->{query}" } @sent));
+	$ok &= is(sockets_accepted() - $sockets, 0, "$label: no connection opened to ClickHouse");
+	$clean++ if $ok;
 }
 
 for my $c (@cases)
@@ -170,7 +176,7 @@ for my $c (@stateful)
 }
 
 my $ncases = @cases + @stateful;
-cmp_ok($ncases, '>=', 40, "$ncases bad inputs tried");
+is($clean, $ncases, "every one of the $ncases bad inputs was refused before any I/O");
 
 # Nothing was journaled either: no new invocation, no new lease row.
 is(psql_ok("SELECT count(*) FROM dpwin.invocation"), $ninv, 'no invocation was registered by any refused call');
@@ -181,9 +187,11 @@ is(psql_ok("SELECT to_regclass('$schema.ev') IS NOT NULL"), 't', 'the source tab
 # ClickHouse (a read-only reconcile).
 {
 	my $seq = ch_log_seq();
+	my $sockets = sockets_accepted();
 	psql_ok("SET ROLE $owner; SELECT dpwin.reconcile('$done')");
 	my @sent = ch_log_since($seq);
 	cmp_ok(scalar(@sent), '>', 0, 'control: a reconcile is visible in the query log');
+	cmp_ok(sockets_accepted() - $sockets, '>', 0, 'control: and it opened a connection');
 }
 
 # ---- clean up ------------------------------------------------------------------

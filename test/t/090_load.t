@@ -16,7 +16,9 @@
 #    next cron run complete, the target is exact, and nothing keeps running
 #    after cron.unschedule().  pg_cron 1.4 (the version on these machines)
 #    schedules by the minute only, so parts 1 and 3 run while the test
-#    waits for the runs.
+#    waits for the runs.  Without pg_cron (no package for PostgreSQL 19)
+#    part 2 is not run (a diag line says so; its assertions are not
+#    planned, not skipped), parts 1 and 3 are.
 # 3. Two refreshes of one target launched at the same moment: one gets the
 #    lease (and is held at the barrier), the other fails with 55P03 naming
 #    the winner's process and invocation; with dpwin.lease_timeout the
@@ -242,10 +244,12 @@ sub expected_rows
 	return [ sort(@{ ch_rows("tgt$k", $ch_keep) }, @{ pg_window_rows("$schema.src$k") }) ];
 }
 
+my $have_cron = psql_ok("SELECT count(*) FROM pg_extension WHERE extname = 'pg_cron'") == 1;
+
 # Whatever happens, leave no cron job behind.
 END
 {
-	psql("SELECT cron.unschedule(jobid) FROM cron.job WHERE jobname = '${tag}_cron'");
+	psql("SELECT cron.unschedule(jobid) FROM cron.job WHERE jobname = '${tag}_cron'") if $have_cron;
 }
 
 ch_control('POST', '/faults/clear');
@@ -388,6 +392,13 @@ sub part3
 # 2. pg_cron runs while a refresh of their target is held; parts 1 and 3
 #    run while the test waits for pg_cron's minutes.
 # ---------------------------------------------------------------------
+if (!$have_cron)
+{
+	diag('pg_cron is not installed here: part 2 (pg_cron runs against a held refresh) is not run');
+	part1();
+	part3();
+}
+else
 {
 	my $k = $nroutes;
 	my $route = "${tag}_cron";
