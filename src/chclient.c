@@ -44,6 +44,14 @@
 /* How long ch_settle_query may take before it gives up. */
 #define CH_SETTLE_TIMEOUT_MS	10000
 
+/*
+ * Each settling statement gets at least this long to answer, even once the
+ * deadline has passed: the last look at system.processes comes after the
+ * last sleep, and it must be able to say "still running" rather than time
+ * out.
+ */
+#define CH_SETTLE_LOOKUP_MIN_MS	2000
+
 /* Longest server message kept in errdetail, in bytes. */
 #define CH_DETAIL_MAX			2000
 
@@ -573,7 +581,8 @@ ch_settle_exec(ChClient *client, const char *sql, const char *what,
 	{
 		ChHttpReply reply;
 		ChHttpStatus status;
-		int			timeout_ms = ch_settle_remaining(deadline);
+		int			timeout_ms = Max(ch_settle_remaining(deadline),
+									 CH_SETTLE_LOOKUP_MIN_MS);
 
 		if (client->conf->request_timeout_ms > 0)
 			timeout_ms = Min(timeout_ms, client->conf->request_timeout_ms);

@@ -25,8 +25,22 @@
 # before its major starts: making them needs the network and the disk more
 # than the CPU, and it is one to three minutes per major.
 #
-# The TAP files that schedule jobs with pg_cron are left out, with a line
-# saying so, on a major that has no pg_cron package (test/pg/majors.sh).
+#   DPWIN_FAULT_MATRIX_OTHER
+#                the size of the fault matrix (test/t/111-113, full or
+#                slice: docs/chaos.md) on the majors other than the first;
+#                DPWIN_FAULT_MATRIX sets it on the first (default full)
+#   DPWIN_CHAOS_SECONDS, DPWIN_CHAOS_SEED
+#                after the TAP files of the first major, the seeded chaos
+#                run (test/chaos.sh) on its sandbox, that long, with that
+#                seed (default 21)
+#   DPWIN_CHECK_ALONGSIDE
+#                shell commands run while the majors after the first run
+#                side by side (the package and pg_upgrade checks in CI);
+#                their output is printed when they end, and their failure
+#                fails the run
+#
+# On a major without a pg_cron package (test/pg/majors.sh) the TAP files
+# that schedule jobs run every part that does not need pg_cron.
 # The elapsed time of each part and of each major is printed as it ends,
 # and all of them again at the end.
 set -euo pipefail
@@ -178,6 +192,9 @@ check_major() {
 	part regress run_regress || ok=0
 	part isolation run_isolation || ok=0
 	part TAP run_tap || ok=0
+	if [ -n "${DPWIN_CHAOS_SECONDS:-}" ] && [ "$major" = "${majors%% *}" ]; then
+		part chaos test/chaos.sh --seed "${DPWIN_CHAOS_SEED:-21}" --length "$DPWIN_CHAOS_SECONDS" || ok=0
+	fi
 	if [ $ok = 0 ]; then
 		echo "check: PostgreSQL $major FAILED" >&2
 		tail -50 "$sb/run/postgresql.log" >&2 || true
@@ -249,10 +266,17 @@ run_side_by_side() {
 			export_ports "$major"
 			exec setsid env DPWIN_PG="$major" DPWIN_SANDBOX_DIR="$(sandbox_of "$major")" \
 				DPWIN_SIDE_BY_SIDE=0 DPWIN_CHECK_SUMMARY="$logs/$major.summary" \
+				DPWIN_FAULT_MATRIX="${DPWIN_FAULT_MATRIX_OTHER:-${DPWIN_FAULT_MATRIX:-full}}" \
+				DPWIN_CHAOS_SECONDS= DPWIN_CHECK_ALONGSIDE= \
 				bash test/check.sh ${tap_args[@]+"${tap_args[@]}"} >"$logs/$major.log" 2>&1
 		) &
 		side_pid[$major]=$!
 	done
+	if [ -n "${DPWIN_CHECK_ALONGSIDE:-}" ]; then
+		setsid bash -c "$DPWIN_CHECK_ALONGSIDE" >"$logs/alongside.log" 2>&1 &
+		side_pid[alongside]=$!
+		echo "== alongside: $DPWIN_CHECK_ALONGSIDE"
+	fi
 	echo "== PostgreSQL $*: side by side"
 	for m in "$@"; do
 		[ -n "${side_pid[$m]:-}" ] || continue
@@ -266,6 +290,15 @@ run_side_by_side() {
 		}
 		mapfile -t -O ${#summary[@]} summary <"$logs/$m.summary"
 	done
+	if [ -n "${side_pid[alongside]:-}" ]; then
+		local result=passed
+		wait "${side_pid[alongside]}" || result=FAILED
+		unset "side_pid[alongside]"
+		echo "== alongside: $DPWIN_CHECK_ALONGSIDE"
+		cat "$logs/alongside.log"
+		[ $result = passed ] || status=1
+		summary+=("$(printf '%-3s %-10s %-7s %s' "-" "alongside" "$result" "$(elapsed "$t0")")")
+	fi
 	rm -rf "$logs"
 	summary+=("$(printf '%s side by side: %s' "$*" "$(elapsed "$t0")")")
 }
