@@ -120,10 +120,10 @@ dpwin_build_prepare_generation(Coordinator *c, List *ranges)
 	oldcxt = MemoryContextSwitchTo(c->cxt);
 
 	c->build.generation = MemoryContextStrdup(c->cxt,
-										dpwin_generation_name(c->route->route_id, &c->id));
+											  dpwin_generation_name(c->route->route_id, &c->id));
 	dpwin_target_drop_table(c->client, c->route->target_database, c->build.generation);
 	c->build.gen = dpwin_generation_clone(c->client, c->target, c->route->window_column,
-									ranges, c->build.generation, &c->ext.key);
+										  ranges, c->build.generation, &c->ext.key);
 	dpwin_generation_remove_ranges(c->client, c->target, c->build.gen);
 	c->times.build = dpwin_seconds_since(started);
 	MemoryContextSwitchTo(oldcxt);

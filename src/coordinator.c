@@ -54,14 +54,14 @@ typedef struct CoordinatorStep
 } CoordinatorStep;
 
 static const CoordinatorStep steps[DPWIN_NSTATES] = {
-	[DPWIN_STATE_PLANNED] = {"admission", dpwin_step_admit},
-	[DPWIN_STATE_EXTRACTING] = {"extracting", dpwin_step_extract},
-	[DPWIN_STATE_STAGED] = {"staged", dpwin_step_check_receipts},
-	[DPWIN_STATE_VERIFIED] = {"building", dpwin_step_build},
-	[DPWIN_STATE_PUBLISHING] = {"publishing", dpwin_step_publish},
-	[DPWIN_STATE_UNKNOWN] = {"publishing", dpwin_step_publish},
-	[DPWIN_STATE_PUBLISHED] = {"evidence", dpwin_step_evidence},
-	[DPWIN_STATE_EVIDENCED] = {"completing", dpwin_step_advance},
+	[DPWIN_STATE_PLANNED] = {"admission", dpwin_step_planned},
+	[DPWIN_STATE_EXTRACTING] = {"extracting", dpwin_step_extracting},
+	[DPWIN_STATE_STAGED] = {"staged", dpwin_step_staged},
+	[DPWIN_STATE_VERIFIED] = {"building", dpwin_step_verified},
+	[DPWIN_STATE_PUBLISHING] = {"publishing", dpwin_step_publishing},
+	[DPWIN_STATE_UNKNOWN] = {"publishing", dpwin_step_publishing},
+	[DPWIN_STATE_PUBLISHED] = {"evidence", dpwin_step_published},
+	[DPWIN_STATE_EVIDENCED] = {"completing", dpwin_step_evidenced},
 };
 
 pg_noreturn static void report_snapshot_expired(Coordinator *c);

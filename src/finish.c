@@ -145,7 +145,7 @@ commit_evidence(Coordinator *c)
 }
 
 DpwinStepResult
-dpwin_step_evidence(Coordinator *c)
+dpwin_step_published(Coordinator *c)
 {
 	recall_publication(c);
 	c->build.metrics = evidence_metrics(c);
@@ -189,7 +189,7 @@ commit_completion(Coordinator *c)
 }
 
 DpwinStepResult
-dpwin_step_advance(Coordinator *c)
+dpwin_step_evidenced(Coordinator *c)
 {
 	recall_publication(c);
 	return (DpwinStepResult) {DPWIN_STATE_COMPLETED, commit_completion};

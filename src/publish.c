@@ -40,7 +40,7 @@ commit_intent(Coordinator *c)
 }
 
 DpwinStepResult
-dpwin_step_build(Coordinator *c)
+dpwin_step_verified(Coordinator *c)
 {
 	DpwinPublication *pub;
 	List	   *staging = NIL;
@@ -59,15 +59,17 @@ dpwin_step_build(Coordinator *c)
 	for (int i = 0; i < c->ext.nchunks; i++)
 		if (c->ext.slots[i].result == DPWIN_CHUNK_VERIFIED)
 			staging = lappend(staging, c->ext.slots[i].staging_table);
-	c->build.final_rows = dpwin_generation_attach_staged(c->client, c->target, c->build.gen,
-												   staging, c->ext.staged_rows,
-												   &c->ext.staged_digest, &c->ext.key);
+	c->build.final_rows = dpwin_generation_attach_staged(c->client, c->target,
+														 c->build.gen, staging,
+														 c->ext.staged_rows,
+														 &c->ext.staged_digest,
+														 &c->ext.key);
 	c->build.kept_rows = c->build.gen->target_kept_rows;
 
 	/*
 	 * Is the target still the table that was cloned?  Checked again right
-	 * before the exchange (dpwin_step_publish), this check lets a changed target
-	 * fail the invocation before any intent exists.
+	 * before the exchange (dpwin_step_publishing), this check lets a
+	 * changed target fail the invocation before any intent exists.
 	 */
 	dpwin_generation_check_target(c->client, c->target, c->build.gen, &c->ext.key,
 								  "between generation build and publication");
@@ -248,7 +250,7 @@ check_still_ours(Coordinator *c, const DpwinPublication *pub,
 }
 
 DpwinStepResult
-dpwin_step_publish(Coordinator *c)
+dpwin_step_publishing(Coordinator *c)
 {
 	DpwinPublication *pub;
 	DpwinOutcome outcome;
@@ -278,7 +280,7 @@ dpwin_step_publish(Coordinator *c)
 	 * recognised before any admission, so that a later legitimate schema
 	 * change cannot hide it, and a pair not yet exchanged is checked again
 	 * against the target.  A first run has just built and checked the
-	 * generation (dpwin_step_build) and sent no EXCHANGE yet.
+	 * generation (dpwin_step_verified) and sent no EXCHANGE yet.
 	 */
 	if (c->recovering)
 	{

@@ -22,6 +22,7 @@
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/timestamp.h"
+#include "utils/tuplestore.h"
 
 #include "catalog.h"
 #include "lease.h"
@@ -732,19 +733,28 @@ dpwin_route_state_advance(int32 route_id, TimestampTz interval_end,
 					   3, types, args, NULL, false);
 }
 
-/* The digest keys of an invocation's plan; NULL when it has none. */
-char *
-dpwin_registry_digest_key(const pg_uuid_t *id)
+/*
+ * The one text column of the one row that `sql` selects for invocation
+ * $1; NULL when there is none, or it is null.  Not read_only: a new
+ * snapshot, which sees what a coordinator has committed meanwhile.
+ */
+static char *
+text_of_invocation(const char *sql, const pg_uuid_t *id, bool read_only)
 {
 	Oid			types[1] = {UUIDOID};
 	Datum		args[1];
 
 	args[0] = UUIDPGetDatum(uuid_copy(id));
-	if (dpwin_catalog_exec("SELECT plan->>'digest_key' FROM dpwin.invocation"
-						   " WHERE invocation_id = $1",
-						   1, types, args, NULL, true) != 1)
+	if (dpwin_catalog_exec(sql, 1, types, args, NULL, read_only) != 1)
 		return NULL;
 	return get_text(0, 1);
+}
+
+char *
+dpwin_registry_digest_key(const pg_uuid_t *id)
+{
+	return text_of_invocation("SELECT plan->>'digest_key' FROM dpwin.invocation"
+							  " WHERE invocation_id = $1", id, true);
 }
 
 /* Columns of dpwin_chunk_load()'s query of dpwin.chunk. */
@@ -804,14 +814,8 @@ dpwin_chunk_load(const pg_uuid_t *id, int *nchunks)
 char *
 dpwin_evidence_metrics(const pg_uuid_t *id)
 {
-	Oid			types[1] = {UUIDOID};
-	Datum		args[1];
-
-	args[0] = UUIDPGetDatum(uuid_copy(id));
-	if (dpwin_catalog_exec("SELECT metrics::text FROM dpwin.evidence WHERE invocation_id = $1",
-						   1, types, args, NULL, true) != 1)
-		return NULL;
-	return get_text(0, 1);
+	return text_of_invocation("SELECT metrics::text FROM dpwin.evidence"
+							  " WHERE invocation_id = $1", id, true);
 }
 
 void
@@ -837,4 +841,61 @@ dpwin_verification_record(const DpwinVerification *v)
 					   " chunks, drifting_chunks, caller_role, started_at)"
 					   " VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9, $10, $11)",
 					   11, types, args, NULL, false);
+}
+
+/* For the caller: sees the coordinator's commit. */
+char *
+dpwin_registry_result(const pg_uuid_t *id)
+{
+	return text_of_invocation("SELECT result::text FROM dpwin.invocation"
+							  " WHERE invocation_id = $1", id, false);
+}
+
+/* Columns of dpwin_verification_chunks()'s query: its result rows. */
+#define Natts_verification_chunk	6
+
+void
+dpwin_verification_chunks(const pg_uuid_t *id, Tuplestorestate *tupstore,
+						  TupleDesc desc)
+{
+	Oid			types[1] = {UUIDOID};
+	Datum		args[1];
+	uint64		n;
+
+	args[0] = UUIDPGetDatum(uuid_copy(id));
+	/* not read-only: a new snapshot, which sees the coordinator's commit */
+	n = dpwin_catalog_exec("SELECT c.chunk_no, c.lo, c.hi, c.source_rows, c.target_rows, c.matches"
+						   " FROM dpwin.verification v,"
+						   " jsonb_to_recordset(v.chunks) AS c(chunk_no integer, lo timestamptz,"
+						   "   hi timestamptz, source_rows bigint, target_rows bigint, matches boolean)"
+						   " WHERE v.verification_id = $1 ORDER BY c.chunk_no",
+						   1, types, args, NULL, false);
+	for (uint64 i = 0; i < n; i++)
+	{
+		Datum		values[Natts_verification_chunk];
+		bool		nulls[Natts_verification_chunk];
+
+		for (int col = 0; col < Natts_verification_chunk; col++)
+			values[col] = dpwin_catalog_value(i, col + 1, &nulls[col]);
+		tuplestore_putvalues(tupstore, desc, values, nulls);
+	}
+}
+
+List *
+dpwin_publication_backups(int32 route_id)
+{
+	Oid			types[1] = {INT4OID};
+	Datum		args[1];
+	List	   *names = NIL;
+	uint64		n;
+
+	args[0] = Int32GetDatum(route_id);
+	n = dpwin_catalog_exec("SELECT p.backup_table FROM dpwin.publication p"
+						   " JOIN dpwin.invocation i USING (invocation_id)"
+						   " WHERE i.route_id = $1 AND p.outcome = 'published'"
+						   " ORDER BY p.intent_at DESC",
+						   1, types, args, NULL, true);
+	for (uint64 i = 0; i < n; i++)
+		names = lappend(names, get_text(i, 1));
+	return names;
 }

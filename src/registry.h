@@ -16,8 +16,10 @@
 #ifndef DPWIN_REGISTRY_H
 #define DPWIN_REGISTRY_H
 
+#include "access/tupdesc.h"
 #include "datatype/timestamp.h"
 #include "nodes/pg_list.h"
+#include "utils/tuplestore.h"
 #include "utils/uuid.h"
 
 #include "digest.h"
@@ -154,6 +156,9 @@ extern void dpwin_registry_set_snapshot(const pg_uuid_t *id, int64 epoch,
 										const char *snapshot_id);
 extern void dpwin_registry_set_result(const pg_uuid_t *id, const char *result_json);
 
+/* The result journaled with the completion (jsonb text); NULL when none. */
+extern char *dpwin_registry_result(const pg_uuid_t *id);
+
 /*
  * An older invocation of the target whose publication is not settled
  * (intent without outcome, or outcome unknown); NULL when none.
@@ -223,6 +228,16 @@ extern char *dpwin_evidence_metrics(const pg_uuid_t *id);
 
 /* Journal a verification (no lease: it changes nothing it fences). */
 extern void dpwin_verification_record(const DpwinVerification *v);
+
+/*
+ * The (chunk_no, lo, hi, source_rows, target_rows, matches) rows of a
+ * verification.
+ */
+extern void dpwin_verification_chunks(const pg_uuid_t *id,
+									  Tuplestorestate *tupstore, TupleDesc desc);
+
+/* The backups a route's publications kept, newest first. */
+extern List *dpwin_publication_backups(int32 route_id);
 
 /* Advance route state by CAS; never moves it backwards. */
 extern void dpwin_route_state_advance(int32 route_id, TimestampTz interval_end,

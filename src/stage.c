@@ -33,7 +33,7 @@ commit_schema(Coordinator *c)
 }
 
 DpwinStepResult
-dpwin_step_admit(Coordinator *c)
+dpwin_step_planned(Coordinator *c)
 {
 	c->target = dpwin_extraction_admit(c->client, c->route, c->cxt);
 	c->schema_fingerprint = c->target->schema_fingerprint;
@@ -116,7 +116,7 @@ commit_snapshot(Coordinator *c)
 }
 
 DpwinStepResult
-dpwin_step_extract(Coordinator *c)
+dpwin_step_extracting(Coordinator *c)
 {
 	DpwinExtractJob job = dpwin_invocation_extract_job(c);
 
@@ -144,7 +144,7 @@ dpwin_step_extract(Coordinator *c)
  * snapshot.
  */
 DpwinStepResult
-dpwin_step_check_receipts(Coordinator *c)
+dpwin_step_staged(Coordinator *c)
 {
 	dpwin_extraction_tally(&c->ext, &c->id, true);
 	return (DpwinStepResult) {DPWIN_STATE_VERIFIED, NULL};

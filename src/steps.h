@@ -5,6 +5,9 @@
  *	  machine"), one per state that is not final.  Only coordinator.c,
  *	  which holds the step table, calls them.
  *
+ *	  Each step is named after the state it runs in.  Its phase, as
+ *	  dpwin.progress shows it, is in coordinator.c's step table.
+ *
  *	  A step does its state's work and returns the next state with what
  *	  must commit with it; it never journals or assigns a state itself
  *	  (dpwin_invocation_transition() does).  A step that cannot go on
@@ -34,16 +37,16 @@ typedef struct DpwinStepResult
 } DpwinStepResult;
 
 /* stage.c */
-extern DpwinStepResult dpwin_step_admit(Coordinator *c);
-extern DpwinStepResult dpwin_step_extract(Coordinator *c);
-extern DpwinStepResult dpwin_step_check_receipts(Coordinator *c);
+extern DpwinStepResult dpwin_step_planned(Coordinator *c);
+extern DpwinStepResult dpwin_step_extracting(Coordinator *c);
+extern DpwinStepResult dpwin_step_staged(Coordinator *c);
 
 /* publish.c */
-extern DpwinStepResult dpwin_step_build(Coordinator *c);
-extern DpwinStepResult dpwin_step_publish(Coordinator *c);
+extern DpwinStepResult dpwin_step_verified(Coordinator *c);
+extern DpwinStepResult dpwin_step_publishing(Coordinator *c);
 
 /* finish.c */
-extern DpwinStepResult dpwin_step_evidence(Coordinator *c);
-extern DpwinStepResult dpwin_step_advance(Coordinator *c);
+extern DpwinStepResult dpwin_step_published(Coordinator *c);
+extern DpwinStepResult dpwin_step_evidenced(Coordinator *c);
 
 #endif							/* DPWIN_STEPS_H */
