@@ -236,8 +236,14 @@ dpwin_invocation_recall(Coordinator *c)
 	if (key != NULL)
 		(void) dpwin_digest_key_from_text(key, &x->key);
 
-	/* The chunk journal, for metrics and for publishing staged chunks. */
+	/*
+	 * The chunk journal, for metrics and for publishing staged chunks.  SPI
+	 * leaves its own context current, which goes away at commit: what is
+	 * recalled lives in the coordinator's.
+	 */
+	MemoryContextSwitchTo(c->cxt);
 	x->slots = dpwin_chunk_load(&c->id, &x->nchunks);
+	MemoryContextSwitchTo(c->cxt);
 	for (int i = 0; i < x->nchunks; i++)
 	{
 		DpwinChunkBounds *bounds = palloc(sizeof(DpwinChunkBounds));
