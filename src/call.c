@@ -29,7 +29,6 @@
 
 #include "bgworker.h"
 #include "call.h"
-#include "catalog.h"
 #include "registry.h"
 
 static void
@@ -114,24 +113,13 @@ dpwin_run_coordinator(DpwinCallShared *call)
 static Datum
 call_details(const DpwinCallShared *call)
 {
-	Oid			types[1] = {UUIDOID};
-	Datum		args[1];
-	char	   *details = NULL;
+	char	   *details;
 	MemoryContext cxt = CurrentMemoryContext;
-	pg_uuid_t  *id = palloc(sizeof(pg_uuid_t));
 
-	*id = call->invocation_id;
-	args[0] = UUIDPGetDatum(id);
-	/* not read-only: a new snapshot, which sees the coordinator's commit */
 	SPI_connect();
-	if (dpwin_catalog_exec("SELECT result::text FROM dpwin.invocation WHERE invocation_id = $1",
-						   1, types, args, NULL, false) == 1)
-	{
-		char	   *v = dpwin_catalog_text(0, 1);
-
-		if (v != NULL)
-			details = MemoryContextStrdup(cxt, v);
-	}
+	details = dpwin_registry_result(&call->invocation_id);
+	if (details != NULL)
+		details = MemoryContextStrdup(cxt, details);
 	SPI_finish();
 	return DirectFunctionCall1(jsonb_in,
 							   CStringGetDatum(details ? details : call->details));

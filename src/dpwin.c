@@ -1,11 +1,11 @@
 /*-------------------------------------------------------------------------
  *
  * dpwin.c
- *	  Module entry point: _PG_init, the dpwin.* GUCs and shared memory.
+ *	  Module entry point: _PG_init and the dpwin.* GUCs of the refresh.
  *
- *	  dpwin owns shared memory (the progress table of running invocations)
- *	  and launches background workers, so it must be loaded through
- *	  shared_preload_libraries.  No I/O happens here.
+ *	  dpwin owns shared memory (the progress table of running invocations,
+ *	  progress.c) and launches background workers, so it must be loaded
+ *	  through shared_preload_libraries.  No I/O happens here.
  *
  *-------------------------------------------------------------------------
  */
@@ -14,9 +14,6 @@
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "progress.h"
-#include "storage/ipc.h"
-#include "storage/lwlock.h"
-#include "storage/shmem.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 
@@ -25,13 +22,6 @@ PG_MODULE_MAGIC;
 int			dpwin_max_workers = 8;
 int			dpwin_lease_timeout_ms = 0;
 int			dpwin_retry_backoff_ms = 500;
-int			dpwin_max_invocations = 16;
-
-static shmem_request_hook_type prev_shmem_request_hook = NULL;
-static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
-
-static void dpwin_shmem_request(void);
-static void dpwin_shmem_startup(void);
 
 void
 _PG_init(void)
@@ -67,37 +57,10 @@ _PG_init(void)
 							PGC_SUSET, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 
-	DefineCustomIntVariable("dpwin.max_invocations",
-							"Maximum number of invocations that can run at once (progress slots).",
-							NULL,
-							&dpwin_max_invocations,
-							16, 1, 1024,
-							PGC_POSTMASTER, 0,
-							NULL, NULL, NULL);
+	/* dpwin.max_invocations and the shared memory it sizes */
+	dpwin_progress_init();
 
 	MarkGUCPrefixReserved("dpwin");
-
-	prev_shmem_request_hook = shmem_request_hook;
-	shmem_request_hook = dpwin_shmem_request;
-	prev_shmem_startup_hook = shmem_startup_hook;
-	shmem_startup_hook = dpwin_shmem_startup;
-}
-
-static void
-dpwin_shmem_request(void)
-{
-	if (prev_shmem_request_hook)
-		prev_shmem_request_hook();
-	RequestAddinShmemSpace(dpwin_progress_shmem_size());
-	RequestNamedLWLockTranche("dpwin", 1);
-}
-
-static void
-dpwin_shmem_startup(void)
-{
-	if (prev_shmem_startup_hook)
-		prev_shmem_startup_hook();
-	dpwin_progress_shmem_init();
 }
 
 PG_FUNCTION_INFO_V1(dpwin_version);

@@ -33,6 +33,5 @@ extern void _PG_init(void);
 extern int	dpwin_max_workers;
 extern int	dpwin_lease_timeout_ms;
 extern int	dpwin_retry_backoff_ms;
-extern int	dpwin_max_invocations;
 
 #endif							/* DPWIN_H */

@@ -85,8 +85,6 @@ typedef struct DpwinExtractShared
 	DpwinChunkSlot chunks[FLEXIBLE_ARRAY_MEMBER];
 } DpwinExtractShared;
 
-extern Size dpwin_extract_size(int nchunks, const char *types);
-
 
 /* The target column types stored after the chunk slots. */
 static inline char *

@@ -1,8 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * finish.c
- *	  The coordinator's steps after publication (docs/design.md, "The state
- *	  machine"), and the caller's result:
+ *	  The steps after publication (steps.h; docs/design.md, "The state
+ *	  machine"):
  *
  *	  published   durable evidence (idempotent, fenced)  -> evidenced
  *	  evidenced   advance the route's state by CAS        -> completed
@@ -14,13 +14,12 @@
  */
 #include "dpwin.h"
 
-#include "catalog/pg_type.h"
 #include "lib/stringinfo.h"
 #include "utils/memutils.h"
 
 #include "bgworker.h"
-#include "catalog.h"
-#include "coordinator.h"
+#include "chprobe.h"
+#include "steps.h"
 #include "window.h"
 
 static void
@@ -32,61 +31,38 @@ json_seconds(StringInfo buf, const char *key, double seconds)
 		appendStringInfo(buf, ", \"%s\": %.6f", key, seconds);
 }
 
-/* UTC-day counts and window bounds of the published target. */
-static void
-target_window_facts(Coordinator *c, char **days, char **bounds)
-{
-	char	   *w = ch_quote_ident(c->route->window_column);
-	char	   *tbl = ch_qualified_name(c->route->target_database, c->route->target_table);
-	char	   *inwin = dpwin_target_window_predicate(c->target, c->route->window_column,
-													  c->lo, c->hi);
-
-	/*
-	 * PREWHERE, not WHERE: choosing what to move to PREWHERE costs the
-	 * server about a millisecond per part, 0.25 s on a 300-partition
-	 * target (docs/benchmark.md).
-	 */
-	*days = ch_scalar(c->client,
-					  psprintf("SELECT toJSONString(CAST((groupArray(d), groupArray(n)) AS Tuple(days Array(String), rows Array(UInt64))))"
-							   " FROM (SELECT toString(toDate32(%s)) AS d, count() AS n FROM %s"
-							   " PREWHERE %s GROUP BY d ORDER BY d)", w, tbl, inwin));
-	*bounds = ch_scalar(c->client,
-						psprintf("SELECT toJSONString(CAST((toString(minOrNull(w)), toString(maxOrNull(w)), countIf(NOT isNull(w)), countIf(isNull(w))) AS"
-								 " Tuple(min Nullable(String), max Nullable(String), window_rows UInt64, null_window_rows UInt64)))"
-								 " FROM (SELECT %s AS w FROM %s WHERE (%s) OR isNull(%s))",
-								 w, tbl, inwin, w));
-}
-
 /* Window and chunk metrics, from the published target and the journal. */
 static char *
-coordinator_metrics(Coordinator *c)
+evidence_metrics(Coordinator *c)
 {
 	StringInfoData buf;
 	char	   *days;
 	char	   *bounds;
 
-	target_window_facts(c, &days, &bounds);
+	dpwin_chprobe_window_facts(c->client, c->target, c->route->target_database,
+							   c->route->target_table, c->route->window_column,
+							   c->lo, c->hi, &days, &bounds);
 
 	initStringInfo(&buf);
 	appendStringInfoString(&buf, "{");
-	coordinator_json_text(&buf, "invocation_id", dpwin_uuid_text(&c->id), false);
-	coordinator_json_text(&buf, "window_lo", dpwin_timestamp_utc(c->lo), true);
-	coordinator_json_text(&buf, "window_hi", dpwin_timestamp_utc(c->hi), true);
-	appendStringInfo(&buf, ", \"chunks\": %d, \"skipped_chunks\": %d", c->nchunks,
-					 c->skipped_chunks);
+	dpwin_json_text(&buf, "invocation_id", dpwin_uuid_text(&c->id), false);
+	dpwin_json_text(&buf, "window_lo", dpwin_timestamp_utc(c->lo), true);
+	dpwin_json_text(&buf, "window_hi", dpwin_timestamp_utc(c->hi), true);
+	appendStringInfo(&buf, ", \"chunks\": %d, \"skipped_chunks\": %d", c->ext.nchunks,
+					 c->ext.skipped_chunks);
 	appendStringInfo(&buf, ", \"source_rows\": " INT64_FORMAT ", \"staging_rows\": " INT64_FORMAT
 					 ", \"target_rows\": " INT64_FORMAT ", \"kept_rows\": " INT64_FORMAT
 					 ", \"encoded_bytes\": " INT64_FORMAT,
-					 c->source_rows, c->staged_rows, c->final_rows, c->kept_rows,
-					 c->encoded_bytes);
-	appendStringInfo(&buf, ", \"generation\": %s", dpwin_generation_json(c->gen));
-	coordinator_json_text(&buf, "source_digest", dpwin_digest_to_text(&c->source_digest), true);
+					 c->ext.source_rows, c->ext.staged_rows, c->build.final_rows, c->build.kept_rows,
+					 c->ext.encoded_bytes);
+	appendStringInfo(&buf, ", \"generation\": %s", dpwin_generation_json(c->build.gen));
+	dpwin_json_text(&buf, "source_digest", dpwin_digest_to_text(&c->ext.source_digest), true);
 	appendStringInfo(&buf, ", \"utc_days\": %s", days);
 	appendStringInfo(&buf, ", \"window_bounds\": %s", bounds);
 	appendStringInfoString(&buf, ", \"chunk_metrics\": [");
-	for (int i = 0; i < c->nchunks; i++)
+	for (int i = 0; i < c->ext.nchunks; i++)
 	{
-		DpwinChunkSlot *s = &c->slots[i];
+		DpwinChunkSlot *s = &c->ext.slots[i];
 
 		appendStringInfo(&buf, "%s{\"chunk_no\": %d, \"rows\": " UINT64_FORMAT ", \"bytes\": " UINT64_FORMAT
 						 ", \"attempts\": %d, \"seconds\": %.6f, \"skipped\": %s}",
@@ -96,67 +72,84 @@ coordinator_metrics(Coordinator *c)
 	appendStringInfoString(&buf, "]");
 	appendStringInfoString(&buf, ", \"phases\": {");
 	appendStringInfoString(&buf, "\"note\": \"stage_seconds covers overlapped source, encoding, HTTP, per-chunk verification and the cloning of the target\"");
-	json_seconds(&buf, "stage_seconds", c->extract_seconds);
-	json_seconds(&buf, "build_seconds", c->build_seconds);
-	json_seconds(&buf, "verify_seconds", c->verify_seconds);
-	json_seconds(&buf, "publish_seconds", c->publish_seconds);
+	json_seconds(&buf, "stage_seconds", c->times.extract);
+	json_seconds(&buf, "build_seconds", c->times.build);
+	json_seconds(&buf, "verify_seconds", c->times.verify);
+	json_seconds(&buf, "publish_seconds", c->times.publish);
 	appendStringInfoString(&buf, "}");
-	coordinator_json_text(&buf, "generation_table", c->generation, true);
-	coordinator_json_text(&buf, "backup_table", c->backup, true);
+	dpwin_json_text(&buf, "generation_table", c->build.generation, true);
+	dpwin_json_text(&buf, "backup_table", c->build.backup, true);
 	appendStringInfoString(&buf, "}");
 	return buf.data;
 }
 
 /*
- * What a recovering process does not know from its own run: the tables of
- * the publication and the published row count.
+ * After a published exchange the old table carries the generation's name;
+ * give it its backup name (idempotent: a recovering process may find it
+ * done).  The intent is the one in memory, or the journal's.
  */
+static void
+keep_backup(Coordinator *c)
+{
+	DpwinPublication *pub = c->build.pub;
+	char	   *old;
+
+	if (pub == NULL)
+	{
+		dpwin_xact_begin("dpwin: reading the publication");
+		MemoryContextSwitchTo(c->cxt);
+		pub = dpwin_publication_load(&c->id);
+		dpwin_xact_commit(c->cxt);
+		if (pub == NULL)
+			return;
+		c->build.pub = pub;
+	}
+	old = dpwin_target_table_uuid(c->client, c->route->target_database,
+								  pub->generation_table);
+	if (old && strcmp(old, pub->target_uuid_before) == 0)
+		dpwin_target_rename(c->client, c->route->target_database,
+							pub->generation_table, pub->backup_table);
+	c->build.generation = MemoryContextStrdup(c->cxt, pub->generation_table);
+	c->build.backup = MemoryContextStrdup(c->cxt, pub->backup_table);
+}
+
+/*
+ * What a process that did not build the generation (recovery) does not
+ * know: the published row count.
+ */
+static void
+count_published(Coordinator *c)
+{
+	c->build.final_rows = dpwin_chprobe_count(c->client, c->route->target_database,
+											  c->route->target_table);
+	if (c->build.kept_rows == 0 && c->build.final_rows > c->ext.source_rows)
+		c->build.kept_rows = c->build.final_rows - c->ext.source_rows;
+}
+
+/* The publication's tables have their names, and its rows are counted. */
 static void
 recall_publication(Coordinator *c)
 {
-	DpwinPublication *pub;
-	char	   *n;
-
-	dpwin_xact_begin("dpwin: reading the publication");
-	MemoryContextSwitchTo(c->cxt);
-	pub = dpwin_publication_load(&c->id);
-	dpwin_xact_commit(c->cxt);
-	if (pub != NULL)
-	{
-		char	   *old = dpwin_target_table_uuid(c->client, c->route->target_database,
-												  pub->generation_table);
-
-		/* the old generation still carries the generation's name */
-		if (old && strcmp(old, pub->target_uuid_before) == 0)
-			dpwin_target_rename(c->client, c->route->target_database,
-								pub->generation_table, pub->backup_table);
-		c->generation = MemoryContextStrdup(c->cxt, pub->generation_table);
-		c->backup = MemoryContextStrdup(c->cxt, pub->backup_table);
-	}
-	n = ch_scalar(c->client, psprintf("SELECT count() FROM %s",
-									  ch_qualified_name(c->route->target_database,
-														c->route->target_table)));
-	c->final_rows = strtoll(n, NULL, 10);
-	if (c->kept_rows == 0 && c->final_rows > c->source_rows)
-		c->kept_rows = c->final_rows - c->source_rows;
+	if (c->build.backup == NULL)
+		keep_backup(c);
+	if (c->build.final_rows <= 0)
+		count_published(c);
 }
 
-DpwinState
-step_evidence(Coordinator *c)
+/* Commits with evidenced: the evidence, and the route's evidence function. */
+static void
+commit_evidence(Coordinator *c)
 {
-	char	   *metrics;
-
-	/* a recovering process may not have built what it published */
-	if (c->backup == NULL || c->final_rows <= 0)
-		recall_publication(c);
-	metrics = coordinator_metrics(c);
-	dpwin_xact_begin("dpwin: evidence");
 	dpwin_evidence_write(&c->id, c->route->route_id, c->target_id, c->epoch,
-						 metrics, c->route->evidence_function);
-	dpwin_registry_transition(&c->id, DPWIN_STATE_EVIDENCED, c->epoch, NULL, NULL);
-	dpwin_xact_commit(c->cxt);
-	c->state = DPWIN_STATE_EVIDENCED;
-	return DPWIN_STATE_EVIDENCED;
+						 c->build.metrics, c->route->evidence_function);
+}
+
+DpwinStepResult
+dpwin_step_published(Coordinator *c)
+{
+	recall_publication(c);
+	c->build.metrics = evidence_metrics(c);
+	return (DpwinStepResult) {DPWIN_STATE_EVIDENCED, commit_evidence};
 }
 
 /* The result journaled with the completion (and copied to the caller). */
@@ -164,18 +157,12 @@ static void
 record_result(Coordinator *c)
 {
 	StringInfoData details;
-	char	   *metrics = NULL;
-	Oid			types[1] = {UUIDOID};
-	Datum		args[1] = {UUIDPGetDatum(&c->id)};
-
-	if (dpwin_catalog_exec("SELECT metrics::text FROM dpwin.evidence WHERE invocation_id = $1",
-						   1, types, args, NULL, true) == 1)
-		metrics = MemoryContextStrdup(c->cxt, dpwin_catalog_text(0, 1));
+	char	   *metrics = dpwin_evidence_metrics(&c->id);
 	initStringInfo(&details);
 	appendStringInfoString(&details, "{");
-	coordinator_json_text(&details, "window_lo", dpwin_timestamp_utc(c->lo), false);
-	coordinator_json_text(&details, "window_hi", dpwin_timestamp_utc(c->hi), true);
-	coordinator_json_text(&details, "interval_end", dpwin_timestamp_utc(c->interval_end), true);
+	dpwin_json_text(&details, "window_lo", dpwin_timestamp_utc(c->lo), false);
+	dpwin_json_text(&details, "window_hi", dpwin_timestamp_utc(c->hi), true);
+	dpwin_json_text(&details, "interval_end", dpwin_timestamp_utc(c->interval_end), true);
 	appendStringInfo(&details, ", \"evidence\": %s}", metrics ? metrics : "null");
 	dpwin_registry_set_result(&c->id, details.data);
 
@@ -192,35 +179,18 @@ record_result(Coordinator *c)
 				 dpwin_timestamp_utc(c->interval_end));
 }
 
-DpwinState
-step_advance(Coordinator *c)
+/* Commits with completed: the route's state and the caller's result. */
+static void
+commit_completion(Coordinator *c)
 {
-	if (c->backup == NULL || c->final_rows <= 0)
-		recall_publication(c);
-	dpwin_xact_begin("dpwin: route state");
 	dpwin_route_state_advance(c->route->route_id, c->interval_end, &c->id,
 							  c->target_id, c->epoch);
-	dpwin_registry_transition(&c->id, DPWIN_STATE_COMPLETED, c->epoch, NULL, NULL);
 	record_result(c);
-	dpwin_xact_commit(c->cxt);
-	c->state = DPWIN_STATE_COMPLETED;
-	return DPWIN_STATE_COMPLETED;
 }
 
-void
-coordinator_fill_result(Coordinator *c)
+DpwinStepResult
+dpwin_step_evidenced(Coordinator *c)
 {
-	DpwinCallShared *call = c->call;
-
-	strlcpy(call->state, dpwin_state_name(c->state), sizeof(call->state));
-	call->window_lo = c->lo;
-	call->window_hi = c->hi;
-	call->chunks = c->nchunks ? c->nchunks : list_length(c->chunks);
-	call->source_rows = c->source_rows;
-	call->staged_rows = c->staged_rows;
-	call->final_rows = c->final_rows;
-	strlcpy(call->generation_table, c->generation ? c->generation : "",
-			sizeof(call->generation_table));
-	strlcpy(call->backup_table, c->backup ? c->backup : "",
-			sizeof(call->backup_table));
+	recall_publication(c);
+	return (DpwinStepResult) {DPWIN_STATE_COMPLETED, commit_completion};
 }

@@ -19,6 +19,7 @@
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 
@@ -33,28 +34,46 @@ typedef struct DpwinProgressShared
 
 static DpwinProgressShared *progress = NULL;
 
+/* dpwin.max_invocations: the number of slots */
+static int	max_invocations = 16;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
 /* Slot owned by this process, released on exit. */
 static int	my_slot = -1;
 
-Size
-dpwin_progress_shmem_size(void)
+static Size
+progress_shmem_size(void)
 {
 	return add_size(offsetof(DpwinProgressShared, slots),
-					mul_size(sizeof(DpwinProgressSlot), dpwin_max_invocations));
+					mul_size(sizeof(DpwinProgressSlot), max_invocations));
 }
 
-void
-dpwin_progress_shmem_init(void)
+static void
+progress_shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(progress_shmem_size());
+	RequestNamedLWLockTranche("dpwin", 1);
+}
+
+static void
+progress_shmem_startup(void)
 {
 	bool		found;
 
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-	progress = ShmemInitStruct("dpwin progress", dpwin_progress_shmem_size(),
+	progress = ShmemInitStruct("dpwin progress", progress_shmem_size(),
 							   &found);
 	if (!found)
 	{
 		progress->lock = &(GetNamedLWLockTranche("dpwin"))->lock;
-		progress->nslots = dpwin_max_invocations;
+		progress->nslots = max_invocations;
 		for (int i = 0; i < progress->nslots; i++)
 		{
 			DpwinProgressSlot *s = &progress->slots[i];
@@ -66,6 +85,23 @@ dpwin_progress_shmem_init(void)
 		}
 	}
 	LWLockRelease(AddinShmemInitLock);
+}
+
+void
+dpwin_progress_init(void)
+{
+	DefineCustomIntVariable("dpwin.max_invocations",
+							"Maximum number of invocations that can run at once (progress slots).",
+							NULL,
+							&max_invocations,
+							16, 1, 1024,
+							PGC_POSTMASTER, 0,
+							NULL, NULL, NULL);
+
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = progress_shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = progress_shmem_startup;
 }
 
 static void

@@ -26,8 +26,11 @@ typedef struct DpwinProgressSlot
 	TimestampTz started_at;
 } DpwinProgressSlot;
 
-extern Size dpwin_progress_shmem_size(void);
-extern void dpwin_progress_shmem_init(void);
+/*
+ * Define dpwin.max_invocations and request the shared memory it sizes
+ * (from _PG_init, while shared_preload_libraries loads).
+ */
+extern void dpwin_progress_init(void);
 
 /*
  * Claim a slot for an invocation (ereports when all dpwin.max_invocations

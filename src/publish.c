@@ -1,8 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * publish.c
- *	  The coordinator's steps from the verified chunks to a published
- *	  generation (docs/design.md, "The state machine" and "Publication"):
+ *	  The steps from the verified chunks to a published generation
+ *	  (steps.h; docs/design.md, "The state machine" and "Publication"):
  *
  *	  verified    build the generation (clone, remove the window, attach
  *				  the staged parts), verify it, persist the intent
@@ -24,193 +24,77 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-#include "admission.h"
 #include "bgworker.h"
-#include "coordinator.h"
+#include "build.h"
+#include "chprobe.h"
 #include "names.h"
+#include "steps.h"
 #include "window.h"
 
-/*
- * Target admission in a transaction of its own (type parity consults the
- * system caches), refusing a target that is not the table the invocation
- * was planned against.
- */
-static DpwinTargetInfo *
-readmit_target(Coordinator *c, const char *when)
+/* Commits with publishing: the intent, naming its EXCHANGE. */
+static void
+commit_intent(Coordinator *c)
 {
-	DpwinTargetInfo *now;
-	char	   *qtarget = ch_qualified_name(c->route->target_database,
-											c->route->target_table);
-
-	StartTransactionCommand();
-	MemoryContextSwitchTo(c->cxt);
-	now = dpwin_target_admit(c->client, c->route);
-	CommitTransactionCommand();
-	MemoryContextSwitchTo(c->cxt);
-
-	if (c->target != NULL && strcmp(now->uuid, c->target->uuid) != 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("target %s was replaced %s", qtarget, when),
-				 errdetail("Its UUID was %s and is now %s.", c->target->uuid, now->uuid),
-				 errhint("dpwin refuses to publish over a table it did not prepare; start a new invocation.")));
-	if (c->schema_fingerprint != NULL &&
-		strcmp(now->schema_fingerprint, c->schema_fingerprint) != 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("the schema of target %s changed %s", qtarget, when),
-				 errhint("dpwin refuses to publish a generation with a stale schema; start a new invocation.")));
-	if (c->schema_fingerprint == NULL)
-		c->schema_fingerprint = MemoryContextStrdup(c->cxt, now->schema_fingerprint);
-	return now;
+	dpwin_publication_intent(&c->id, c->target_id, c->epoch, c->build.pub,
+							 c->build.exchange_query_id);
 }
 
-/* The whole window, as the one range a refresh replaces. */
-List *
-coordinator_window_ranges(Coordinator *c)
+DpwinStepResult
+dpwin_step_verified(Coordinator *c)
 {
-	DpwinChunkBounds *r = palloc(sizeof(DpwinChunkBounds));
-
-	r->chunk_no = 0;
-	r->lo = c->lo;
-	r->hi = c->hi;
-	return list_make1(r);
-}
-
-/* The staged chunks (all but the skipped ones), as contiguous ranges. */
-List *
-coordinator_staged_ranges(Coordinator *c)
-{
-	List	   *staged = NIL;
-
-	for (int i = 0; i < c->nchunks; i++)
-	{
-		DpwinChunkBounds *b;
-
-		if (c->slots[i].result != DPWIN_CHUNK_VERIFIED)
-			continue;
-		b = palloc(sizeof(DpwinChunkBounds));
-		b->chunk_no = c->slots[i].chunk_no;
-		b->lo = c->slots[i].lo;
-		b->hi = c->slots[i].hi;
-		staged = lappend(staged, b);
-	}
-	return dpwin_generation_merge_ranges(staged);
-}
-
-/*
- * Chunks that were skipped keep their rows from a clone of the target made
- * after they were compared (by a recovering process, or after the target's
- * parts changed): those rows must still be what the source had.
- */
-void
-coordinator_check_skipped_rows(Coordinator *c)
-{
-	DpwinDigest *now = palloc(sizeof(DpwinDigest) * c->nchunks);
-
-	dpwin_target_chunk_digests(c->client, c->target, c->generation,
-							   c->route->window_column, c->chunks, &c->key, now);
-	for (int i = 0; i < c->nchunks; i++)
-		if (c->slots[i].result == DPWIN_CHUNK_SKIPPED &&
-			!dpwin_digest_equal(&now[i], &c->slots[i].digest))
-			ereport(ERROR,
-					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-					 errmsg("target %s changed inside skipped chunk %d since invocation %s compared it",
-							ch_qualified_name(c->route->target_database, c->route->target_table),
-							c->slots[i].chunk_no, dpwin_uuid_text(&c->id)),
-					 errhint("Start a new invocation.")));
-}
-
-/*
- * Clone the target into a fresh generation and remove the window from the
- * clone.  A first run does it while the chunk workers read the source;
- * recovery, and a run whose generation went with a failed attempt, before
- * the staged parts are attached.
- */
-void
-coordinator_prepare_generation(Coordinator *c, List *ranges)
-{
-	TimestampTz started = GetCurrentTimestamp();
-	MemoryContext oldcxt;
-
-	/* during extraction the snapshot's transaction is current: stay out of it */
-	oldcxt = MemoryContextSwitchTo(c->cxt);
-
-	c->generation = MemoryContextStrdup(c->cxt,
-										dpwin_generation_name(c->route->route_id, &c->id));
-	dpwin_target_drop_table(c->client, c->route->target_database, c->generation);
-	c->gen = dpwin_generation_clone(c->client, c->target, c->route->window_column,
-									ranges, c->generation, &c->key);
-	dpwin_generation_remove_ranges(c->client, c->target, c->gen);
-	c->build_seconds = coordinator_seconds_since(started);
-	MemoryContextSwitchTo(oldcxt);
-}
-
-DpwinState
-step_build(Coordinator *c)
-{
-	DpwinPublication pub;
+	DpwinPublication *pub;
 	List	   *staging = NIL;
 	TimestampTz started;
-	char	   *query_id;
 
 	/* Under the lease: is the target still the one admission saw? */
-	c->target = readmit_target(c, "while the generation was being built");
-	if (c->gen == NULL)
+	c->target = dpwin_build_readmit_target(c, "while the generation was being built");
+	if (c->build.gen == NULL)
 	{
-		coordinator_prepare_generation(c, coordinator_staged_ranges(c));
-		if (c->skipped_chunks > 0)
-			coordinator_check_skipped_rows(c);
+		dpwin_build_prepare_generation(c, dpwin_build_staged_ranges(c));
+		if (c->ext.skipped_chunks > 0)
+			dpwin_build_check_skipped_rows(c);
 	}
 
 	started = GetCurrentTimestamp();
-	for (int i = 0; i < c->nchunks; i++)
-		if (c->slots[i].result == DPWIN_CHUNK_VERIFIED)
-			staging = lappend(staging, c->slots[i].staging_table);
-	c->final_rows = dpwin_generation_attach_staged(c->client, c->target, c->gen,
-												   staging, c->staged_rows,
-												   &c->staged_digest, &c->key);
-	c->kept_rows = c->gen->target_kept_rows;
+	for (int i = 0; i < c->ext.nchunks; i++)
+		if (c->ext.slots[i].result == DPWIN_CHUNK_VERIFIED)
+			staging = lappend(staging, c->ext.slots[i].staging_table);
+	c->build.final_rows = dpwin_generation_attach_staged(c->client, c->target,
+														 c->build.gen, staging,
+														 c->ext.staged_rows,
+														 &c->ext.staged_digest,
+														 &c->ext.key);
+	c->build.kept_rows = c->build.gen->target_kept_rows;
 
 	/*
 	 * Is the target still the table that was cloned?  Checked again right
-	 * before the exchange (step_publish), this check lets a changed target
-	 * fail the invocation before any intent exists.
+	 * before the exchange (dpwin_step_publishing), this check lets a
+	 * changed target fail the invocation before any intent exists.
 	 */
-	dpwin_generation_check_target(c->client, c->target, c->gen, &c->key,
+	dpwin_generation_check_target(c->client, c->target, c->build.gen, &c->ext.key,
 								  "between generation build and publication");
-	c->verify_seconds = coordinator_seconds_since(started);
+	c->times.verify = dpwin_seconds_since(started);
 
-	pub.target_uuid_before = c->target->uuid;
-	pub.generation_table = c->generation;
-	pub.generation_uuid = dpwin_target_table_uuid(c->client, c->route->target_database,
-												  c->generation);
-	if (pub.generation_uuid == NULL)
+	pub = MemoryContextAllocZero(c->cxt, sizeof(DpwinPublication));
+	pub->target_uuid_before = c->target->uuid;
+	pub->generation_table = c->build.generation;
+	pub->generation_uuid = dpwin_target_table_uuid(c->client, c->route->target_database,
+												   c->build.generation);
+	if (pub->generation_uuid == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_TABLE),
-				 errmsg("generation %s vanished before publication", c->generation)));
-	pub.backup_table = dpwin_backup_name(c->route->route_id, &c->id, c->interval_end);
-	pub.outcome = DPWIN_OUTCOME_NONE;
+				 errmsg("generation %s vanished before publication", c->build.generation)));
+	pub->backup_table = dpwin_backup_name(c->route->route_id, &c->id, c->interval_end);
+	pub->outcome = DPWIN_OUTCOME_NONE;
+	c->build.pub = pub;
 
 	/* A cancellation that arrived during the build stops us here. */
 	CHECK_FOR_INTERRUPTS();
 
 	/* The intent, naming the statement, is durable before it can run. */
-	query_id = ch_next_query_id(c->client, "exchange");
-	dpwin_xact_begin("dpwin: publication intent");
-	dpwin_publication_intent(&c->id, c->target_id, c->epoch, &pub, query_id);
-	dpwin_registry_transition(&c->id, DPWIN_STATE_PUBLISHING, c->epoch, NULL, NULL);
-	dpwin_xact_commit(c->cxt);
-	c->state = DPWIN_STATE_PUBLISHING;
-	return DPWIN_STATE_PUBLISHING;
-}
-
-void
-coordinator_record_outcome(Coordinator *c, DpwinOutcome outcome)
-{
-	dpwin_xact_begin("dpwin: publication outcome");
-	dpwin_publication_outcome(&c->id, c->target_id, c->epoch, outcome);
-	dpwin_xact_commit(c->cxt);
+	c->build.exchange_query_id = MemoryContextStrdup(c->cxt,
+													 ch_next_query_id(c->client, "exchange"));
+	return (DpwinStepResult) {DPWIN_STATE_PUBLISHING, commit_intent};
 }
 
 /* The outcome of an exchange, read from the tables' UUIDs. */
@@ -226,22 +110,10 @@ reconcile(Coordinator *c, const DpwinPublication *pub,
 }
 
 /*
- * After a published exchange the old generation carries the generation's
- * name; give it its backup name (idempotent).
+ * The UUIDs show neither the target as it was nor the generation in its
+ * place.  The machine journals the outcome and the state unknown
+ * (coordinator.c) before the caller sees this error.
  */
-static void
-keep_backup(Coordinator *c, const DpwinPublication *pub)
-{
-	char	   *old = dpwin_target_table_uuid(c->client, c->route->target_database,
-											  pub->generation_table);
-
-	if (old && strcmp(old, pub->target_uuid_before) == 0)
-		dpwin_target_rename(c->client, c->route->target_database,
-							pub->generation_table, pub->backup_table);
-	c->backup = MemoryContextStrdup(c->cxt, pub->backup_table);
-	c->generation = MemoryContextStrdup(c->cxt, pub->generation_table);
-}
-
 pg_noreturn static void report_unknown(Coordinator *c, const DpwinPublication *pub,
 									   const char *target_uuid,
 									   const char *generation_uuid);
@@ -250,12 +122,7 @@ static void
 report_unknown(Coordinator *c, const DpwinPublication *pub,
 			   const char *target_uuid, const char *generation_uuid)
 {
-	c->not_published = false;
-	coordinator_record_outcome(c, DPWIN_OUTCOME_UNKNOWN);
-	/* recovery of an unknown publication may find it unknown again */
-	if (c->state != DPWIN_STATE_UNKNOWN)
-		coordinator_transition(c, DPWIN_STATE_UNKNOWN, "publication outcome unknown",
-							   unpack_sql_state(ERRCODE_TRANSACTION_RESOLUTION_UNKNOWN));
+	c->build.outcome = DPWIN_OUTCOME_UNKNOWN;
 	ereport(ERROR,
 			(errcode(ERRCODE_TRANSACTION_RESOLUTION_UNKNOWN),
 			 errmsg("publication outcome of invocation %s is unknown", dpwin_uuid_text(&c->id)),
@@ -270,27 +137,6 @@ report_unknown(Coordinator *c, const DpwinPublication *pub,
 }
 
 /*
- * Does the server list statements under the query_id the client sent?
- * Only then does ch_settle_query() finding nothing in system.processes
- * prove that a statement whose answer was lost has ended.  A proxy in
- * front of the server may run statements under ids of its own; there a
- * statement may still be queued or running, invisibly.  The probe looks
- * for itself.
- */
-static bool
-query_ids_visible(Coordinator *c)
-{
-	char	   *query_id = ch_next_query_id(c->client, "probe-query-id");
-	char	   *answer;
-
-	answer = ch_exec_id(c->client,
-						psprintf("SELECT count() FROM system.processes WHERE query_id = %s"
-								 " FORMAT TabSeparated", ch_quote_literal(query_id)),
-						query_id);
-	return strtol(answer, NULL, 10) == 1;
-}
-
-/*
  * The EXCHANGE got no answer and the UUIDs still show the target as it
  * was, but nothing proves that the statement has ended: exchanging again
  * now could be undone when it runs after all.  Stop in publishing, with
@@ -302,7 +148,7 @@ pg_noreturn static void report_pending(Coordinator *c, const char *query_id,
 static void
 report_pending(Coordinator *c, const char *query_id, ChHttpStatus status)
 {
-	c->not_published = false;
+	c->build.outcome = DPWIN_OUTCOME_PENDING;
 	ereport(ERROR,
 			(errcode(ERRCODE_CONNECTION_FAILURE),
 			 errmsg("the EXCHANGE of invocation %s got no answer (%s) and may still run on ClickHouse",
@@ -317,7 +163,8 @@ report_pending(Coordinator *c, const char *query_id, ChHttpStatus status)
  * One EXCHANGE, then the authoritative answer from the UUIDs.  A lost
  * reply is settled on the server first; PENDING when the reply was lost,
  * the UUIDs say not published, and the server cannot show that the
- * statement has ended.
+ * statement has ended (only when the server shows a client's query_id
+ * does ch_settle_query() finding nothing prove that it has).
  */
 static DpwinOutcome
 exchange(Coordinator *c, const DpwinPublication *pub, const char *query_id,
@@ -332,9 +179,32 @@ exchange(Coordinator *c, const DpwinPublication *pub, const char *query_id,
 		ch_settle_query(c->client, query_id);
 	outcome = reconcile(c, pub, target_uuid, generation_uuid);
 	if (outcome == DPWIN_OUTCOME_NOT_PUBLISHED && ch_status_outcome_unknown(*status) &&
-		!query_ids_visible(c))
+		!dpwin_chprobe_query_ids_visible(c->client))
 		outcome = DPWIN_OUTCOME_PENDING;
 	return outcome;
+}
+
+/*
+ * The verdict on an error of check_still_ours(): a refusal of admission
+ * (types, an unsupported table, or a target not in the state the
+ * generation was built from) means that the target no longer admits this
+ * generation, and it is not published; anything else (a lost connection)
+ * leaves the outcome open for another try.  Admission and the generation's
+ * check raise their refusals (admission.c, generation.c), so their
+ * SQLSTATEs are what tells a refusal here.
+ */
+static DpwinOutcome
+refusal_outcome(const ErrorData *edata)
+{
+	switch (edata->sqlerrcode)
+	{
+		case ERRCODE_DATATYPE_MISMATCH:
+		case ERRCODE_FEATURE_NOT_SUPPORTED:
+		case ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE:
+			return DPWIN_OUTCOME_NOT_PUBLISHED;
+		default:
+			return DPWIN_OUTCOME_NONE;
+	}
 }
 
 /*
@@ -349,19 +219,19 @@ check_still_ours(Coordinator *c, const DpwinPublication *pub,
 				 const char *target_uuid, const char *generation_uuid)
 {
 	/* the generation of an earlier process: its build is not known here */
-	if (c->gen == NULL)
+	if (c->build.gen == NULL)
 	{
-		c->gen = palloc0(sizeof(DpwinGeneration));
-		c->gen->table = pub->generation_table;
-		c->gen->window_column = c->route->window_column;
-		c->gen->ranges = coordinator_window_ranges(c);
+		c->build.gen = palloc0(sizeof(DpwinGeneration));
+		c->build.gen->table = pub->generation_table;
+		c->build.gen->window_column = c->route->window_column;
+		c->build.gen->ranges = dpwin_build_window_ranges(c);
 	}
 
 	PG_TRY();
 	{
-		c->target = readmit_target(c, "between generation build and publication");
+		c->target = dpwin_build_readmit_target(c, "between generation build and publication");
 		if (strcmp(c->target->uuid, pub->target_uuid_before) == 0)
-			dpwin_generation_check_target(c->client, c->target, c->gen, &c->key,
+			dpwin_generation_check_target(c->client, c->target, c->build.gen, &c->ext.key,
 										  "between generation build and publication");
 	}
 	PG_CATCH();
@@ -370,11 +240,7 @@ check_still_ours(Coordinator *c, const DpwinPublication *pub,
 		ErrorData  *edata = CopyErrorData();
 
 		MemoryContextSwitchTo(ecxt);
-		/* the target no longer admits this generation */
-		if (edata->sqlerrcode == ERRCODE_DATATYPE_MISMATCH ||
-			edata->sqlerrcode == ERRCODE_FEATURE_NOT_SUPPORTED ||
-			edata->sqlerrcode == ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE)
-			c->not_published = true;
+		c->build.outcome = refusal_outcome(edata);
 		FreeErrorData(edata);
 		PG_RE_THROW();
 	}
@@ -383,8 +249,8 @@ check_still_ours(Coordinator *c, const DpwinPublication *pub,
 		report_unknown(c, pub, target_uuid, generation_uuid);
 }
 
-DpwinState
-step_publish(Coordinator *c)
+DpwinStepResult
+dpwin_step_publishing(Coordinator *c)
 {
 	DpwinPublication *pub;
 	DpwinOutcome outcome;
@@ -407,13 +273,14 @@ step_publish(Coordinator *c)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("invocation %s is publishing without an intent",
 						dpwin_uuid_text(&c->id))));
+	c->build.pub = pub;
 
 	/*
 	 * Recovery reads the UUIDs first: an already published pair is
 	 * recognised before any admission, so that a later legitimate schema
 	 * change cannot hide it, and a pair not yet exchanged is checked again
 	 * against the target.  A first run has just built and checked the
-	 * generation (step_build) and sent no EXCHANGE yet.
+	 * generation (dpwin_step_verified) and sent no EXCHANGE yet.
 	 */
 	if (c->recovering)
 	{
@@ -434,7 +301,7 @@ step_publish(Coordinator *c)
 
 		if (c->recovering)
 			check_still_ours(c, pub, target_uuid, generation_uuid);
-		c->generation = MemoryContextStrdup(c->cxt, pub->generation_table);
+		c->build.generation = MemoryContextStrdup(c->cxt, pub->generation_table);
 
 		/*
 		 * The exchange; after a lost reply whose statement is known to have
@@ -456,17 +323,17 @@ step_publish(Coordinator *c)
 	switch (outcome)
 	{
 		case DPWIN_OUTCOME_PUBLISHED:
-			coordinator_record_outcome(c, DPWIN_OUTCOME_PUBLISHED);
-			coordinator_transition(c, DPWIN_STATE_PUBLISHED, NULL, NULL);
-			c->publish_seconds = coordinator_seconds_since(started);
-			keep_backup(c, pub);
+			c->build.outcome = DPWIN_OUTCOME_PUBLISHED;
+			c->times.publish = dpwin_seconds_since(started);
 
 			/*
-			 * Published: cancellation stays held off until the process
-			 * exits, so evidence and state follow the exchange without
-			 * interruption.
+			 * Published: the outcome commits with the state, and
+			 * cancellation stays held off until the process exits, so
+			 * evidence and state follow the exchange without interruption.
+			 * The old table gets its backup name in the next step.
 			 */
-			return DPWIN_STATE_PUBLISHED;
+			return (DpwinStepResult) {DPWIN_STATE_PUBLISHED,
+			dpwin_invocation_record_outcome};
 		case DPWIN_OUTCOME_PENDING:
 			report_pending(c, query_id, status);
 			break;
@@ -476,14 +343,16 @@ step_publish(Coordinator *c)
 			 * The target is untouched: fail like any error before
 			 * publication (coordinator_fail() journals the outcome).
 			 */
-			c->not_published = true;
+			c->build.outcome = DPWIN_OUTCOME_NOT_PUBLISHED;
 			RESUME_CANCEL_INTERRUPTS();
 			if (status != CHHTTP_OK)
 				ch_report(status, &reply, c->recovering ? "retrying the exchange" :
 						  "exchanging the target with its new generation");
 			ereport(ERROR,
-					(errcode(ERRCODE_INTERNAL_ERROR),
-					 errmsg("EXCHANGE reported success but the target's UUID did not change")));
+					(errcode(ERRCODE_SYSTEM_ERROR),
+					 errmsg("EXCHANGE reported success but the target's UUID did not change"),
+					 errdetail("The server answered the EXCHANGE of invocation %s, and the target and the generation still have their own UUIDs.",
+							   dpwin_uuid_text(&c->id))));
 			break;
 		case DPWIN_OUTCOME_UNKNOWN:
 		case DPWIN_OUTCOME_NONE:

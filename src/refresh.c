@@ -206,9 +206,6 @@ dpwin_verify(PG_FUNCTION_ARGS)
 	DpwinRoute *route;
 	TimestampTz interval_end;
 	Datum		id;
-	Oid			types[1] = {UUIDOID};
-	Datum		args[1];
-	uint64		n;
 
 	route = admit_window_call(fcinfo, &interval_end);
 	dpwin_call_init(call, DPWIN_CALL_VERIFY);
@@ -219,24 +216,8 @@ dpwin_verify(PG_FUNCTION_ARGS)
 	dpwin_run_coordinator(call);
 
 	InitMaterializedSRF(fcinfo, 0);
-	args[0] = id;
-	/* not read-only: a new snapshot, which sees the coordinator's commit */
 	SPI_connect();
-	n = dpwin_catalog_exec("SELECT c.chunk_no, c.lo, c.hi, c.source_rows, c.target_rows, c.matches"
-						   " FROM dpwin.verification v,"
-						   " jsonb_to_recordset(v.chunks) AS c(chunk_no integer, lo timestamptz,"
-						   "   hi timestamptz, source_rows bigint, target_rows bigint, matches boolean)"
-						   " WHERE v.verification_id = $1 ORDER BY c.chunk_no",
-						   1, types, args, NULL, false);
-	for (uint64 i = 0; i < n; i++)
-	{
-		Datum		values[6];
-		bool		nulls[6];
-
-		for (int col = 0; col < 6; col++)
-			values[col] = dpwin_catalog_value(i, col + 1, &nulls[col]);
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-	}
+	dpwin_verification_chunks(DatumGetUUIDP(id), rsinfo->setResult, rsinfo->setDesc);
 	SPI_finish();
 	return (Datum) 0;
 }
@@ -389,10 +370,9 @@ dpwin_drop_backups(PG_FUNCTION_ARGS)
 	ChClient   *client;
 	List	   *backups;
 	List	   *ordered = NIL;
+	List	   *published;
 	ListCell   *lc;
-	Oid			types[1] = {INT4OID};
-	Datum		args[1];
-	uint64		n;
+	ListCell   *lc2;
 	MemoryContext cxt = CurrentMemoryContext;
 
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
@@ -415,7 +395,6 @@ dpwin_drop_backups(PG_FUNCTION_ARGS)
 	backups = dpwin_target_list_tables(client, route->target_database,
 									   dpwin_backup_prefix(route->route_id));
 
-
 	/*
 	 * Newest first, in the order the journal published them: names embed
 	 * interval_end, which says nothing about age when a window is refreshed
@@ -423,16 +402,11 @@ dpwin_drop_backups(PG_FUNCTION_ARGS)
 	 * not know come last, by name.
 	 */
 	list_sort(backups, cmp_desc);
-	args[0] = Int32GetDatum(route->route_id);
 	SPI_connect();
-	n = dpwin_catalog_exec("SELECT p.backup_table FROM dpwin.publication p"
-						   " JOIN dpwin.invocation i USING (invocation_id)"
-						   " WHERE i.route_id = $1 AND p.outcome = 'published'"
-						   " ORDER BY p.intent_at DESC",
-						   1, types, args, NULL, true);
-	for (uint64 i = 0; i < n; i++)
+	published = dpwin_publication_backups(route->route_id);
+	foreach(lc2, published)
 	{
-		char	   *name = dpwin_catalog_text(i, 1);
+		char	   *name = lfirst(lc2);
 
 		foreach(lc, backups)
 		{

@@ -22,6 +22,7 @@
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/timestamp.h"
+#include "utils/tuplestore.h"
 
 #include "catalog.h"
 #include "lease.h"
@@ -67,6 +68,9 @@ static const uint32 legal_predecessors[DPWIN_NSTATES] = {
 	[DPWIN_STATE_UNKNOWN] = S(PUBLISHING),
 };
 
+/* The states that end an invocation: the one definition, in C and in SQL. */
+#define FINAL_STATES (S(COMPLETED) | S(FAILED) | S(ABANDONED) | S(SNAPSHOT_EXPIRED))
+
 const char *
 dpwin_state_name(DpwinState state)
 {
@@ -102,8 +106,13 @@ dpwin_outcome_name(DpwinOutcome outcome)
 bool
 dpwin_state_is_final(DpwinState state)
 {
-	return state == DPWIN_STATE_COMPLETED || state == DPWIN_STATE_FAILED ||
-		state == DPWIN_STATE_ABANDONED || state == DPWIN_STATE_SNAPSHOT_EXPIRED;
+	return (FINAL_STATES & (1u << state)) != 0;
+}
+
+bool
+dpwin_state_may_follow(DpwinState from, DpwinState to)
+{
+	return (legal_predecessors[to] & (1u << from)) != 0;
 }
 
 char *
@@ -121,8 +130,53 @@ uuid_copy(const pg_uuid_t *id)
 	return c;
 }
 
+/*
+ * Typed getters of the columns of the last catalog query's rows, by the
+ * Anum_* constants of its select list.  A NOT NULL column found null is a
+ * corrupt catalog: elog.
+ */
+static Datum
+get_not_null(uint64 row, int col)
+{
+	bool		isnull;
+	Datum		d = dpwin_catalog_value(row, col, &isnull);
+
+	if (isnull)
+		elog(ERROR, "dpwin: column %d of a catalog row is null", col);
+	return d;
+}
+
+static int32
+get_int32(uint64 row, int col)
+{
+	return DatumGetInt32(get_not_null(row, col));
+}
+
+static int64
+get_int64(uint64 row, int col)
+{
+	return DatumGetInt64(get_not_null(row, col));
+}
+
+/* A nullable bigint: `if_null` when null. */
+static int64
+get_int64_or(uint64 row, int col, int64 if_null)
+{
+	bool		isnull;
+	Datum		d = dpwin_catalog_value(row, col, &isnull);
+
+	return isnull ? if_null : DatumGetInt64(d);
+}
+
+static Oid
+get_oid(uint64 row, int col)
+{
+	return DatumGetObjectId(get_not_null(row, col));
+}
+
+/* A nullable timestamptz: -infinity when null. */
 static TimestampTz
-value_timestamptz(uint64 row, int col)
+get_timestamptz(uint64 row, int col)
 {
 	bool		isnull;
 	Datum		d = dpwin_catalog_value(row, col, &isnull);
@@ -130,13 +184,42 @@ value_timestamptz(uint64 row, int col)
 	return isnull ? DT_NOBEGIN : DatumGetTimestampTz(d);
 }
 
+static pg_uuid_t *
+get_uuid(uint64 row, int col)
+{
+	return uuid_copy(DatumGetUUIDP(get_not_null(row, col)));
+}
+
+/* A text column, palloc'd; NULL when null. */
+static char *
+get_text(uint64 row, int col)
+{
+	return dpwin_catalog_text(row, col);
+}
+
+/* Columns of dpwin_registry_load()'s query of dpwin.invocation. */
+#define Anum_invocation_route_id			1
+#define Anum_invocation_target_id			2
+#define Anum_invocation_interval_end		3
+#define Anum_invocation_window_lo			4
+#define Anum_invocation_window_hi			5
+#define Anum_invocation_plan				6
+#define Anum_invocation_plan_fingerprint	7
+#define Anum_invocation_config_fingerprint	8
+#define Anum_invocation_schema_fingerprint	9
+#define Anum_invocation_snapshot_id			10
+#define Anum_invocation_lease_epoch			11
+#define Anum_invocation_state				12
+#define Anum_invocation_error				13
+#define Anum_invocation_error_sqlstate		14
+#define Anum_invocation_caller_role			15
+
 DpwinInvocation *
 dpwin_registry_load(const pg_uuid_t *id, bool missing_ok)
 {
 	Oid			types[1] = {UUIDOID};
 	Datum		args[1] = {UUIDPGetDatum(id)};
 	DpwinInvocation *inv;
-	bool		isnull;
 	MemoryContext caller = CurrentMemoryContext;
 	MemoryContext spicxt;
 
@@ -161,21 +244,21 @@ dpwin_registry_load(const pg_uuid_t *id, bool missing_ok)
 	spicxt = MemoryContextSwitchTo(caller);
 	inv = palloc0(sizeof(DpwinInvocation));
 	inv->id = *id;
-	inv->route_id = DatumGetInt32(dpwin_catalog_value(0, 1, &isnull));
-	inv->target_id = DatumGetInt32(dpwin_catalog_value(0, 2, &isnull));
-	inv->interval_end = value_timestamptz(0, 3);
-	inv->window_lo = value_timestamptz(0, 4);
-	inv->window_hi = value_timestamptz(0, 5);
-	inv->plan = dpwin_catalog_text(0, 6);
-	inv->plan_fingerprint = dpwin_catalog_text(0, 7);
-	inv->config_fingerprint = dpwin_catalog_text(0, 8);
-	inv->schema_fingerprint = dpwin_catalog_text(0, 9);
-	inv->snapshot_id = dpwin_catalog_text(0, 10);
-	inv->lease_epoch = DatumGetInt64(dpwin_catalog_value(0, 11, &isnull));
-	inv->state = dpwin_state_from_name(dpwin_catalog_text(0, 12));
-	inv->error = dpwin_catalog_text(0, 13);
-	inv->error_sqlstate = dpwin_catalog_text(0, 14);
-	inv->caller_role = DatumGetObjectId(dpwin_catalog_value(0, 15, &isnull));
+	inv->route_id = get_int32(0, Anum_invocation_route_id);
+	inv->target_id = get_int32(0, Anum_invocation_target_id);
+	inv->interval_end = get_timestamptz(0, Anum_invocation_interval_end);
+	inv->window_lo = get_timestamptz(0, Anum_invocation_window_lo);
+	inv->window_hi = get_timestamptz(0, Anum_invocation_window_hi);
+	inv->plan = get_text(0, Anum_invocation_plan);
+	inv->plan_fingerprint = get_text(0, Anum_invocation_plan_fingerprint);
+	inv->config_fingerprint = get_text(0, Anum_invocation_config_fingerprint);
+	inv->schema_fingerprint = get_text(0, Anum_invocation_schema_fingerprint);
+	inv->snapshot_id = get_text(0, Anum_invocation_snapshot_id);
+	inv->lease_epoch = get_int64(0, Anum_invocation_lease_epoch);
+	inv->state = dpwin_state_from_name(get_text(0, Anum_invocation_state));
+	inv->error = get_text(0, Anum_invocation_error);
+	inv->error_sqlstate = get_text(0, Anum_invocation_error_sqlstate);
+	inv->caller_role = get_oid(0, Anum_invocation_caller_role);
 	MemoryContextSwitchTo(spicxt);
 	return inv;
 }
@@ -229,10 +312,9 @@ void
 dpwin_registry_transition(const pg_uuid_t *id, DpwinState to, int64 epoch,
 						  const char *errmsg_text, const char *sqlstate)
 {
-	Oid			types[4] = {UUIDOID, TEXTOID, TEXTOID, TEXTOID};
-	Datum		args[4];
-	char		nulls[4] = {' ', ' ', ' ', ' '};
-	bool		isnull;
+	Oid			types[5] = {UUIDOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID};
+	Datum		args[5];
+	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
 	DpwinState	from;
 	int32		target_id;
 	int64		inv_epoch;
@@ -244,11 +326,11 @@ dpwin_registry_transition(const pg_uuid_t *id, DpwinState to, int64 epoch,
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("dpwin invocation %s does not exist", dpwin_uuid_text(id))));
-	from = dpwin_state_from_name(dpwin_catalog_text(0, 1));
-	target_id = DatumGetInt32(dpwin_catalog_value(0, 2, &isnull));
-	inv_epoch = DatumGetInt64(dpwin_catalog_value(0, 3, &isnull));
+	from = dpwin_state_from_name(get_text(0, 1));
+	target_id = get_int32(0, 2);
+	inv_epoch = get_int64(0, 3);
 
-	if ((legal_predecessors[to] & (1u << from)) == 0)
+	if (!dpwin_state_may_follow(from, to))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("illegal state transition of dpwin invocation %s: %s -> %s",
@@ -276,15 +358,15 @@ dpwin_registry_transition(const pg_uuid_t *id, DpwinState to, int64 epoch,
 		args[3] = CStringGetTextDatum(sqlstate);
 	else
 		nulls[3] = 'n';
+	args[4] = BoolGetDatum(dpwin_state_is_final(to));
 
 	dpwin_catalog_exec("UPDATE dpwin.invocation SET state = $2,"
 					   " error = COALESCE($3, error),"
 					   " error_sqlstate = COALESCE($4, error_sqlstate),"
 					   " updated_at = clock_timestamp(),"
-					   " finished_at = CASE WHEN $2 IN ('completed', 'failed', 'abandoned',"
-					   "   'snapshot_expired', 'unknown') THEN clock_timestamp() END"
+					   " finished_at = CASE WHEN $5 THEN clock_timestamp() END"
 					   " WHERE invocation_id = $1",
-					   4, types, args, nulls, false);
+					   5, types, args, nulls, false);
 }
 
 /* UPDATE dpwin.invocation SET <column> = $2 WHERE invocation_id = $1, fenced. */
@@ -294,7 +376,6 @@ registry_set_text(const pg_uuid_t *id, int64 epoch, const char *column,
 {
 	Oid			types[2] = {UUIDOID, TEXTOID};
 	Datum		args[2];
-	bool		isnull;
 
 	args[0] = UUIDPGetDatum(uuid_copy(id));
 	args[1] = CStringGetTextDatum(value);
@@ -303,8 +384,7 @@ registry_set_text(const pg_uuid_t *id, int64 epoch, const char *column,
 		if (dpwin_catalog_exec("SELECT target_id FROM dpwin.invocation WHERE invocation_id = $1",
 							   1, types, args, NULL, false) != 1)
 			elog(ERROR, "dpwin invocation %s vanished", dpwin_uuid_text(id));
-		dpwin_lease_check_epoch(DatumGetInt32(dpwin_catalog_value(0, 1, &isnull)),
-								epoch);
+		dpwin_lease_check_epoch(get_int32(0, 1), epoch);
 	}
 	dpwin_catalog_exec(psprintf("UPDATE dpwin.invocation SET %s = $2,"
 								" updated_at = clock_timestamp()"
@@ -356,26 +436,57 @@ dpwin_registry_unsettled_publication(int32 target_id, const pg_uuid_t *except)
 						   " ORDER BY i.created_at LIMIT 1",
 						   2, types, args, NULL, false) == 0)
 		return NULL;
-	return dpwin_catalog_text(0, 1);
+	return get_text(0, 1);
+}
+
+List *
+dpwin_registry_orphans(int32 target_id, const pg_uuid_t *except)
+{
+	Oid			types[3] = {INT4OID, UUIDOID, TEXTOID};
+	Datum		args[3];
+	MemoryContext caller = CurrentMemoryContext;
+	MemoryContext spicxt;
+	List	   *orphans = NIL;
+	uint64		n;
+
+	args[0] = Int32GetDatum(target_id);
+	args[1] = UUIDPGetDatum(uuid_copy(except));
+	n = dpwin_catalog_exec("SELECT route_id, invocation_id FROM dpwin.invocation"
+						   " WHERE target_id = $1 AND invocation_id <> $2"
+						   "   AND state IN ('planned', 'extracting')",
+						   2, types, args, NULL, true);
+	spicxt = MemoryContextSwitchTo(caller);
+	for (uint64 i = 0; i < n; i++)
+	{
+		DpwinOrphan *o = palloc(sizeof(DpwinOrphan));
+
+		o->route_id = get_int32(i, 1);
+		o->id = *get_uuid(i, 2);
+		orphans = lappend(orphans, o);
+	}
+	MemoryContextSwitchTo(spicxt);
+	return orphans;
 }
 
 int
 dpwin_registry_expire_orphans(int32 target_id, int64 epoch,
 							  const pg_uuid_t *except)
 {
-	Oid			types[2] = {INT4OID, UUIDOID};
-	Datum		args[2];
+	Oid			types[5] = {INT4OID, UUIDOID, TEXTOID, TEXTOID, TEXTOID};
+	Datum		args[5];
 
 	dpwin_lease_check_epoch(target_id, epoch);
 	args[0] = Int32GetDatum(target_id);
 	args[1] = UUIDPGetDatum(uuid_copy(except));
-	return (int) dpwin_catalog_exec("UPDATE dpwin.invocation SET state = 'snapshot_expired',"
-									" error = 'the coordinator ended before extraction finished; its snapshot is gone',"
-									" error_sqlstate = '55000',"
+	args[2] = CStringGetTextDatum(dpwin_state_name(DPWIN_STATE_SNAPSHOT_EXPIRED));
+	args[3] = CStringGetTextDatum(DPWIN_SNAPSHOT_GONE);
+	args[4] = CStringGetTextDatum(unpack_sql_state(DPWIN_SNAPSHOT_GONE_ERRCODE));
+	return (int) dpwin_catalog_exec("UPDATE dpwin.invocation SET state = $3,"
+									" error = $4, error_sqlstate = $5,"
 									" updated_at = clock_timestamp(), finished_at = clock_timestamp()"
 									" WHERE target_id = $1 AND invocation_id <> $2"
 									"   AND state IN ('planned', 'extracting')",
-									2, types, args, NULL, false);
+									5, types, args, NULL, false);
 }
 
 void
@@ -417,7 +528,7 @@ dpwin_chunk_end(const pg_uuid_t *id, int chunk_no, int attempt,
 {
 	Oid			types[7] = {UUIDOID, INT4OID, INT4OID, TEXTOID, INT8OID, INT8OID, TEXTOID};
 	Datum		args[8];
-	char		nulls[9] = "       ";
+	char		nulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	Oid			types8[8];
 
 	dpwin_lease_check_epoch(target_id, epoch);
@@ -437,7 +548,6 @@ dpwin_chunk_end(const pg_uuid_t *id, int chunk_no, int attempt,
 		args[7] = CStringGetTextDatum(error);
 	else
 		nulls[7] = 'n';
-	nulls[8] = '\0';
 	if (dpwin_catalog_exec("UPDATE dpwin.chunk SET state = $4, rows = $5, bytes = $6,"
 						   " digest = $7, error = $8, finished_at = clock_timestamp()"
 						   " WHERE invocation_id = $1 AND chunk_no = $2 AND attempt = $3",
@@ -509,7 +619,6 @@ dpwin_publication_load(const pg_uuid_t *id)
 	Oid			types[1] = {UUIDOID};
 	Datum		args[1];
 	DpwinPublication *pub;
-	bool		isnull;
 	char	   *outcome;
 	MemoryContext caller = CurrentMemoryContext;
 	MemoryContext spicxt;
@@ -524,18 +633,17 @@ dpwin_publication_load(const pg_uuid_t *id)
 	/* in the caller's context: SPI_finish frees SPI's (see above) */
 	spicxt = MemoryContextSwitchTo(caller);
 	pub = palloc0(sizeof(DpwinPublication));
-	pub->target_uuid_before = dpwin_catalog_text(0, Anum_publication_target_uuid_before);
-	pub->generation_table = dpwin_catalog_text(0, Anum_publication_generation_table);
-	pub->generation_uuid = dpwin_catalog_text(0, Anum_publication_generation_uuid);
-	pub->backup_table = dpwin_catalog_text(0, Anum_publication_backup_table);
-	outcome = dpwin_catalog_text(0, Anum_publication_outcome);
+	pub->target_uuid_before = get_text(0, Anum_publication_target_uuid_before);
+	pub->generation_table = get_text(0, Anum_publication_generation_table);
+	pub->generation_uuid = get_text(0, Anum_publication_generation_uuid);
+	pub->backup_table = get_text(0, Anum_publication_backup_table);
+	outcome = get_text(0, Anum_publication_outcome);
 	pub->outcome = DPWIN_OUTCOME_NONE;
 	for (int o = DPWIN_OUTCOME_PUBLISHED; outcome && o <= DPWIN_OUTCOME_UNKNOWN; o++)
 		if (strcmp(outcome, dpwin_outcome_name((DpwinOutcome) o)) == 0)
 			pub->outcome = (DpwinOutcome) o;
-	pub->lease_epoch = DatumGetInt64(dpwin_catalog_value(0, Anum_publication_lease_epoch,
-														 &isnull));
-	pub->exchange_query_id = dpwin_catalog_text(0, Anum_publication_exchange_query_id);
+	pub->lease_epoch = get_int64(0, Anum_publication_lease_epoch);
+	pub->exchange_query_id = get_text(0, Anum_publication_exchange_query_id);
 	MemoryContextSwitchTo(spicxt);
 	return pub;
 }
@@ -623,4 +731,171 @@ dpwin_route_state_advance(int32 route_id, TimestampTz interval_end,
 					   "   updated_at = clock_timestamp()"
 					   " WHERE dpwin.route_state.last_interval_end < EXCLUDED.last_interval_end",
 					   3, types, args, NULL, false);
+}
+
+/*
+ * The one text column of the one row that `sql` selects for invocation
+ * $1; NULL when there is none, or it is null.  Not read_only: a new
+ * snapshot, which sees what a coordinator has committed meanwhile.
+ */
+static char *
+text_of_invocation(const char *sql, const pg_uuid_t *id, bool read_only)
+{
+	Oid			types[1] = {UUIDOID};
+	Datum		args[1];
+
+	args[0] = UUIDPGetDatum(uuid_copy(id));
+	if (dpwin_catalog_exec(sql, 1, types, args, NULL, read_only) != 1)
+		return NULL;
+	return get_text(0, 1);
+}
+
+char *
+dpwin_registry_digest_key(const pg_uuid_t *id)
+{
+	return text_of_invocation("SELECT plan->>'digest_key' FROM dpwin.invocation"
+							  " WHERE invocation_id = $1", id, true);
+}
+
+/* Columns of dpwin_chunk_load()'s query of dpwin.chunk. */
+#define Anum_chunk_chunk_no			1
+#define Anum_chunk_state			2
+#define Anum_chunk_staging_table	3
+#define Anum_chunk_rows				4
+#define Anum_chunk_bytes			5
+#define Anum_chunk_digest			6
+#define Anum_chunk_attempts			7
+#define Anum_chunk_lo				8
+#define Anum_chunk_hi				9
+
+DpwinChunkSlot *
+dpwin_chunk_load(const pg_uuid_t *id, int *nchunks)
+{
+	Oid			types[1] = {UUIDOID};
+	Datum		args[1];
+	MemoryContext caller = CurrentMemoryContext;
+	MemoryContext spicxt;
+	DpwinChunkSlot *slots;
+	int			n;
+
+	args[0] = UUIDPGetDatum(uuid_copy(id));
+	n = (int) dpwin_catalog_exec("SELECT chunk_no, state, staging_table, rows, bytes,"
+								 " digest, attempt + 1, lo, hi"
+								 " FROM dpwin.chunk WHERE invocation_id = $1 ORDER BY chunk_no",
+								 1, types, args, NULL, true);
+	/* in the caller's context: SPI_finish frees SPI's */
+	spicxt = MemoryContextSwitchTo(caller);
+	slots = palloc0(sizeof(DpwinChunkSlot) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+	{
+		DpwinChunkSlot *s = &slots[i];
+		char	   *v;
+
+		s->chunk_no = get_int32(i, Anum_chunk_chunk_no);
+		v = get_text(i, Anum_chunk_state);
+		s->result = strcmp(v, "verified") == 0 ? DPWIN_CHUNK_VERIFIED :
+			strcmp(v, "skipped") == 0 ? DPWIN_CHUNK_SKIPPED : DPWIN_CHUNK_FAILED;
+		if ((v = get_text(i, Anum_chunk_staging_table)) != NULL)
+			strlcpy(s->staging_table, v, sizeof(s->staging_table));
+		s->rows = (uint64) get_int64_or(i, Anum_chunk_rows, 0);
+		s->bytes = (uint64) get_int64_or(i, Anum_chunk_bytes, 0);
+		if ((v = get_text(i, Anum_chunk_digest)) != NULL)
+			(void) dpwin_digest_from_text(v, &s->digest);
+		s->attempts = get_int32(i, Anum_chunk_attempts);
+		s->lo = get_timestamptz(i, Anum_chunk_lo);
+		s->hi = get_timestamptz(i, Anum_chunk_hi);
+	}
+	MemoryContextSwitchTo(spicxt);
+	*nchunks = n;
+	return slots;
+}
+
+/* The metrics of an invocation's evidence, as jsonb text; NULL when none. */
+char *
+dpwin_evidence_metrics(const pg_uuid_t *id)
+{
+	return text_of_invocation("SELECT metrics::text FROM dpwin.evidence"
+							  " WHERE invocation_id = $1", id, true);
+}
+
+void
+dpwin_verification_record(const DpwinVerification *v)
+{
+	Oid			types[11] = {UUIDOID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID,
+		TIMESTAMPTZOID, TEXTOID, UUIDOID, TEXTOID, INT4OID, OIDOID, TIMESTAMPTZOID};
+	Datum		args[11];
+
+	args[0] = UUIDPGetDatum(uuid_copy(&v->id));
+	args[1] = Int32GetDatum(v->route_id);
+	args[2] = TimestampTzGetDatum(v->interval_end);
+	args[3] = TimestampTzGetDatum(v->window_lo);
+	args[4] = TimestampTzGetDatum(v->window_hi);
+	args[5] = CStringGetTextDatum(v->snapshot_id);
+	args[6] = DirectFunctionCall1(uuid_in, CStringGetDatum(v->target_uuid));
+	args[7] = CStringGetTextDatum(v->chunks_json);
+	args[8] = Int32GetDatum(v->drifting_chunks);
+	args[9] = ObjectIdGetDatum(v->caller_role);
+	args[10] = TimestampTzGetDatum(v->started_at);
+	dpwin_catalog_exec("INSERT INTO dpwin.verification (verification_id, route_id,"
+					   " interval_end, window_lo, window_hi, snapshot_id, target_uuid,"
+					   " chunks, drifting_chunks, caller_role, started_at)"
+					   " VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9, $10, $11)",
+					   11, types, args, NULL, false);
+}
+
+/* For the caller: sees the coordinator's commit. */
+char *
+dpwin_registry_result(const pg_uuid_t *id)
+{
+	return text_of_invocation("SELECT result::text FROM dpwin.invocation"
+							  " WHERE invocation_id = $1", id, false);
+}
+
+/* Columns of dpwin_verification_chunks()'s query: its result rows. */
+#define Natts_verification_chunk	6
+
+void
+dpwin_verification_chunks(const pg_uuid_t *id, Tuplestorestate *tupstore,
+						  TupleDesc desc)
+{
+	Oid			types[1] = {UUIDOID};
+	Datum		args[1];
+	uint64		n;
+
+	args[0] = UUIDPGetDatum(uuid_copy(id));
+	/* not read-only: a new snapshot, which sees the coordinator's commit */
+	n = dpwin_catalog_exec("SELECT c.chunk_no, c.lo, c.hi, c.source_rows, c.target_rows, c.matches"
+						   " FROM dpwin.verification v,"
+						   " jsonb_to_recordset(v.chunks) AS c(chunk_no integer, lo timestamptz,"
+						   "   hi timestamptz, source_rows bigint, target_rows bigint, matches boolean)"
+						   " WHERE v.verification_id = $1 ORDER BY c.chunk_no",
+						   1, types, args, NULL, false);
+	for (uint64 i = 0; i < n; i++)
+	{
+		Datum		values[Natts_verification_chunk];
+		bool		nulls[Natts_verification_chunk];
+
+		for (int col = 0; col < Natts_verification_chunk; col++)
+			values[col] = dpwin_catalog_value(i, col + 1, &nulls[col]);
+		tuplestore_putvalues(tupstore, desc, values, nulls);
+	}
+}
+
+List *
+dpwin_publication_backups(int32 route_id)
+{
+	Oid			types[1] = {INT4OID};
+	Datum		args[1];
+	List	   *names = NIL;
+	uint64		n;
+
+	args[0] = Int32GetDatum(route_id);
+	n = dpwin_catalog_exec("SELECT p.backup_table FROM dpwin.publication p"
+						   " JOIN dpwin.invocation i USING (invocation_id)"
+						   " WHERE i.route_id = $1 AND p.outcome = 'published'"
+						   " ORDER BY p.intent_at DESC",
+						   1, types, args, NULL, true);
+	for (uint64 i = 0; i < n; i++)
+		names = lappend(names, get_text(i, 1));
+	return names;
 }

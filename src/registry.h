@@ -16,11 +16,14 @@
 #ifndef DPWIN_REGISTRY_H
 #define DPWIN_REGISTRY_H
 
+#include "access/tupdesc.h"
 #include "datatype/timestamp.h"
 #include "nodes/pg_list.h"
+#include "utils/tuplestore.h"
 #include "utils/uuid.h"
 
 #include "digest.h"
+#include "extract.h"
 
 typedef enum DpwinState
 {
@@ -91,6 +94,40 @@ extern const char *dpwin_outcome_name(DpwinOutcome outcome);
 extern DpwinState dpwin_state_from_name(const char *name);
 extern bool dpwin_state_is_final(DpwinState state);
 
+/* May an invocation go from `from` to `to`? (docs/design.md) */
+extern bool dpwin_state_may_follow(DpwinState from, DpwinState to);
+
+/*
+ * Why an invocation left planned or extracting by a coordinator that is
+ * gone can never go on, as journaled and reported.
+ */
+#define DPWIN_SNAPSHOT_GONE \
+	"the coordinator ended before extraction finished; its snapshot is gone"
+#define DPWIN_SNAPSHOT_GONE_ERRCODE ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE
+
+/* An invocation left before publication by a coordinator that is gone. */
+typedef struct DpwinOrphan
+{
+	int32		route_id;
+	pg_uuid_t	id;
+} DpwinOrphan;
+
+/* A verification, as dpwin.verification records it. */
+typedef struct DpwinVerification
+{
+	pg_uuid_t	id;
+	int32		route_id;
+	TimestampTz interval_end;
+	TimestampTz window_lo;
+	TimestampTz window_hi;
+	const char *snapshot_id;
+	const char *target_uuid;
+	const char *chunks_json;	/* jsonb text */
+	int32		drifting_chunks;
+	Oid			caller_role;
+	TimestampTz started_at;
+} DpwinVerification;
+
 extern char *dpwin_uuid_text(const pg_uuid_t *id);
 
 /* Load an invocation; NULL when missing and missing_ok. */
@@ -119,6 +156,9 @@ extern void dpwin_registry_set_snapshot(const pg_uuid_t *id, int64 epoch,
 										const char *snapshot_id);
 extern void dpwin_registry_set_result(const pg_uuid_t *id, const char *result_json);
 
+/* The result journaled with the completion (jsonb text); NULL when none. */
+extern char *dpwin_registry_result(const pg_uuid_t *id);
+
 /*
  * An older invocation of the target whose publication is not settled
  * (intent without outcome, or outcome unknown); NULL when none.
@@ -132,8 +172,18 @@ extern char *dpwin_registry_unsettled_publication(int32 target_id,
  * running): their snapshot is gone.  Marks them snapshot_expired and
  * returns how many.
  */
+extern List *dpwin_registry_orphans(int32 target_id, const pg_uuid_t *except);
 extern int	dpwin_registry_expire_orphans(int32 target_id, int64 epoch,
 										  const pg_uuid_t *except);
+
+/* The digest keys of an invocation's plan, as text; NULL when none. */
+extern char *dpwin_registry_digest_key(const pg_uuid_t *id);
+
+/*
+ * The chunk journal of an invocation, in chunk order, as receipts (a
+ * chunk neither verified nor skipped reads as failed).
+ */
+extern DpwinChunkSlot *dpwin_chunk_load(const pg_uuid_t *id, int *nchunks);
 
 /* Chunk journal (all fenced by epoch). */
 extern void dpwin_chunk_begin(const pg_uuid_t *id, int chunk_no, int attempt,
@@ -172,6 +222,22 @@ extern bool dpwin_evidence_write(const pg_uuid_t *id, int32 route_id,
 								 int32 target_id, int64 epoch,
 								 const char *metrics_json,
 								 Oid evidence_function);
+
+/* The metrics of an invocation's evidence (jsonb text); NULL when none. */
+extern char *dpwin_evidence_metrics(const pg_uuid_t *id);
+
+/* Journal a verification (no lease: it changes nothing it fences). */
+extern void dpwin_verification_record(const DpwinVerification *v);
+
+/*
+ * The (chunk_no, lo, hi, source_rows, target_rows, matches) rows of a
+ * verification.
+ */
+extern void dpwin_verification_chunks(const pg_uuid_t *id,
+									  Tuplestorestate *tupstore, TupleDesc desc);
+
+/* The backups a route's publications kept, newest first. */
+extern List *dpwin_publication_backups(int32 route_id);
 
 /* Advance route state by CAS; never moves it backwards. */
 extern void dpwin_route_state_advance(int32 route_id, TimestampTz interval_end,

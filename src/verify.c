@@ -18,16 +18,14 @@
  */
 #include "dpwin.h"
 
-#include "catalog/pg_type.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
-#include "utils/builtins.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 #include "bgworker.h"
-#include "catalog.h"
-#include "coordinator.h"
+#include "invocation.h"
+#include "verify.h"
 #include "window.h"
 
 /* The per-chunk results as a jsonb array text; counts the drifting chunks. */
@@ -39,21 +37,21 @@ chunk_results(Coordinator *c, const DpwinDigest *target, int *drifting)
 	*drifting = 0;
 	initStringInfo(&buf);
 	appendStringInfoChar(&buf, '[');
-	for (int i = 0; i < c->nchunks; i++)
+	for (int i = 0; i < c->ext.nchunks; i++)
 	{
-		DpwinChunkSlot *s = &c->slots[i];
+		DpwinChunkSlot *s = &c->ext.slots[i];
 		bool		matches = dpwin_digest_equal(&s->digest, &target[i]);
 
 		if (!matches)
 			(*drifting)++;
 		appendStringInfo(&buf, "%s{\"chunk_no\": %d", i ? ", " : "", s->chunk_no);
-		coordinator_json_text(&buf, "lo", dpwin_timestamp_utc(s->lo), true);
-		coordinator_json_text(&buf, "hi", dpwin_timestamp_utc(s->hi), true);
+		dpwin_json_text(&buf, "lo", dpwin_timestamp_utc(s->lo), true);
+		dpwin_json_text(&buf, "hi", dpwin_timestamp_utc(s->hi), true);
 		appendStringInfo(&buf, ", \"source_rows\": " UINT64_FORMAT ", \"target_rows\": " UINT64_FORMAT
 						 ", \"matches\": %s",
 						 s->digest.count, target[i].count, matches ? "true" : "false");
-		coordinator_json_text(&buf, "source_digest", dpwin_digest_to_text(&s->digest), true);
-		coordinator_json_text(&buf, "target_digest", dpwin_digest_to_text(&target[i]), true);
+		dpwin_json_text(&buf, "source_digest", dpwin_digest_to_text(&s->digest), true);
+		dpwin_json_text(&buf, "target_digest", dpwin_digest_to_text(&target[i]), true);
 		appendStringInfoChar(&buf, '}');
 	}
 	appendStringInfoChar(&buf, ']');
@@ -65,32 +63,26 @@ static void
 record_verification(Coordinator *c, const char *target_uuid, const char *results,
 					int drifting, TimestampTz started)
 {
-	Oid			types[11] = {UUIDOID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID,
-		TIMESTAMPTZOID, TEXTOID, UUIDOID, TEXTOID, INT4OID, OIDOID, TIMESTAMPTZOID};
-	Datum		args[11];
+	DpwinVerification v;
 
-	args[0] = UUIDPGetDatum(&c->id);
-	args[1] = Int32GetDatum(c->route->route_id);
-	args[2] = TimestampTzGetDatum(c->interval_end);
-	args[3] = TimestampTzGetDatum(c->lo);
-	args[4] = TimestampTzGetDatum(c->hi);
-	args[5] = CStringGetTextDatum(c->snapshot_name);
-	args[6] = DirectFunctionCall1(uuid_in, CStringGetDatum(target_uuid));
-	args[7] = CStringGetTextDatum(results);
-	args[8] = Int32GetDatum(drifting);
-	args[9] = ObjectIdGetDatum(GetUserId());
-	args[10] = TimestampTzGetDatum(started);
+	v.id = c->id;
+	v.route_id = c->route->route_id;
+	v.interval_end = c->interval_end;
+	v.window_lo = c->lo;
+	v.window_hi = c->hi;
+	v.snapshot_id = c->ext.snapshot_name;
+	v.target_uuid = target_uuid;
+	v.chunks_json = results;
+	v.drifting_chunks = drifting;
+	v.caller_role = GetUserId();
+	v.started_at = started;
 	dpwin_xact_begin("dpwin: recording a verification");
-	dpwin_catalog_exec("INSERT INTO dpwin.verification (verification_id, route_id,"
-					   " interval_end, window_lo, window_hi, snapshot_id, target_uuid,"
-					   " chunks, drifting_chunks, caller_role, started_at)"
-					   " VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9, $10, $11)",
-					   11, types, args, NULL, false);
+	dpwin_verification_record(&v);
 	dpwin_xact_commit(c->cxt);
 }
 
 void
-coordinator_verify(Coordinator *c)
+dpwin_verify_run(Coordinator *c)
 {
 	TimestampTz started = GetCurrentTimestamp();
 	DpwinDigest *target;
@@ -100,23 +92,25 @@ coordinator_verify(Coordinator *c)
 	int			drifting;
 	const char *db;
 	const char *table;
+	DpwinExtractJob job;
 
-	coordinator_load(c, c->call->route_id);
+	dpwin_invocation_load(c, c->call->route_id);
 	db = c->route->target_database;
 	table = c->route->target_table;
-	coordinator_plan_window(c);
+	dpwin_invocation_plan_window(c);
 
 	/* Read-only admission: the target's columns and types, as a refresh. */
-	c->target = coordinator_admit_target(c);
+	c->target = dpwin_extraction_admit(c->client, c->route, c->cxt);
 
 	/* The source: one snapshot, the route's parallelism, digests only. */
-	coordinator_extract_chunks(c, DPWIN_EXTRACT_DIGEST, NULL);
+	job = dpwin_invocation_extract_job(c);
+	(void) dpwin_extraction_run(&c->ext, &job, DPWIN_EXTRACT_DIGEST, NULL, NULL);
 
 	/* The target: every chunk in one statement, of one table generation. */
-	target = palloc(sizeof(DpwinDigest) * c->nchunks);
+	target = palloc(sizeof(DpwinDigest) * c->ext.nchunks);
 	uuid_before = dpwin_target_table_uuid(c->client, db, table);
 	dpwin_target_chunk_digests(c->client, c->target, table, c->route->window_column,
-							   c->chunks, &c->key, target);
+							   c->ext.chunks, &c->ext.key, target);
 	uuid_after = dpwin_target_table_uuid(c->client, db, table);
 	if (uuid_before == NULL || uuid_after == NULL ||
 		strcmp(uuid_before, uuid_after) != 0)
@@ -136,6 +130,6 @@ coordinator_verify(Coordinator *c)
 			sizeof(c->call->state));
 	c->call->window_lo = c->lo;
 	c->call->window_hi = c->hi;
-	c->call->chunks = c->nchunks;
-	c->call->source_rows = c->source_rows;
+	c->call->chunks = c->ext.nchunks;
+	c->call->source_rows = c->ext.source_rows;
 }

@@ -1,0 +1,130 @@
+/*-------------------------------------------------------------------------
+ *
+ * build.c
+ *	  The generation of a refresh (docs/design.md, "Publication"): the
+ *	  target admitted again under the lease, the ranges a refresh replaces,
+ *	  and the clone of the target with the window removed, which the steps
+ *	  of extraction (as a head start) and of building prepare alike.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "dpwin.h"
+
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "build.h"
+#include "names.h"
+#include "window.h"
+
+/*
+ * Target admission in a transaction of its own (type parity consults the
+ * system caches), refusing a target that is not the table the invocation
+ * was planned against.
+ */
+DpwinTargetInfo *
+dpwin_build_readmit_target(Coordinator *c, const char *when)
+{
+	DpwinTargetInfo *now;
+	char	   *qtarget = ch_qualified_name(c->route->target_database,
+											c->route->target_table);
+
+	now = dpwin_extraction_admit(c->client, c->route, c->cxt);
+
+	if (c->target != NULL && strcmp(now->uuid, c->target->uuid) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("target %s was replaced %s", qtarget, when),
+				 errdetail("Its UUID was %s and is now %s.", c->target->uuid, now->uuid),
+				 errhint("dpwin refuses to publish over a table it did not prepare; start a new invocation.")));
+	if (c->schema_fingerprint != NULL &&
+		strcmp(now->schema_fingerprint, c->schema_fingerprint) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the schema of target %s changed %s", qtarget, when),
+				 errhint("dpwin refuses to publish a generation with a stale schema; start a new invocation.")));
+	if (c->schema_fingerprint == NULL)
+		c->schema_fingerprint = MemoryContextStrdup(c->cxt, now->schema_fingerprint);
+	return now;
+}
+
+/* The whole window, as the one range a refresh replaces. */
+List *
+dpwin_build_window_ranges(Coordinator *c)
+{
+	DpwinChunkBounds *r = palloc(sizeof(DpwinChunkBounds));
+
+	r->chunk_no = 0;
+	r->lo = c->lo;
+	r->hi = c->hi;
+	return list_make1(r);
+}
+
+/* The staged chunks (all but the skipped ones), as contiguous ranges. */
+List *
+dpwin_build_staged_ranges(Coordinator *c)
+{
+	List	   *staged = NIL;
+
+	for (int i = 0; i < c->ext.nchunks; i++)
+	{
+		DpwinChunkBounds *b;
+
+		if (c->ext.slots[i].result != DPWIN_CHUNK_VERIFIED)
+			continue;
+		b = palloc(sizeof(DpwinChunkBounds));
+		b->chunk_no = c->ext.slots[i].chunk_no;
+		b->lo = c->ext.slots[i].lo;
+		b->hi = c->ext.slots[i].hi;
+		staged = lappend(staged, b);
+	}
+	return dpwin_generation_merge_ranges(staged);
+}
+
+/*
+ * Chunks that were skipped keep their rows from a clone of the target made
+ * after they were compared (by a recovering process, or after the target's
+ * parts changed): those rows must still be what the source had.
+ */
+void
+dpwin_build_check_skipped_rows(Coordinator *c)
+{
+	DpwinDigest *now = palloc(sizeof(DpwinDigest) * c->ext.nchunks);
+
+	dpwin_target_chunk_digests(c->client, c->target, c->build.generation,
+							   c->route->window_column, c->ext.chunks, &c->ext.key, now);
+	for (int i = 0; i < c->ext.nchunks; i++)
+		if (c->ext.slots[i].result == DPWIN_CHUNK_SKIPPED &&
+			!dpwin_digest_equal(&now[i], &c->ext.slots[i].digest))
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("target %s changed inside skipped chunk %d since invocation %s compared it",
+							ch_qualified_name(c->route->target_database, c->route->target_table),
+							c->ext.slots[i].chunk_no, dpwin_uuid_text(&c->id)),
+					 errhint("Start a new invocation.")));
+}
+
+/*
+ * Clone the target into a fresh generation and remove the window from the
+ * clone.  A first run does it while the chunk workers read the source;
+ * recovery, and a run whose generation went with a failed attempt, before
+ * the staged parts are attached.
+ */
+void
+dpwin_build_prepare_generation(Coordinator *c, List *ranges)
+{
+	TimestampTz started = GetCurrentTimestamp();
+	MemoryContext oldcxt;
+
+	/* during extraction the snapshot's transaction is current: stay out of it */
+	oldcxt = MemoryContextSwitchTo(c->cxt);
+
+	c->build.generation = MemoryContextStrdup(c->cxt,
+											  dpwin_generation_name(c->route->route_id, &c->id));
+	dpwin_target_drop_table(c->client, c->route->target_database, c->build.generation);
+	c->build.gen = dpwin_generation_clone(c->client, c->target, c->route->window_column,
+										  ranges, c->build.generation, &c->ext.key);
+	dpwin_generation_remove_ranges(c->client, c->target, c->build.gen);
+	c->times.build = dpwin_seconds_since(started);
+	MemoryContextSwitchTo(oldcxt);
+}

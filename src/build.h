@@ -1,0 +1,34 @@
+/*-------------------------------------------------------------------------
+ *
+ * build.h
+ *	  The generation of a refresh: admission under the lease, the ranges a
+ *	  refresh replaces, and the clone of the target with the window
+ *	  removed.  Used by the steps (steps.h); calls none.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef DPWIN_BUILD_H
+#define DPWIN_BUILD_H
+
+#include "invocation.h"
+
+/*
+ * Admit the target again, refusing one that is not the table the
+ * invocation was planned against (another UUID, another schema); `when`
+ * ends the error message.
+ */
+extern DpwinTargetInfo *dpwin_build_readmit_target(Coordinator *c, const char *when);
+
+/* The whole window, as the one range a refresh replaces. */
+extern List *dpwin_build_window_ranges(Coordinator *c);
+
+/* The staged chunks (all but the skipped ones), as contiguous ranges. */
+extern List *dpwin_build_staged_ranges(Coordinator *c);
+
+/* Do the skipped chunks' rows in the generation still match the source? */
+extern void dpwin_build_check_skipped_rows(Coordinator *c);
+
+/* Clone the target into a fresh generation without the ranges. */
+extern void dpwin_build_prepare_generation(Coordinator *c, List *ranges);
+
+#endif							/* DPWIN_BUILD_H */

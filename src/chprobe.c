@@ -1,0 +1,81 @@
+/*-------------------------------------------------------------------------
+ *
+ * chprobe.c
+ *	  The ClickHouse statements of the coordinator that no lower module
+ *	  owns (chprobe.h).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "dpwin.h"
+
+#include "chprobe.h"
+
+void
+dpwin_chprobe_window_facts(ChClient *client, const DpwinTargetInfo *target,
+						   const char *database, const char *table,
+						   const char *window_column, TimestampTz lo,
+						   TimestampTz hi, char **days, char **bounds)
+{
+	char	   *w = ch_quote_ident(window_column);
+	char	   *tbl = ch_qualified_name(database, table);
+	char	   *inwin = dpwin_target_window_predicate(target, window_column, lo, hi);
+
+	/*
+	 * PREWHERE, not WHERE: choosing what to move to PREWHERE costs the
+	 * server about a millisecond per part, 0.25 s on a 300-partition
+	 * target (docs/benchmark.md).
+	 */
+	*days = ch_scalar(client,
+					  psprintf("SELECT toJSONString(CAST((groupArray(d), groupArray(n)) AS Tuple(days Array(String), rows Array(UInt64))))"
+							   " FROM (SELECT toString(toDate32(%s)) AS d, count() AS n FROM %s"
+							   " PREWHERE %s GROUP BY d ORDER BY d)", w, tbl, inwin));
+	*bounds = ch_scalar(client,
+						psprintf("SELECT toJSONString(CAST((toString(minOrNull(w)), toString(maxOrNull(w)), countIf(NOT isNull(w)), countIf(isNull(w))) AS"
+								 " Tuple(min Nullable(String), max Nullable(String), window_rows UInt64, null_window_rows UInt64)))"
+								 " FROM (SELECT %s AS w FROM %s WHERE (%s) OR isNull(%s))",
+								 w, tbl, inwin, w));
+}
+
+int64
+dpwin_chprobe_count(ChClient *client, const char *database, const char *table)
+{
+	char	   *n = ch_scalar(client, psprintf("SELECT count() FROM %s",
+											   ch_qualified_name(database, table)));
+
+	return strtoll(n, NULL, 10);
+}
+
+/*
+ * A proxy in front of the server may run statements under ids of its own;
+ * there a statement may still be queued or running, invisibly.  The probe
+ * looks for itself.
+ */
+bool
+dpwin_chprobe_query_ids_visible(ChClient *client)
+{
+	char	   *query_id = ch_next_query_id(client, "probe-query-id");
+	char	   *answer;
+
+	answer = ch_exec_id(client,
+						psprintf("SELECT count() FROM system.processes WHERE query_id = %s"
+								 " FORMAT TabSeparated", ch_quote_literal(query_id)),
+						query_id);
+	return strtol(answer, NULL, 10) == 1;
+}
+
+/*
+ * By query_id prefix, and by the table prefix in their text for servers
+ * that do not keep a client's query_id.
+ */
+ChHttpStatus
+dpwin_chprobe_settle(ChClient *client, const char *table_prefix)
+{
+	ChHttpReply reply;
+	char	   *sql;
+
+	sql = psprintf("KILL QUERY WHERE (startsWith(query_id, %s) OR position(query, %s) > 0)"
+				   " AND query_id != queryID() SYNC FORMAT TabSeparated",
+				   ch_quote_literal(client->query_id_prefix),
+				   ch_quote_literal(table_prefix));
+	return ch_try(client, sql, ch_next_query_id(client, "settle"), NULL, NULL, &reply);
+}

@@ -1,0 +1,45 @@
+/*-------------------------------------------------------------------------
+ *
+ * chprobe.h
+ *	  The ClickHouse statements of the coordinator that no lower module
+ *	  owns: what the published target holds, whether the server shows a
+ *	  client's query_id, and stopping the statements of an invocation.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef DPWIN_CHPROBE_H
+#define DPWIN_CHPROBE_H
+
+#include "chclient.h"
+#include "target.h"
+
+/*
+ * UTC-day counts and window bounds of [lo, hi) in a table, as JSON
+ * objects (docs/design.md, "Evidence").
+ */
+extern void dpwin_chprobe_window_facts(ChClient *client,
+									   const DpwinTargetInfo *target,
+									   const char *database, const char *table,
+									   const char *window_column,
+									   TimestampTz lo, TimestampTz hi,
+									   char **days, char **bounds);
+
+/* The number of rows of a table. */
+extern int64 dpwin_chprobe_count(ChClient *client, const char *database,
+								 const char *table);
+
+/*
+ * Does the server list statements under the query_id the client sent?
+ * Only then does finding none in system.processes prove that a statement
+ * has ended.
+ */
+extern bool dpwin_chprobe_query_ids_visible(ChClient *client);
+
+/*
+ * Stop and wait for every statement of an invocation: those whose
+ * query_id starts with the client's prefix, or whose text names the
+ * invocation's table prefix.  Returns the transport status.
+ */
+extern ChHttpStatus dpwin_chprobe_settle(ChClient *client, const char *table_prefix);
+
+#endif							/* DPWIN_CHPROBE_H */

@@ -1,0 +1,301 @@
+/*-------------------------------------------------------------------------
+ *
+ * invocation.c
+ *	  One invocation as its coordinator knows it (docs/design.md, "The
+ *	  state machine"): loading its route, planning its window, registering
+ *	  it or recalling it from the journal, and the one function that
+ *	  changes its state.
+ *
+ *	  A step of the machine never writes the state: it returns the next
+ *	  state and what must commit with it, and the machine hands both to
+ *	  dpwin_invocation_transition(), which asserts the legal predecessor
+ *	  (as the journal does again under its row lock), journals the change
+ *	  in one transaction with that work, and only then sets c->state.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "dpwin.h"
+
+#include "miscadmin.h"
+#include "utils/json.h"
+#include "utils/memutils.h"
+
+#include "bgworker.h"
+#include "invocation.h"
+#include "lease.h"
+#include "names.h"
+#include "window.h"
+
+/* The only assignment of c->state. */
+static void
+invocation_set_state(Coordinator *c, DpwinState to)
+{
+	c->state = to;
+}
+
+void
+dpwin_invocation_init(Coordinator *c, DpwinCallShared *call)
+{
+	memset(c, 0, sizeof(*c));
+	c->call = call;
+	c->id = call->invocation_id;
+	c->cxt = AllocSetContextCreate(TopMemoryContext, "dpwin coordinator",
+								   ALLOCSET_DEFAULT_SIZES);
+	c->progress_slot = -1;
+	c->times.extract = c->times.build = c->times.verify = c->times.publish = -1;
+	invocation_set_state(c, DPWIN_STATE_PLANNED);
+}
+
+void
+dpwin_json_text(StringInfo buf, const char *key, const char *value, bool comma)
+{
+	if (comma)
+		appendStringInfoString(buf, ", ");
+	escape_json(buf, key);
+	appendStringInfoString(buf, ": ");
+	if (value)
+		escape_json(buf, value);
+	else
+		appendStringInfoString(buf, "null");
+}
+
+void
+dpwin_invocation_transition(Coordinator *c, DpwinState to, DpwinCommitWith with,
+							const char *message, int sqlerrcode)
+{
+	if (!dpwin_state_may_follow(c->state, to))
+		elog(ERROR, "dpwin: invocation %s cannot go from %s to %s",
+			 dpwin_uuid_text(&c->id), dpwin_state_name(c->state),
+			 dpwin_state_name(to));
+
+	dpwin_xact_begin("dpwin: state change");
+	if (with != NULL)
+		with(c);
+	dpwin_registry_transition(&c->id, to, c->epoch, message,
+							  sqlerrcode ? unpack_sql_state(sqlerrcode) : NULL);
+	dpwin_xact_commit(c->cxt);
+	invocation_set_state(c, to);
+}
+
+void
+dpwin_invocation_load(Coordinator *c, int32 route_id)
+{
+	dpwin_xact_begin("dpwin: loading the route");
+	MemoryContextSwitchTo(c->cxt);
+	c->route = dpwin_route_load_by_id(route_id);
+	dpwin_route_check_can_refresh(c->route);
+	c->conf = dpwin_server_conf(c->route->server_name, GetUserId());
+	c->target_id = dpwin_lease_target_id(c->route->server_name,
+										 c->route->target_database,
+										 c->route->target_table);
+	dpwin_xact_commit(c->cxt);
+	c->client = ch_client_open(c->conf, psprintf("dpwin-%s-", dpwin_uuid_text(&c->id)));
+}
+
+/*
+ * The call's window, cut into chunks exactly as dpwin.plan() shows them,
+ * and fresh digest keys: what a refresh and a verification start from.
+ */
+void
+dpwin_invocation_plan_window(Coordinator *c)
+{
+	c->interval_end = c->call->interval_end;
+	c->ext.chunks = dpwin_window_chunks(c->interval_end, c->route->lookback_us,
+										c->route->chunk_us);
+	c->lo = ((DpwinChunkBounds *) linitial(c->ext.chunks))->lo;
+	c->hi = c->interval_end;
+	dpwin_digest_key_generate(&c->ext.key);
+}
+
+/* Drop every table of this invocation but backups (best effort). */
+void
+dpwin_invocation_drop_own_tables(Coordinator *c)
+{
+	List	   *tables;
+	ListCell   *lc;
+
+	if (c->client == NULL || c->route == NULL)
+		return;
+	tables = dpwin_target_list_tables(c->client, c->route->target_database,
+									  dpwin_invocation_table_prefix(c->route->route_id, &c->id));
+	foreach(lc, tables)
+		dpwin_target_drop_table(c->client, c->route->target_database, lfirst(lc));
+}
+
+/* The immutable plan, as jsonb text. */
+static char *
+plan_json(Coordinator *c)
+{
+	StringInfoData buf;
+	ListCell   *lc;
+	DpwinRoute *r = c->route;
+
+	initStringInfo(&buf);
+	appendStringInfoString(&buf, "{");
+	dpwin_json_text(&buf, "route", r->route_name, false);
+	appendStringInfo(&buf, ", \"route_id\": %d", r->route_id);
+	dpwin_json_text(&buf, "interval_end", dpwin_timestamp_utc(c->interval_end), true);
+	dpwin_json_text(&buf, "window_lo", dpwin_timestamp_utc(c->lo), true);
+	dpwin_json_text(&buf, "window_hi", dpwin_timestamp_utc(c->hi), true);
+	appendStringInfo(&buf, ", \"lookback_us\": " INT64_FORMAT ", \"chunk_us\": " INT64_FORMAT,
+					 r->lookback_us, r->chunk_us);
+	dpwin_json_text(&buf, "source", psprintf("%s.%s", r->source_schema, r->source_table), true);
+	dpwin_json_text(&buf, "window_column", r->window_column, true);
+	appendStringInfoString(&buf, ", \"columns\": [");
+	for (int i = 0; i < r->ncolumns; i++)
+	{
+		if (i)
+			appendStringInfoString(&buf, ", ");
+		escape_json(&buf, r->columns[i]);
+	}
+	appendStringInfoString(&buf, "]");
+	dpwin_json_text(&buf, "server", r->server_name, true);
+	dpwin_json_text(&buf, "target_database", r->target_database, true);
+	dpwin_json_text(&buf, "target_table", r->target_table, true);
+	appendStringInfo(&buf, ", \"parallelism\": %d, \"batch_rows\": %d, \"max_encoded_bytes\": " INT64_FORMAT,
+					 r->parallelism, r->batch_rows, r->max_encoded_bytes);
+	dpwin_json_text(&buf, "config_fingerprint", r->config_fingerprint, true);
+	dpwin_json_text(&buf, "digest_key", dpwin_digest_key_to_text(&c->ext.key), true);
+	appendStringInfoString(&buf, ", \"chunks\": [");
+	foreach(lc, c->ext.chunks)
+	{
+		DpwinChunkBounds *b = lfirst(lc);
+
+		appendStringInfo(&buf, "%s{\"chunk_no\": %d, ", foreach_current_index(lc) ? ", " : "",
+						 b->chunk_no);
+		dpwin_json_text(&buf, "lo", dpwin_timestamp_utc(b->lo), false);
+		dpwin_json_text(&buf, "hi", dpwin_timestamp_utc(b->hi), true);
+		appendStringInfoString(&buf, "}");
+	}
+	appendStringInfoString(&buf, "]}");
+	return buf.data;
+}
+
+/*
+ * Persist the immutable plan in state planned, under the lease: refuse
+ * while an older invocation of the target has an unsettled publication,
+ * and expire the orphans of dead coordinators in the same transaction.
+ * Returns the expired orphans (DpwinOrphan), whose tables are the
+ * caller's to drop.
+ */
+List *
+dpwin_invocation_register(Coordinator *c)
+{
+	DpwinInvocation inv = {0};
+	char	   *older;
+	List	   *orphans;
+
+	dpwin_xact_begin("dpwin: registering the invocation");
+	older = dpwin_registry_unsettled_publication(c->target_id, &c->id);
+	if (older)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_IN_USE),
+				 errmsg("invocation %s of this target has an unsettled publication", older),
+				 errdetail("A fresh invocation cannot bypass it."),
+				 errhint("Settle it first: SELECT * FROM dpwin.recover('%s');", older)));
+	MemoryContextSwitchTo(c->cxt);
+	orphans = dpwin_registry_orphans(c->target_id, &c->id);
+	dpwin_registry_expire_orphans(c->target_id, c->epoch, &c->id);
+	MemoryContextSwitchTo(c->cxt);
+	inv.id = c->id;
+	inv.route_id = c->route->route_id;
+	inv.target_id = c->target_id;
+	inv.interval_end = c->interval_end;
+	inv.window_lo = c->lo;
+	inv.window_hi = c->hi;
+	inv.plan = plan_json(c);
+	inv.plan_fingerprint = dpwin_sha256_hex(inv.plan, strlen(inv.plan));
+	inv.config_fingerprint = c->route->config_fingerprint;
+	inv.lease_epoch = c->epoch;
+	inv.caller_role = GetUserId();
+	dpwin_registry_create(&inv, c->ext.chunks);
+	dpwin_xact_commit(c->cxt);
+	c->registered = true;
+	invocation_set_state(c, DPWIN_STATE_PLANNED);
+	return orphans;
+}
+
+/* Rebuild what a coordinator knew from the journal and the plan. */
+DpwinInvocation *
+dpwin_invocation_recall(Coordinator *c)
+{
+	DpwinInvocation *inv;
+	char	   *key;
+	DpwinExtraction *x = &c->ext;
+
+	dpwin_xact_begin("dpwin: reading the journal");
+	MemoryContextSwitchTo(c->cxt);
+	inv = dpwin_registry_load(&c->id, false);
+	c->interval_end = inv->interval_end;
+	c->lo = inv->window_lo;
+	c->hi = inv->window_hi;
+	invocation_set_state(c, inv->state);
+	c->schema_fingerprint = inv->schema_fingerprint;
+	c->registered = true;
+	key = dpwin_registry_digest_key(&c->id);
+	if (key != NULL)
+		(void) dpwin_digest_key_from_text(key, &x->key);
+
+	/*
+	 * The chunk journal, for metrics and for publishing staged chunks.  SPI
+	 * leaves its own context current, which goes away at commit: what is
+	 * recalled lives in the coordinator's.
+	 */
+	MemoryContextSwitchTo(c->cxt);
+	x->slots = dpwin_chunk_load(&c->id, &x->nchunks);
+	MemoryContextSwitchTo(c->cxt);
+	for (int i = 0; i < x->nchunks; i++)
+	{
+		DpwinChunkBounds *bounds = palloc(sizeof(DpwinChunkBounds));
+
+		bounds->chunk_no = x->slots[i].chunk_no;
+		bounds->lo = x->slots[i].lo;
+		bounds->hi = x->slots[i].hi;
+		x->chunks = lappend(x->chunks, bounds);
+	}
+	dpwin_extraction_tally(x, &c->id, false);
+	dpwin_xact_commit(c->cxt);
+	return inv;
+}
+
+/* What the chunk workers of this invocation need to know. */
+DpwinExtractJob
+dpwin_invocation_extract_job(Coordinator *c)
+{
+	DpwinExtractJob job;
+
+	job.invocation_id = c->id;
+	job.route = c->route;
+	job.target = c->target;
+	job.target_id = c->target_id;
+	job.epoch = c->epoch;
+	job.progress_slot = c->progress_slot;
+	job.cxt = c->cxt;
+	return job;
+}
+
+/* Journal c->build.outcome: a DpwinCommitWith, or in a transaction. */
+void
+dpwin_invocation_record_outcome(Coordinator *c)
+{
+	dpwin_publication_outcome(&c->id, c->target_id, c->epoch, c->build.outcome);
+}
+
+/* The caller's result row. */
+void
+dpwin_invocation_fill_result(Coordinator *c)
+{
+	DpwinCallShared *call = c->call;
+
+	strlcpy(call->state, dpwin_state_name(c->state), sizeof(call->state));
+	call->window_lo = c->lo;
+	call->window_hi = c->hi;
+	call->chunks = c->ext.nchunks ? c->ext.nchunks : list_length(c->ext.chunks);
+	call->source_rows = c->ext.source_rows;
+	call->staged_rows = c->ext.staged_rows;
+	call->final_rows = c->build.final_rows;
+	strlcpy(call->generation_table, c->build.generation ? c->build.generation : "",
+			sizeof(call->generation_table));
+	strlcpy(call->backup_table, c->build.backup ? c->build.backup : "",
+			sizeof(call->backup_table));
+}

@@ -1,0 +1,114 @@
+/*-------------------------------------------------------------------------
+ *
+ * invocation.h
+ *	  One invocation as its coordinator knows it (docs/design.md, "The
+ *	  state machine"): who it is, what it extracted, what it built, how
+ *	  long each phase took, and its state.  The state is assigned in one
+ *	  place, dpwin_invocation_transition(), which journals the change with
+ *	  whatever must commit with it.
+ *
+ *	  Below the steps (steps.h) and the machine (coordinator.c); calls no
+ *	  step.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef DPWIN_INVOCATION_H
+#define DPWIN_INVOCATION_H
+
+#include "lib/stringinfo.h"
+
+#include "call.h"
+#include "chclient.h"
+#include "extraction.h"
+#include "generation.h"
+#include "registry.h"
+#include "route.h"
+#include "target.h"
+
+/* What was built and published. */
+typedef struct DpwinBuild
+{
+	char	   *generation;
+	char	   *backup;
+	DpwinGeneration *gen;		/* how it was built (generation.c) */
+	DpwinPublication *pub;		/* the intent, once known */
+	char	   *exchange_query_id;	/* the intent's EXCHANGE */
+	char	   *metrics;		/* the evidence, as jsonb text */
+	int64		kept_rows;
+	int64		final_rows;
+
+	/*
+	 * What the exchange is known to have done: NONE before any, or while
+	 * nothing is known; NOT_PUBLISHED when the target is untouched; UNKNOWN
+	 * or PENDING when it cannot be told now.
+	 */
+	DpwinOutcome outcome;
+} DpwinBuild;
+
+/* Phase timings, in seconds; < 0 when unavailable. */
+typedef struct DpwinTimings
+{
+	double		extract;
+	double		build;
+	double		verify;
+	double		publish;
+} DpwinTimings;
+
+/* Everything the coordinator knows about one invocation. */
+typedef struct Coordinator
+{
+	/* identity */
+	DpwinCallShared *call;
+	MemoryContext cxt;			/* lives as long as the process */
+	pg_uuid_t	id;
+	bool		recovering;		/* entered at a journaled state */
+	DpwinRoute *route;
+	DpwinServerConf *conf;
+	ChClient   *client;
+	DpwinTargetInfo *target;	/* what admission learned */
+	char	   *schema_fingerprint; /* journaled by admission, if any */
+	int32		target_id;
+	int64		epoch;
+	bool		lease_held;
+	bool		registered;		/* the invocation row exists */
+	int			progress_slot;
+	TimestampTz interval_end;
+	TimestampTz lo;
+	TimestampTz hi;
+
+	/* as last journaled by us: dpwin_invocation_transition() only */
+	DpwinState	state;
+
+	DpwinExtraction ext;
+	DpwinBuild	build;
+	DpwinTimings times;
+} Coordinator;
+
+/* What must commit with a change of state, inside its transaction. */
+typedef void (*DpwinCommitWith) (Coordinator *c);
+
+extern void dpwin_invocation_init(Coordinator *c, DpwinCallShared *call);
+extern void dpwin_invocation_load(Coordinator *c, int32 route_id);
+extern void dpwin_invocation_plan_window(Coordinator *c);
+extern List *dpwin_invocation_register(Coordinator *c);
+extern DpwinInvocation *dpwin_invocation_recall(Coordinator *c);
+
+/*
+ * The one writer of c->state: asserts that `to` may follow the current
+ * state, then journals it in a transaction of its own together with
+ * `with` (if any) and the error of a failure state (sqlerrcode 0: none).
+ */
+extern void dpwin_invocation_transition(Coordinator *c, DpwinState to,
+										DpwinCommitWith with,
+										const char *message, int sqlerrcode);
+
+extern DpwinExtractJob dpwin_invocation_extract_job(Coordinator *c);
+extern void dpwin_invocation_record_outcome(Coordinator *c);
+extern void dpwin_invocation_drop_own_tables(Coordinator *c);
+extern void dpwin_invocation_fill_result(Coordinator *c);
+
+/* Append `"key": "value"` (or null) to a JSON object under construction. */
+extern void dpwin_json_text(StringInfo buf, const char *key, const char *value,
+							bool comma);
+
+#endif							/* DPWIN_INVOCATION_H */
