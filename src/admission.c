@@ -9,7 +9,7 @@
  *	  the probe's two scratch tables.
  *
  *	  Every statement goes through chclient; every identifier is quoted
- *	  with ch_quote_ident() and every string with ch_quote_literal(), so
+ *	  with dpwin_ch_quote_ident() and every string with dpwin_ch_quote_literal(), so
  *	  names with quotes, backticks, semicolons or any UTF-8 are safe.
  *
  *	  docs/admission.md explains each admission rule and why it exists.
@@ -145,7 +145,7 @@ mv_target_condition(const char *database, const char *table)
 			if (i > 0 || j > 0)
 				appendStringInfoString(&buf, " OR ");
 			appendStringInfo(&buf, "position(create_table_query, %s) > 0",
-							 ch_quote_literal(needle));
+							 dpwin_ch_quote_literal(needle));
 		}
 	}
 	appendStringInfoChar(&buf, ')');
@@ -184,7 +184,7 @@ check_server(ChClient *client, ServerFacts *facts)
 						   "(SELECT arrayStringConcat(groupArray(name), ',') FROM system.functions WHERE name IN (");
 	for (int i = 0; i < (int) lengthof(required_functions); i++)
 		appendStringInfo(&sql, "%s%s", i > 0 ? ", " : "",
-						 ch_quote_literal(required_functions[i].name));
+						 dpwin_ch_quote_literal(required_functions[i].name));
 	appendStringInfoString(&sql, "))");
 
 	/*
@@ -192,7 +192,7 @@ check_server(ChClient *client, ServerFacts *facts)
 	 * with UNKNOWN_SETTING: say that it is too old rather than relaying a
 	 * message about a setting the user never chose.
 	 */
-	status = ch_try(client, sql.data, ch_next_query_id(client, "admit-version"),
+	status = dpwin_ch_try(client, sql.data, dpwin_ch_next_query_id(client, "admit-version"),
 					NULL, NULL, &reply);
 	if (status == CHHTTP_SERVER_ERROR &&
 		reply.exception_code == CH_UNKNOWN_SETTING)
@@ -204,7 +204,7 @@ check_server(ChClient *client, ServerFacts *facts)
 						   DPWIN_CH_MIN_MAJOR, DPWIN_CH_MIN_MINOR,
 						   reply.body.data)));
 	if (status != CHHTTP_OK)
-		ch_report(status, &reply, "reading the server version");
+		dpwin_ch_report(status, &reply, "reading the server version");
 	answer = reply.body.data;
 	rows = dpwin_ch_parse_tsv(answer);
 	if (list_length(rows) != 1 || list_length((List *) linitial(rows)) != 3)
@@ -272,15 +272,15 @@ static void
 check_database(const char *database, const char *engine, const char *qname)
 {
 	char	   *what = qname
-		? psprintf("ClickHouse database %s of target %s", ch_quote_ident(database), qname)
-		: psprintf("ClickHouse database %s", ch_quote_ident(database));
+		? psprintf("ClickHouse database %s of target %s", dpwin_ch_quote_ident(database), qname)
+		: psprintf("ClickHouse database %s", dpwin_ch_quote_ident(database));
 
 	if (engine == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_TABLE),
 				 errmsg("%s does not exist", what),
 				 errhint("Create it with CREATE DATABASE %s ENGINE = Atomic.",
-						 ch_quote_ident(database))));
+						 dpwin_ch_quote_ident(database))));
 	if (strcmp(engine, "Atomic") != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
@@ -336,7 +336,7 @@ check_ttl(ChClient *client, const char *qname, const char *create_query)
 		/* name, type, default_type, default_expression, comment, codec, ttl */
 		if (dpwin_ch_row_field(row, 6)[0] != '\0')
 			column_ttls = lappend(column_ttls,
-								  ch_quote_ident(dpwin_ch_row_field(row, 0)));
+								  dpwin_ch_quote_ident(dpwin_ch_row_field(row, 0)));
 	}
 	if (column_ttls != NIL)
 		ereport(ERROR,
@@ -365,8 +365,8 @@ check_row_policies(ChClient *client, const char *database, const char *table,
 	sql = psprintf("SELECT name FROM system.row_policies "
 				   "WHERE database = %s AND (`table` = %s OR `table` = '') "
 				   "ORDER BY name",
-				   ch_quote_literal(database), ch_quote_literal(table));
-	status = ch_try(client, sql, ch_next_query_id(client, "admit-rowpolicy"),
+				   dpwin_ch_quote_literal(database), dpwin_ch_quote_literal(table));
+	status = dpwin_ch_try(client, sql, dpwin_ch_next_query_id(client, "admit-rowpolicy"),
 					NULL, NULL, &reply);
 	if (status == CHHTTP_OK)
 	{
@@ -387,7 +387,7 @@ check_row_policies(ChClient *client, const char *database, const char *table,
 	}
 	if (status != CHHTTP_SERVER_ERROR ||
 		reply.exception_code != CH_ACCESS_DENIED)
-		ch_report(status, &reply, "reading system.row_policies");
+		dpwin_ch_report(status, &reply, "reading system.row_policies");
 
 	/* No SHOW ROW POLICIES: does a row-level filter apply to us? */
 	{
@@ -544,8 +544,8 @@ read_target_facts(ChClient *client, const char *db, const char *tb,
 				  const ServerFacts *server, const char *qname,
 				  TargetFacts *f)
 {
-	char	   *ldb = ch_quote_literal(db);
-	char	   *ltb = ch_quote_literal(tb);
+	char	   *ldb = dpwin_ch_quote_literal(db);
+	char	   *ltb = dpwin_ch_quote_literal(tb);
 	StringInfoData sql;
 	ListCell   *lc;
 
@@ -596,12 +596,12 @@ read_target_facts(ChClient *client, const char *db, const char *tb,
 				break;
 			case 'R':
 				f->mv_readers = lappend(f->mv_readers,
-										ch_qualified_name(dpwin_ch_row_field(row, 1),
+										dpwin_ch_qualified_name(dpwin_ch_row_field(row, 1),
 														  dpwin_ch_row_field(row, 2)));
 				break;
 			case 'W':
 				f->mv_writers = lappend(f->mv_writers,
-										ch_qualified_name(dpwin_ch_row_field(row, 1),
+										dpwin_ch_qualified_name(dpwin_ch_row_field(row, 1),
 														  dpwin_ch_row_field(row, 2)));
 				break;
 			case 'X':
@@ -611,7 +611,7 @@ read_target_facts(ChClient *client, const char *db, const char *tb,
 				break;
 			case 'P':
 				f->projections = lappend(f->projections,
-										 ch_quote_ident(dpwin_ch_row_field(row, 1)));
+										 dpwin_ch_quote_ident(dpwin_ch_row_field(row, 1)));
 				break;
 			default:
 				ereport(ERROR,
@@ -693,7 +693,7 @@ check_blockers(ChClient *client, const TargetFacts *f,
 
 		if (c->default_kind[0] != '\0')
 			defaults = lappend(defaults,
-							   psprintf("%s %s", ch_quote_ident(c->name),
+							   psprintf("%s %s", dpwin_ch_quote_ident(c->name),
 										c->default_kind));
 	}
 	if (defaults != NIL)
@@ -726,9 +726,9 @@ check_column_names(const DpwinRoute *route, List *columns, const char *qname)
 		List	   *rnames = NIL;
 
 		foreach(lc, columns)
-			tnames = lappend(tnames, ch_quote_ident(((TargetColumn *) lfirst(lc))->name));
+			tnames = lappend(tnames, dpwin_ch_quote_ident(((TargetColumn *) lfirst(lc))->name));
 		for (int i = 0; i < route->ncolumns; i++)
-			rnames = lappend(rnames, ch_quote_ident(route->columns[i]));
+			rnames = lappend(rnames, dpwin_ch_quote_ident(route->columns[i]));
 		ereport(ERROR,
 				(errcode(ERRCODE_DATATYPE_MISMATCH),
 				 errmsg("ClickHouse target %s has %d columns, route \"%s\" has %d",
@@ -744,7 +744,7 @@ check_column_names(const DpwinRoute *route, List *columns, const char *qname)
 			ereport(ERROR,
 					(errcode(ERRCODE_DATATYPE_MISMATCH),
 					 errmsg("column %d of ClickHouse target %s is %s, but column %d of route \"%s\" is \"%s\"",
-							i + 1, qname, ch_quote_ident(c->name),
+							i + 1, qname, dpwin_ch_quote_ident(c->name),
 							i + 1, route->route_name, route->columns[i]),
 					 errdetail("The route's columns must name the target's columns in the target's order.")));
 	}
@@ -769,7 +769,7 @@ check_column_types(const DpwinRoute *route, List *columns, const char *qname,
 		ereport(ERROR,
 				(errcode(ERRCODE_DATATYPE_MISMATCH),
 				 errmsg("window column %s of ClickHouse target %s has type %s",
-						ch_quote_ident(wcol->name), qname, wcol->type),
+						dpwin_ch_quote_ident(wcol->name), qname, wcol->type),
 				 errdetail("The window column must be DateTime64(p, 'UTC') or Nullable(DateTime64(p, 'UTC')) with p <= 6, so that every PostgreSQL timestamptz is stored exactly and compares in UTC.")));
 	for (int i = 0; i < list_length(columns); i++)
 	{
@@ -781,7 +781,7 @@ check_column_types(const DpwinRoute *route, List *columns, const char *qname,
 			ereport(ERROR,
 					(errcode(ERRCODE_DATATYPE_MISMATCH),
 					 errmsg("column %s of ClickHouse target %s has type %s, which does not match PostgreSQL type %s",
-							ch_quote_ident(c->name), qname, c->type,
+							dpwin_ch_quote_ident(c->name), qname, c->type,
 							format_type_with_typemod(route->column_types[i],
 													 route->column_typmods[i])),
 					 errdetail_internal("%s", why)));
@@ -814,7 +814,7 @@ fill_target_info(DpwinTargetInfo *info, const char *db, const char *tb,
 		info->column_types[i] = c->type;
 		if (i > 0)
 			appendStringInfoString(&qcols, ", ");
-		appendStringInfoString(&qcols, ch_quote_ident(c->name));
+		appendStringInfoString(&qcols, dpwin_ch_quote_ident(c->name));
 	}
 	info->quoted_columns = qcols.data;
 	info->schema_fingerprint =
@@ -828,7 +828,7 @@ dpwin_target_admit(ChClient *client, const DpwinRoute *route)
 {
 	const char *db = route->target_database;
 	const char *tb = route->target_table;
-	char	   *qname = ch_qualified_name(db, tb);
+	char	   *qname = dpwin_ch_qualified_name(db, tb);
 	ServerFacts server;
 	TargetFacts facts;
 	DpwinTargetInfo *info = palloc0(sizeof(DpwinTargetInfo));
@@ -885,7 +885,7 @@ dpwin_target_probe_exchange(ChClient *client, const char *database)
 	/* the same refusals as admission, before anything is created */
 	rows = dpwin_ch_parse_tsv(dpwin_ch_exec(client,
 								psprintf("SELECT engine FROM system.databases WHERE name = %s",
-										 ch_quote_literal(database))));
+										 dpwin_ch_quote_literal(database))));
 	check_database(database,
 				   rows != NIL ? dpwin_ch_row_field((List *) linitial(rows), 0) : NULL,
 				   NULL);
@@ -898,8 +898,8 @@ dpwin_target_probe_exchange(ChClient *client, const char *database)
 	suffix[16] = '\0';
 	name_a = psprintf("_dpwin_probe_%s_a", suffix);
 	name_b = psprintf("_dpwin_probe_%s_b", suffix);
-	qa = ch_qualified_name(database, name_a);
-	qb = ch_qualified_name(database, name_b);
+	qa = dpwin_ch_qualified_name(database, name_a);
+	qb = dpwin_ch_qualified_name(database, name_b);
 
 	PG_TRY();
 	{
@@ -919,20 +919,20 @@ dpwin_target_probe_exchange(ChClient *client, const char *database)
 					 errmsg("ClickHouse server \"%s\" does not show the probe tables in system.tables",
 							client->conf->server_name)));
 
-		status = ch_try(client,
+		status = dpwin_ch_try(client,
 						psprintf("EXCHANGE TABLES %s AND %s", qa, qb),
-						ch_next_query_id(client, "probe-exchange"),
+						dpwin_ch_next_query_id(client, "probe-exchange"),
 						NULL, NULL, &reply);
 		if (status == CHHTTP_SERVER_ERROR &&
 			reply.exception_code != CH_ACCESS_DENIED)
 			ereport(ERROR,
 					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 					 errmsg("ClickHouse database %s on server \"%s\" does not support EXCHANGE TABLES",
-							ch_quote_ident(database), client->conf->server_name),
+							dpwin_ch_quote_ident(database), client->conf->server_name),
 					 errdetail("The server answered: %s", reply.body.data),
 					 errhint("EXCHANGE TABLES needs an Atomic database on a file system with renameat2(RENAME_EXCHANGE).")));
 		else if (status != CHHTTP_OK)
-			ch_report(status, &reply, "probing EXCHANGE TABLES");
+			dpwin_ch_report(status, &reply, "probing EXCHANGE TABLES");
 
 		probe_uuids(client, database, name_a, name_b, &after_a, &after_b);
 		if (after_a == NULL || after_b == NULL ||
@@ -973,9 +973,9 @@ probe_uuids(ChClient *client, const char *database, const char *a,
 	*uuid_b = NULL;
 	rows = dpwin_ch_parse_tsv(dpwin_ch_exec(client,
 								psprintf("SELECT name, toString(uuid) FROM system.tables WHERE database = %s AND name IN (%s, %s)",
-										 ch_quote_literal(database),
-										 ch_quote_literal(a),
-										 ch_quote_literal(b))));
+										 dpwin_ch_quote_literal(database),
+										 dpwin_ch_quote_literal(a),
+										 dpwin_ch_quote_literal(b))));
 	foreach(lc, rows)
 	{
 		List	   *row = (List *) lfirst(lc);
@@ -988,7 +988,7 @@ probe_uuids(ChClient *client, const char *database, const char *a,
 }
 
 /*
- * Drop the probe tables after an error.  Best effort: ch_try never raises,
+ * Drop the probe tables after an error.  Best effort: dpwin_ch_try never raises,
  * so the original error is what the caller sees.  Leftovers are named
  * _dpwin_probe_* and hold no data.
  */
@@ -999,10 +999,10 @@ probe_cleanup(ChClient *client, const char *qa, const char *qb,
 	MemoryContext ecxt = MemoryContextSwitchTo(cxt);
 	ChHttpReply reply;
 
-	(void) ch_try(client, psprintf("DROP TABLE IF EXISTS %s", qa),
-				  ch_next_query_id(client, "probe-drop"), NULL, NULL, &reply);
-	(void) ch_try(client, psprintf("DROP TABLE IF EXISTS %s", qb),
-				  ch_next_query_id(client, "probe-drop"), NULL, NULL, &reply);
+	(void) dpwin_ch_try(client, psprintf("DROP TABLE IF EXISTS %s", qa),
+				  dpwin_ch_next_query_id(client, "probe-drop"), NULL, NULL, &reply);
+	(void) dpwin_ch_try(client, psprintf("DROP TABLE IF EXISTS %s", qb),
+				  dpwin_ch_next_query_id(client, "probe-drop"), NULL, NULL, &reply);
 	MemoryContextSwitchTo(ecxt);
 }
 

@@ -26,7 +26,7 @@ DpwinTargetInfo *
 dpwin_build_readmit_target(Coordinator *c, const char *when)
 {
 	DpwinTargetInfo *now;
-	char	   *qtarget = ch_qualified_name(c->route->target_database,
+	char	   *qtarget = dpwin_ch_qualified_name(c->route->target_database,
 											c->route->target_table);
 
 	now = dpwin_extraction_admit(c->client, c->route, c->cxt);
@@ -99,7 +99,7 @@ dpwin_build_check_skipped_rows(Coordinator *c)
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 					 errmsg("target %s changed inside skipped chunk %d since invocation %s compared it",
-							ch_qualified_name(c->route->target_database, c->route->target_table),
+							dpwin_ch_qualified_name(c->route->target_database, c->route->target_table),
 							c->ext.slots[i].chunk_no, dpwin_uuid_text(&c->id)),
 					 errhint("Start a new invocation.")));
 }

@@ -4,7 +4,7 @@
  *	  ClickHouse statements on top of the transport (chhttp.c).
  *
  *	  The transport returns a status; this file is the one place that turns
- *	  a status into an ereport (ch_report), so every caller gets the same
+ *	  a status into an ereport (dpwin_ch_report), so every caller gets the same
  *	  SQLSTATEs, messages and error context for the same failure.  It also
  *	  pins the request settings that make dpwin's behaviour independent of
  *	  the server's defaults, quotes identifiers and literals, parses
@@ -41,7 +41,7 @@
 	"&date_time_output_format=iso" \
 	"&max_partitions_per_insert_block=0"
 
-/* How long ch_settle_query may take before it gives up. */
+/* How long dpwin_ch_settle_query may take before it gives up. */
 #define CH_SETTLE_TIMEOUT_MS	10000
 
 /*
@@ -74,7 +74,7 @@ static ChHttpStatus ch_post(ChClient *client, const char *sql,
 /* ---- client lifetime and query ids ---- */
 
 ChClient *
-ch_client_open(const DpwinServerConf *conf, const char *query_id_prefix)
+dpwin_ch_client_open(const DpwinServerConf *conf, const char *query_id_prefix)
 {
 	ChClient   *client = palloc0(sizeof(ChClient));
 
@@ -87,7 +87,7 @@ ch_client_open(const DpwinServerConf *conf, const char *query_id_prefix)
 }
 
 void
-ch_client_close(ChClient *client)
+dpwin_ch_client_close(ChClient *client)
 {
 	if (client == NULL)
 		return;
@@ -121,7 +121,7 @@ ch_sanitize_id_part(const char *s)
 }
 
 char *
-ch_next_query_id(ChClient *client, const char *label)
+dpwin_ch_next_query_id(ChClient *client, const char *label)
 {
 	char	   *lab = ch_sanitize_id_part(label != NULL ? label : "q");
 	char	   *id;
@@ -157,7 +157,7 @@ ch_post(ChClient *client, const char *sql, const char *query_id,
 }
 
 ChHttpStatus
-ch_try(ChClient *client, const char *sql, const char *query_id,
+dpwin_ch_try(ChClient *client, const char *sql, const char *query_id,
 	   ChHttpBodyReader reader, void *reader_arg, ChHttpReply *reply)
 {
 	return ch_post(client, sql, query_id, reader, reader_arg, 0, reply);
@@ -166,24 +166,24 @@ ch_try(ChClient *client, const char *sql, const char *query_id,
 char *
 dpwin_ch_exec(ChClient *client, const char *sql)
 {
-	return ch_exec_id(client, sql, ch_next_query_id(client, "q"));
+	return dpwin_ch_exec_id(client, sql, dpwin_ch_next_query_id(client, "q"));
 }
 
 char *
-ch_exec_id(ChClient *client, const char *sql, const char *query_id)
+dpwin_ch_exec_id(ChClient *client, const char *sql, const char *query_id)
 {
 	ChHttpReply reply;
 	ChHttpStatus status;
 
-	status = ch_try(client, sql, query_id, NULL, NULL, &reply);
+	status = dpwin_ch_try(client, sql, query_id, NULL, NULL, &reply);
 	if (status != CHHTTP_OK)
-		ch_report(status, &reply,
+		dpwin_ch_report(status, &reply,
 				  psprintf("running \"%s\"", ch_describe_sql(sql)));
 	return reply.body.data;
 }
 
 char *
-ch_scalar(ChClient *client, const char *sql)
+dpwin_ch_scalar(ChClient *client, const char *sql)
 {
 	char	   *body = dpwin_ch_exec(client, sql);
 	List	   *rows = dpwin_ch_parse_tsv(body);
@@ -358,17 +358,17 @@ ch_reply_context(const ChHttpReply *reply)
 }
 
 void
-ch_report(ChHttpStatus status, const ChHttpReply *reply, const char *what)
+dpwin_ch_report(ChHttpStatus status, const ChHttpReply *reply, const char *what)
 {
 	const char *server = reply->server_name != NULL ? reply->server_name : "?";
 	const char *terr = reply->transport_error != NULL ?
-		reply->transport_error : chhttp_status_name(status);
+		reply->transport_error : dpwin_chhttp_status_name(status);
 	char	   *context = ch_reply_context(reply);
 
 	switch (status)
 	{
 		case CHHTTP_OK:
-			elog(ERROR, "ch_report called for a successful request");
+			elog(ERROR, "dpwin_ch_report called for a successful request");
 			break;
 
 		case CHHTTP_SERVER_ERROR:
@@ -540,7 +540,7 @@ dpwin_ch_status_transient(ChHttpStatus status, const ChHttpReply *reply)
 }
 
 bool
-ch_status_outcome_unknown(ChHttpStatus status)
+dpwin_ch_status_outcome_unknown(ChHttpStatus status)
 {
 	return status == CHHTTP_TIMEOUT || status == CHHTTP_REPLY_LOST ||
 		status == CHHTTP_CANCELED;
@@ -586,13 +586,13 @@ ch_settle_exec(ChClient *client, const char *sql, const char *what,
 
 		if (client->conf->request_timeout_ms > 0)
 			timeout_ms = Min(timeout_ms, client->conf->request_timeout_ms);
-		status = ch_post(client, sql, ch_next_query_id(client, "settle"),
+		status = ch_post(client, sql, dpwin_ch_next_query_id(client, "settle"),
 						 NULL, NULL, timeout_ms, &reply);
 		if (status == CHHTTP_OK)
 			return reply.body.data;
 		if (!dpwin_ch_status_transient(status, &reply) ||
 			GetCurrentTimestamp() >= deadline)
-			ch_report(status, &reply, what);
+			dpwin_ch_report(status, &reply, what);
 		ch_settle_sleep(Min(wait_ms, ch_settle_remaining(deadline)));
 		wait_ms = Min(wait_ms * 2, 1000);
 	}
@@ -612,11 +612,11 @@ ch_parse_count(const char *s, int64 *result)
 }
 
 void
-ch_settle_query(ChClient *client, const char *query_id)
+dpwin_ch_settle_query(ChClient *client, const char *query_id)
 {
 	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 													   CH_SETTLE_TIMEOUT_MS);
-	char	   *lit = ch_quote_literal(query_id);
+	char	   *lit = dpwin_ch_quote_literal(query_id);
 	char	   *count_sql = psprintf("SELECT count() FROM system.processes WHERE query_id = %s FORMAT TabSeparated",
 									 lit);
 	char	   *kill_sql = psprintf("KILL QUERY WHERE query_id = %s SYNC FORMAT TabSeparated",
@@ -679,21 +679,21 @@ ch_quote(const char *s, char q)
 }
 
 char *
-ch_quote_ident(const char *ident)
+dpwin_ch_quote_ident(const char *ident)
 {
 	return ch_quote(ident, '`');
 }
 
 char *
-ch_quote_literal(const char *str)
+dpwin_ch_quote_literal(const char *str)
 {
 	return ch_quote(str, '\'');
 }
 
 char *
-ch_qualified_name(const char *database, const char *table)
+dpwin_ch_qualified_name(const char *database, const char *table)
 {
-	return psprintf("%s.%s", ch_quote_ident(database), ch_quote_ident(table));
+	return psprintf("%s.%s", dpwin_ch_quote_ident(database), dpwin_ch_quote_ident(table));
 }
 
 /* ---- TabSeparated ---- */

@@ -25,12 +25,12 @@ typedef struct ChClient
 								 * could succeed (dpwin_ch_status_transient) */
 } ChClient;
 
-extern PGDLLEXPORT ChClient *ch_client_open(const DpwinServerConf *conf,
+extern PGDLLEXPORT ChClient *dpwin_ch_client_open(const DpwinServerConf *conf,
 								const char *query_id_prefix);
-extern PGDLLEXPORT void ch_client_close(ChClient *client);
+extern PGDLLEXPORT void dpwin_ch_client_close(ChClient *client);
 
 /* A fresh unique query_id: prefix + label + sequence number. */
-extern char *ch_next_query_id(ChClient *client, const char *label);
+extern char *dpwin_ch_next_query_id(ChClient *client, const char *label);
 
 /*
  * Run one statement and return the answer (TabSeparated unless the
@@ -47,42 +47,42 @@ extern PGDLLEXPORT char *dpwin_ch_exec(ChClient *client, const char *sql);
 
 /* Same, with a caller-chosen query_id (for statements that may need
  * settling). */
-extern char *ch_exec_id(ChClient *client, const char *sql, const char *query_id);
+extern char *dpwin_ch_exec_id(ChClient *client, const char *sql, const char *query_id);
 
 /*
  * Run one statement and return the status instead of raising, for callers
  * that must handle a lost reply themselves (INSERT, EXCHANGE).  The body is
  * streamed from reader when not NULL.
  */
-extern ChHttpStatus ch_try(ChClient *client, const char *sql,
+extern ChHttpStatus dpwin_ch_try(ChClient *client, const char *sql,
 						   const char *query_id, ChHttpBodyReader reader,
 						   void *reader_arg, ChHttpReply *reply);
 
-/* ereport for a failed ch_try; what names the operation. */
-pg_noreturn extern void ch_report(ChHttpStatus status, const ChHttpReply *reply,
+/* ereport for a failed dpwin_ch_try; what names the operation. */
+pg_noreturn extern void dpwin_ch_report(ChHttpStatus status, const ChHttpReply *reply,
 								  const char *what);
 
 /* Could retrying this failure succeed (connection error, 5xx, timeout)? */
 extern bool dpwin_ch_status_transient(ChHttpStatus status, const ChHttpReply *reply);
 
 /* Does the outcome of the statement need settling (it may have run)? */
-extern bool ch_status_outcome_unknown(ChHttpStatus status);
+extern bool dpwin_ch_status_outcome_unknown(ChHttpStatus status);
 
 /*
  * Make sure the statement with this query_id is no longer running on the
  * server: look it up in system.processes and KILL QUERY ... SYNC when it is
  * still there.  ereports if it cannot be settled.
  */
-extern void ch_settle_query(ChClient *client, const char *query_id);
+extern void dpwin_ch_settle_query(ChClient *client, const char *query_id);
 
 /* `ident` with backticks, escaping backslash and backtick. */
-extern char *ch_quote_ident(const char *ident);
+extern char *dpwin_ch_quote_ident(const char *ident);
 
 /* 'literal' with single quotes, escaping backslash and quote. */
-extern char *ch_quote_literal(const char *str);
+extern char *dpwin_ch_quote_literal(const char *str);
 
 /* `db`.`table` */
-extern char *ch_qualified_name(const char *database, const char *table);
+extern char *dpwin_ch_qualified_name(const char *database, const char *table);
 
 /*
  * Parse a TabSeparated answer: a List of rows, each a List of palloc'd,
@@ -97,6 +97,6 @@ extern const char *dpwin_ch_row_field(List *row, int i);
  * The only value of a one-row, one-column answer (NULL for \N); ereports
  * otherwise.
  */
-extern char *ch_scalar(ChClient *client, const char *sql);
+extern char *dpwin_ch_scalar(ChClient *client, const char *sql);
 
 #endif							/* DPWIN_CHCLIENT_H */

@@ -253,7 +253,7 @@ chhttp_cleanup_callback(void *arg)
 }
 
 const char *
-chhttp_status_name(ChHttpStatus status)
+dpwin_chhttp_status_name(ChHttpStatus status)
 {
 	switch (status)
 	{

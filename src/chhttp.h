@@ -94,6 +94,6 @@ extern ChHttpStatus dpwin_chhttp_post(ChHttp *http, const char *sql,
 								int timeout_ms, ChHttpReply *reply);
 
 /* Short English name of a status, for messages. */
-extern const char *chhttp_status_name(ChHttpStatus status);
+extern const char *dpwin_chhttp_status_name(ChHttpStatus status);
 
 #endif							/* DPWIN_CHHTTP_H */

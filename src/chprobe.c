@@ -16,8 +16,8 @@ dpwin_chprobe_window_facts(ChClient *client, const DpwinTargetInfo *target,
 						   const char *window_column, TimestampTz lo,
 						   TimestampTz hi, char **days, char **bounds)
 {
-	char	   *w = ch_quote_ident(window_column);
-	char	   *tbl = ch_qualified_name(database, table);
+	char	   *w = dpwin_ch_quote_ident(window_column);
+	char	   *tbl = dpwin_ch_qualified_name(database, table);
 	char	   *inwin = dpwin_target_window_predicate(target, window_column, lo, hi);
 
 	/*
@@ -25,11 +25,11 @@ dpwin_chprobe_window_facts(ChClient *client, const DpwinTargetInfo *target,
 	 * server about a millisecond per part, 0.25 s on a 300-partition
 	 * target (docs/benchmark.md).
 	 */
-	*days = ch_scalar(client,
+	*days = dpwin_ch_scalar(client,
 					  psprintf("SELECT toJSONString(CAST((groupArray(d), groupArray(n)) AS Tuple(days Array(String), rows Array(UInt64))))"
 							   " FROM (SELECT toString(toDate32(%s)) AS d, count() AS n FROM %s"
 							   " PREWHERE %s GROUP BY d ORDER BY d)", w, tbl, inwin));
-	*bounds = ch_scalar(client,
+	*bounds = dpwin_ch_scalar(client,
 						psprintf("SELECT toJSONString(CAST((toString(minOrNull(w)), toString(maxOrNull(w)), countIf(NOT isNull(w)), countIf(isNull(w))) AS"
 								 " Tuple(min Nullable(String), max Nullable(String), window_rows UInt64, null_window_rows UInt64)))"
 								 " FROM (SELECT %s AS w FROM %s WHERE (%s) OR isNull(%s))",
@@ -39,8 +39,8 @@ dpwin_chprobe_window_facts(ChClient *client, const DpwinTargetInfo *target,
 int64
 dpwin_chprobe_count(ChClient *client, const char *database, const char *table)
 {
-	char	   *n = ch_scalar(client, psprintf("SELECT count() FROM %s",
-											   ch_qualified_name(database, table)));
+	char	   *n = dpwin_ch_scalar(client, psprintf("SELECT count() FROM %s",
+											   dpwin_ch_qualified_name(database, table)));
 
 	return strtoll(n, NULL, 10);
 }
@@ -53,12 +53,12 @@ dpwin_chprobe_count(ChClient *client, const char *database, const char *table)
 bool
 dpwin_chprobe_query_ids_visible(ChClient *client)
 {
-	char	   *query_id = ch_next_query_id(client, "probe-query-id");
+	char	   *query_id = dpwin_ch_next_query_id(client, "probe-query-id");
 	char	   *answer;
 
-	answer = ch_exec_id(client,
+	answer = dpwin_ch_exec_id(client,
 						psprintf("SELECT count() FROM system.processes WHERE query_id = %s"
-								 " FORMAT TabSeparated", ch_quote_literal(query_id)),
+								 " FORMAT TabSeparated", dpwin_ch_quote_literal(query_id)),
 						query_id);
 	return strtol(answer, NULL, 10) == 1;
 }
@@ -75,7 +75,7 @@ dpwin_chprobe_settle(ChClient *client, const char *table_prefix)
 
 	sql = psprintf("KILL QUERY WHERE (startsWith(query_id, %s) OR position(query, %s) > 0)"
 				   " AND query_id != queryID() SYNC FORMAT TabSeparated",
-				   ch_quote_literal(client->query_id_prefix),
-				   ch_quote_literal(table_prefix));
-	return ch_try(client, sql, ch_next_query_id(client, "settle"), NULL, NULL, &reply);
+				   dpwin_ch_quote_literal(client->query_id_prefix),
+				   dpwin_ch_quote_literal(table_prefix));
+	return dpwin_ch_try(client, sql, dpwin_ch_next_query_id(client, "settle"), NULL, NULL, &reply);
 }

@@ -511,7 +511,7 @@ dpwin_pg_resolve_type(Oid typid, int32 *typmod, Oid *elem)
 }
 
 bool
-rb_type_supported(Oid typid)
+dpwin_rb_type_supported(Oid typid)
 {
 	int32		typmod = -1;
 	Oid			elem;

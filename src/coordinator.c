@@ -306,7 +306,7 @@ coordinator_settle_statements(Coordinator *c)
 	if (status != CHHTTP_OK)
 		ereport(LOG,
 				(errmsg("dpwin: could not settle the statements of invocation %s: %s",
-						dpwin_uuid_text(&c->id), chhttp_status_name(status))));
+						dpwin_uuid_text(&c->id), dpwin_chhttp_status_name(status))));
 }
 
 /*
@@ -492,7 +492,7 @@ dpwin_coordinator_main(Datum main_arg)
 	if (c.progress_slot >= 0)
 		dpwin_progress_release(c.progress_slot);
 	if (c.client)
-		ch_client_close(c.client);
+		dpwin_ch_client_close(c.client);
 	call->finished = true;
 	dsm_detach(seg);
 	proc_exit(0);

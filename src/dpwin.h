@@ -13,7 +13,7 @@
 
 #include "pg_compat.h"
 
-#define DPWIN_VERSION_STR "0.1.0"
+#define DPWIN_VERSION_STR "0.2.0"
 
 extern void _PG_init(void);
 

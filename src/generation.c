@@ -85,7 +85,7 @@ literal_list(List *items)
 	{
 		if (foreach_current_index(lc) > 0)
 			appendStringInfoString(&buf, ", ");
-		appendStringInfoString(&buf, ch_quote_literal((const char *) lfirst(lc)));
+		appendStringInfoString(&buf, dpwin_ch_quote_literal((const char *) lfirst(lc)));
 	}
 	appendStringInfoChar(&buf, ')');
 	return buf.data;
@@ -95,7 +95,7 @@ static char *
 window_ranges_sql(const char *window_column, List *ranges)
 {
 	StringInfoData buf;
-	char	   *w = ch_quote_ident(window_column);
+	char	   *w = dpwin_ch_quote_ident(window_column);
 	ListCell   *lc;
 
 	initStringInfo(&buf);
@@ -181,7 +181,7 @@ static List *
 classify_partitions(ChClient *client, const DpwinTargetInfo *target,
 					const char *window_column, List *ranges, char **why_not)
 {
-	char	   *w = ch_quote_ident(window_column);
+	char	   *w = dpwin_ch_quote_ident(window_column);
 	char	   *query;
 	List	   *rows;
 	List	   *result = NIL;
@@ -208,10 +208,10 @@ classify_partitions(ChClient *client, const DpwinTargetInfo *target,
 						 "ORDER BY __dpwin_p "
 						 "SETTINGS force_optimize_projection = %d%s "
 						 "FORMAT TabSeparated",
-						 w, w, ch_qualified_name(target->database, target->table),
+						 w, w, dpwin_ch_qualified_name(target->database, target->table),
 						 force ? 1 : 0,
 						 implicit_setting ? ", optimize_use_implicit_projections = 1" : "");
-		status = ch_try(client, query, ch_next_query_id(client, "parts"),
+		status = dpwin_ch_try(client, query, dpwin_ch_next_query_id(client, "parts"),
 						NULL, NULL, &reply);
 		if (status == CHHTTP_SERVER_ERROR &&
 			reply.exception_code == CH_UNKNOWN_SETTING && implicit_setting)
@@ -229,16 +229,16 @@ classify_partitions(ChClient *client, const DpwinTargetInfo *target,
 			 * partition key without the window column.
 			 */
 			*why_not = psprintf("the server cannot read the minmax index of %s (_minmax_count_projection not used)",
-								ch_qualified_name(target->database, target->table));
+								dpwin_ch_qualified_name(target->database, target->table));
 			force = false;
 			continue;
 		}
 		break;
 	}
 	if (status != CHHTTP_OK)
-		ch_report(status, &reply,
+		dpwin_ch_report(status, &reply,
 				  psprintf("reading the partitions of %s",
-						   ch_qualified_name(target->database, target->table)));
+						   dpwin_ch_qualified_name(target->database, target->table)));
 
 	rows = dpwin_ch_parse_tsv(reply.body.data);
 	foreach(lc, rows)
@@ -254,7 +254,7 @@ classify_partitions(ChClient *client, const DpwinTargetInfo *target,
 			ereport(ERROR,
 					(errcode(ERRCODE_PROTOCOL_VIOLATION),
 					 errmsg("unexpected answer from ClickHouse about the partitions of %s",
-							ch_qualified_name(target->database, target->table))));
+							dpwin_ch_qualified_name(target->database, target->table))));
 		has_min = read_bound(dpwin_ch_row_field(row, 2), &min);
 		has_max = read_bound(dpwin_ch_row_field(row, 3), &max);
 		class = classify_part(ranges, has_min, min, has_max, max);
@@ -290,8 +290,8 @@ all_partitions(ChClient *client, const DpwinTargetInfo *target)
 								psprintf("SELECT partition_id, count(), sum(rows) FROM system.parts"
 										 " WHERE database = %s AND `table` = %s AND active"
 										 " GROUP BY partition_id ORDER BY partition_id",
-										 ch_quote_literal(target->database),
-										 ch_quote_literal(target->table))));
+										 dpwin_ch_quote_literal(target->database),
+										 dpwin_ch_quote_literal(target->table))));
 	foreach(lc, rows)
 	{
 		List	   *row = (List *) lfirst(lc);
@@ -315,9 +315,9 @@ pg_noreturn static void
 report_settled(ChClient *client, ChHttpStatus status, const ChHttpReply *reply,
 			   const char *query_id, const char *what)
 {
-	if (ch_status_outcome_unknown(status))
-		ch_settle_query(client, query_id);
-	ch_report(status, reply, what);
+	if (dpwin_ch_status_outcome_unknown(status))
+		dpwin_ch_settle_query(client, query_id);
+	dpwin_ch_report(status, reply, what);
 }
 
 /*
@@ -329,7 +329,7 @@ static void
 attach_partitions(ChClient *client, const char *database, List *ids,
 				  List *sources, const char *generation)
 {
-	char	   *qgen = ch_qualified_name(database, generation);
+	char	   *qgen = dpwin_ch_qualified_name(database, generation);
 	ListCell   *lc;
 	ListCell   *ls;
 	StringInfoData sql;
@@ -340,16 +340,16 @@ attach_partitions(ChClient *client, const char *database, List *ids,
 	{
 		appendStringInfo(&sql, "%s ATTACH PARTITION ID %s FROM %s",
 						 n == 0 ? psprintf("ALTER TABLE %s", qgen) : ",",
-						 ch_quote_literal((const char *) lfirst(lc)),
-						 ch_qualified_name(database, (const char *) lfirst(ls)));
+						 dpwin_ch_quote_literal((const char *) lfirst(lc)),
+						 dpwin_ch_qualified_name(database, (const char *) lfirst(ls)));
 		n++;
 		if (n == ATTACH_BATCH || lnext(ids, lc) == NULL)
 		{
-			char	   *query_id = ch_next_query_id(client, "attach");
+			char	   *query_id = dpwin_ch_next_query_id(client, "attach");
 			ChHttpReply reply;
 			ChHttpStatus status;
 
-			status = ch_try(client, sql.data, query_id, NULL, NULL, &reply);
+			status = dpwin_ch_try(client, sql.data, query_id, NULL, NULL, &reply);
 			/* On failure the generation is dropped next. */
 			if (status != CHHTTP_OK)
 				report_settled(client, status, &reply, query_id,
@@ -375,7 +375,7 @@ read_parts(ChClient *client, const char *database, List *tables, List *only)
 								psprintf("SELECT partition_id, rows, hash_of_all_files FROM system.parts"
 										 " WHERE database = %s AND `table` IN %s AND active%s%s"
 										 " ORDER BY partition_id, rows, hash_of_all_files",
-										 ch_quote_literal(database), literal_list(tables),
+										 dpwin_ch_quote_literal(database), literal_list(tables),
 										 only != NIL ? " AND partition_id IN " : "",
 										 only != NIL ? literal_list(only) : "")));
 	foreach(lc, rows)
@@ -484,7 +484,7 @@ count_ranges(ChClient *client, const char *database, const char *table,
 								psprintf("SELECT countIf(%s), count() - countIf(%s) FROM %s%s%s"
 										 " SETTINGS " DPWIN_TARGET_SCAN_SETTINGS,
 										 ranges_sql, ranges_sql,
-										 ch_qualified_name(database, table),
+										 dpwin_ch_qualified_name(database, table),
 										 skip != NIL ? " WHERE _partition_id NOT IN " : "",
 										 skip != NIL ? literal_list(skip) : "")));
 	row = rows != NIL ? (List *) linitial(rows) : NIL;
@@ -492,7 +492,7 @@ count_ranges(ChClient *client, const char *database, const char *table,
 		ereport(ERROR,
 				(errcode(ERRCODE_PROTOCOL_VIOLATION),
 				 errmsg("unexpected answer from ClickHouse counting the rows of %s",
-						ch_qualified_name(database, table))));
+						dpwin_ch_qualified_name(database, table))));
 	*inside = pg_strtoint64(dpwin_ch_row_field(row, 0));
 	*outside = pg_strtoint64(dpwin_ch_row_field(row, 1));
 }
@@ -516,7 +516,7 @@ count_partitions(ChClient *client, const char *database, const char *table,
 								psprintf("SELECT _partition_id, count() FROM %s"
 										 " WHERE _partition_id IN %s GROUP BY _partition_id"
 										 " SETTINGS " DPWIN_TARGET_SCAN_SETTINGS,
-										 ch_qualified_name(database, table),
+										 dpwin_ch_qualified_name(database, table),
 										 literal_list(only))));
 	foreach(lc, rows)
 	{
@@ -527,7 +527,7 @@ count_partitions(ChClient *client, const char *database, const char *table,
 			ereport(ERROR,
 					(errcode(ERRCODE_PROTOCOL_VIOLATION),
 					 errmsg("unexpected answer from ClickHouse counting the partitions of %s",
-							ch_qualified_name(database, table))));
+							dpwin_ch_qualified_name(database, table))));
 		p->id = pstrdup(dpwin_ch_row_field(row, 0));
 		p->rows = pg_strtoint64(dpwin_ch_row_field(row, 1));
 		result = lappend(result, p);
@@ -687,7 +687,7 @@ dpwin_generation_clone(ChClient *client, const DpwinTargetInfo *target,
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 					 errmsg("target %s changed while it was cloned",
-							ch_qualified_name(target->database, target->table)),
+							dpwin_ch_qualified_name(target->database, target->table)),
 					 errdetail("Partitions %s hold %s in the target and %s in its clone.",
 							   literal_list(differ), dpwin_digest_to_text(&t),
 							   dpwin_digest_to_text(&g)),
@@ -724,26 +724,26 @@ static void
 apply_deleted_mask(ChClient *client, const DpwinTargetInfo *target,
 				   const char *table)
 {
-	char	   *query_id = ch_next_query_id(client, "apply-mask");
+	char	   *query_id = dpwin_ch_next_query_id(client, "apply-mask");
 	ChHttpReply reply;
 	ChHttpStatus status;
 
-	status = ch_try(client,
+	status = dpwin_ch_try(client,
 					psprintf("ALTER TABLE %s APPLY DELETED MASK SETTINGS mutations_sync = 2",
-							 ch_qualified_name(target->database, table)),
+							 dpwin_ch_qualified_name(target->database, table)),
 					query_id, NULL, NULL, &reply);
 	if (status == CHHTTP_SERVER_ERROR)
 	{
 		ereport(LOG,
 				(errmsg("dpwin: ClickHouse did not rewrite the cut partitions of %s: code %d",
-						ch_qualified_name(target->database, table), reply.exception_code),
+						dpwin_ch_qualified_name(target->database, table), reply.exception_code),
 				 errdetail_internal("%s", reply.body.data)));
 		return;
 	}
 	if (status != CHHTTP_OK)
 		report_settled(client, status, &reply, query_id,
 					   psprintf("rewriting the cut partitions of %s",
-								ch_qualified_name(target->database, table)));
+								dpwin_ch_qualified_name(target->database, table)));
 }
 
 void
@@ -767,10 +767,10 @@ dpwin_generation_remove_ranges(ChClient *client, const DpwinTargetInfo *target,
 	 */
 	for (;;)
 	{
-		query_id = ch_next_query_id(client, "delete");
-		status = ch_try(client,
+		query_id = dpwin_ch_next_query_id(client, "delete");
+		status = dpwin_ch_try(client,
 						psprintf("DELETE FROM %s WHERE %s SETTINGS %s = 2",
-								 ch_qualified_name(target->database, table),
+								 dpwin_ch_qualified_name(target->database, table),
 								 window_ranges_sql(gen->window_column, gen->ranges),
 								 setting ? "lightweight_deletes_sync" : "mutations_sync"),
 						query_id, NULL, NULL, &reply);
@@ -785,7 +785,7 @@ dpwin_generation_remove_ranges(ChClient *client, const DpwinTargetInfo *target,
 	if (status != CHHTTP_OK)
 		report_settled(client, status, &reply, query_id,
 					   psprintf("removing the window's rows from %s",
-								ch_qualified_name(target->database, table)));
+								dpwin_ch_qualified_name(target->database, table)));
 
 	/* The scratch table's parts join the generation. */
 	if (gen->scratch != NULL)
@@ -830,7 +830,7 @@ dpwin_generation_attach_staged(ChClient *client, const DpwinTargetInfo *target,
 									psprintf("SELECT DISTINCT `table`, partition_id FROM system.parts"
 											 " WHERE database = %s AND `table` IN %s AND active"
 											 " ORDER BY `table`, partition_id",
-											 ch_quote_literal(target->database),
+											 dpwin_ch_quote_literal(target->database),
 											 literal_list(staging_tables))));
 		foreach(lc, rows)
 		{
@@ -937,7 +937,7 @@ dpwin_generation_check_target(ChClient *client, const DpwinTargetInfo *target,
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("target %s changed outside the window %s",
-						ch_qualified_name(target->database, target->table), when),
+						dpwin_ch_qualified_name(target->database, target->table), when),
 				 errdetail("Rows outside the window are %s in the target and %s in the generation.",
 						   dpwin_digest_to_text(&t), dpwin_digest_to_text(&g)),
 				 errhint("The changed target is kept as it is. Hold dpwin.lock_target() in other writers, then start a new invocation.")));

@@ -89,7 +89,7 @@ dpwin_invocation_load(Coordinator *c, int32 route_id)
 										 c->route->target_database,
 										 c->route->target_table);
 	dpwin_xact_commit(c->cxt);
-	c->client = ch_client_open(c->conf, psprintf("dpwin-%s-", dpwin_uuid_text(&c->id)));
+	c->client = dpwin_ch_client_open(c->conf, psprintf("dpwin-%s-", dpwin_uuid_text(&c->id)));
 }
 
 /*

@@ -93,7 +93,7 @@ dpwin_step_verified(Coordinator *c)
 
 	/* The intent, naming the statement, is durable before it can run. */
 	c->build.exchange_query_id = MemoryContextStrdup(c->cxt,
-													 ch_next_query_id(c->client, "exchange"));
+													 dpwin_ch_next_query_id(c->client, "exchange"));
 	return (DpwinStepResult) {DPWIN_STATE_PUBLISHING, commit_intent};
 }
 
@@ -152,7 +152,7 @@ report_pending(Coordinator *c, const char *query_id, ChHttpStatus status)
 	ereport(ERROR,
 			(errcode(ERRCODE_CONNECTION_FAILURE),
 			 errmsg("the EXCHANGE of invocation %s got no answer (%s) and may still run on ClickHouse",
-					dpwin_uuid_text(&c->id), chhttp_status_name(status)),
+					dpwin_uuid_text(&c->id), dpwin_chhttp_status_name(status)),
 			 errdetail("The target still has its old UUID, but the server cannot show whether statement %s has ended; exchanging again could be undone by it.",
 					   query_id),
 			 errhint("Once the statement has ended, SELECT * FROM dpwin.recover('%s') settles the invocation: it finishes the publication if the EXCHANGE ran, and retries it once if not.",
@@ -164,7 +164,7 @@ report_pending(Coordinator *c, const char *query_id, ChHttpStatus status)
  * reply is settled on the server first; PENDING when the reply was lost,
  * the UUIDs say not published, and the server cannot show that the
  * statement has ended (only when the server shows a client's query_id
- * does ch_settle_query() finding nothing prove that it has).
+ * does dpwin_ch_settle_query() finding nothing prove that it has).
  */
 static DpwinOutcome
 exchange(Coordinator *c, const DpwinPublication *pub, const char *query_id,
@@ -175,10 +175,10 @@ exchange(Coordinator *c, const DpwinPublication *pub, const char *query_id,
 
 	*status = dpwin_target_exchange(c->client, c->target, pub->generation_table,
 									query_id, reply);
-	if (*status != CHHTTP_OK && ch_status_outcome_unknown(*status))
-		ch_settle_query(c->client, query_id);
+	if (*status != CHHTTP_OK && dpwin_ch_status_outcome_unknown(*status))
+		dpwin_ch_settle_query(c->client, query_id);
 	outcome = reconcile(c, pub, target_uuid, generation_uuid);
-	if (outcome == DPWIN_OUTCOME_NOT_PUBLISHED && ch_status_outcome_unknown(*status) &&
+	if (outcome == DPWIN_OUTCOME_NOT_PUBLISHED && dpwin_ch_status_outcome_unknown(*status) &&
 		!dpwin_chprobe_query_ids_visible(c->client))
 		outcome = DPWIN_OUTCOME_PENDING;
 	return outcome;
@@ -286,7 +286,7 @@ dpwin_step_publishing(Coordinator *c)
 	{
 		/* The intent's EXCHANGE may still be on its way: settle it first. */
 		if (pub->exchange_query_id != NULL)
-			ch_settle_query(c->client, pub->exchange_query_id);
+			dpwin_ch_settle_query(c->client, pub->exchange_query_id);
 		outcome = reconcile(c, pub, &target_uuid, &generation_uuid);
 	}
 	else
@@ -312,11 +312,11 @@ dpwin_step_publishing(Coordinator *c)
 		{
 			query_id = tries == 0 && pub->exchange_query_id != NULL &&
 				!c->recovering ? pub->exchange_query_id :
-				ch_next_query_id(c->client, "exchange");
+				dpwin_ch_next_query_id(c->client, "exchange");
 			outcome = exchange(c, pub, query_id, &target_uuid, &generation_uuid,
 							   &status, &reply);
 		} while (outcome == DPWIN_OUTCOME_NOT_PUBLISHED &&
-				 ch_status_outcome_unknown(status) && !c->recovering &&
+				 dpwin_ch_status_outcome_unknown(status) && !c->recovering &&
 				 ++tries < 2);
 	}
 
@@ -346,7 +346,7 @@ dpwin_step_publishing(Coordinator *c)
 			c->build.outcome = DPWIN_OUTCOME_NOT_PUBLISHED;
 			RESUME_CANCEL_INTERRUPTS();
 			if (status != CHHTTP_OK)
-				ch_report(status, &reply, c->recovering ? "retrying the exchange" :
+				dpwin_ch_report(status, &reply, c->recovering ? "retrying the exchange" :
 						  "exchanging the target with its new generation");
 			ereport(ERROR,
 					(errcode(ERRCODE_SYSTEM_ERROR),

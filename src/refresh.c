@@ -41,6 +41,7 @@
 #include "registry.h"
 #include "route.h"
 #include "target.h"
+#include "version.h"
 #include "window.h"
 
 PG_FUNCTION_INFO_V1(dpwin_refresh);
@@ -61,6 +62,7 @@ invocation_route_for_owner(const pg_uuid_t *id, const char *action,
 	DpwinRoute *route;
 	MemoryContext cxt = CurrentMemoryContext;
 
+	dpwin_check_sql_version();
 	SPI_connect();
 	inv = dpwin_registry_load(id, false);
 	MemoryContextSwitchTo(cxt);
@@ -292,7 +294,7 @@ dpwin_reconcile(PG_FUNCTION_ARGS)
 	}
 	SPI_finish();
 
-	client = ch_client_open(dpwin_server_conf(route->server_name, GetUserId()),
+	client = dpwin_ch_client_open(dpwin_server_conf(route->server_name, GetUserId()),
 							psprintf("dpwin-%s-reconcile-", dpwin_uuid_text(id)));
 	target_uuid = dpwin_target_table_uuid(client, route->target_database,
 										  route->target_table);
@@ -322,13 +324,13 @@ dpwin_reconcile(PG_FUNCTION_ARGS)
 	}
 	else
 		verdict = "no_intent";
-	ch_client_close(client);
+	dpwin_ch_client_close(client);
 
 	initStringInfo(&buf);
 	appendStringInfo(&buf, "{\"invocation_id\": \"%s\", \"state\": \"%s\", \"verdict\": \"%s\"",
 					 dpwin_uuid_text(id), dpwin_state_name(inv->state), verdict);
 	appendStringInfoString(&buf, ", \"target\": ");
-	escape_json(&buf, ch_qualified_name(route->target_database, route->target_table));
+	escape_json(&buf, dpwin_ch_qualified_name(route->target_database, route->target_table));
 	appendStringInfo(&buf, ", \"target_uuid_now\": %s",
 					 target_uuid ? psprintf("\"%s\"", target_uuid) : "null");
 	if (pub)
@@ -390,7 +392,7 @@ dpwin_drop_backups(PG_FUNCTION_ARGS)
 
 	/* SETOF text is not a row type: take the executor's one-column desc */
 	InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
-	client = ch_client_open(dpwin_server_conf(route->server_name, GetUserId()),
+	client = dpwin_ch_client_open(dpwin_server_conf(route->server_name, GetUserId()),
 							psprintf("dpwin-route%d-drop-backups-", route->route_id));
 	backups = dpwin_target_list_tables(client, route->target_database,
 									   dpwin_backup_prefix(route->route_id));
@@ -435,7 +437,7 @@ dpwin_drop_backups(PG_FUNCTION_ARGS)
 		value = CStringGetTextDatum(lfirst(lc));
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, &value, &isnull);
 	}
-	ch_client_close(client);
+	dpwin_ch_client_close(client);
 	PG_RETURN_VOID();
 }
 
@@ -447,6 +449,7 @@ target_locktag(LOCKTAG *tag, FunctionCallInfo fcinfo)
 	char	   *table;
 	int32		target_id;
 
+	dpwin_check_sql_version();
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),

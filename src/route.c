@@ -361,7 +361,7 @@ resolve_column(DpwinRoute *r, int i, const char *name, bool validate)
 	r->column_notnull[i] = att->attnotnull;
 	ReleaseSysCache(tp);
 
-	if (validate && !rb_type_supported(r->column_types[i]))
+	if (validate && !dpwin_rb_type_supported(r->column_types[i]))
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("column \"%s\" has type %s, which dpwin cannot copy",

@@ -27,7 +27,7 @@ typedef struct RbEncoder RbEncoder;
 extern PGDLLEXPORT char *dpwin_rb_type_parity(Oid typid, int32 typmod, const char *ch_type);
 
 /* Is this PostgreSQL type supported at all (docs/types.md)? */
-extern bool rb_type_supported(Oid typid);
+extern bool dpwin_rb_type_supported(Oid typid);
 
 /*
  * Build an encoder for ncols columns.  names are the column names (for

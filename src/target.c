@@ -6,7 +6,7 @@
  *	  lookups.  Never reads PostgreSQL data.
  *
  *	  Every statement goes through chclient; every identifier is quoted
- *	  with ch_quote_ident() and every string with ch_quote_literal(), so
+ *	  with dpwin_ch_quote_ident() and every string with dpwin_ch_quote_literal(), so
  *	  names with quotes, backticks, semicolons or any UTF-8 are safe.
  *
  *-------------------------------------------------------------------------
@@ -34,10 +34,10 @@ void
 dpwin_target_create_like(ChClient *client, const DpwinTargetInfo *target,
 						 const char *name)
 {
-	char	   *qnew = ch_qualified_name(target->database, name);
-	char	   *qtarget = ch_qualified_name(target->database, target->table);
-	char	   *ldb = ch_quote_literal(target->database);
-	char	   *lname = ch_quote_literal(name);
+	char	   *qnew = dpwin_ch_qualified_name(target->database, name);
+	char	   *qtarget = dpwin_ch_qualified_name(target->database, target->table);
+	char	   *ldb = dpwin_ch_quote_literal(target->database);
+	char	   *lname = dpwin_ch_quote_literal(name);
 	List	   *rows;
 	ListCell   *lc;
 	char	   *engine_full = NULL;
@@ -101,7 +101,7 @@ dpwin_target_drop_table(ChClient *client, const char *database,
 						const char *name)
 {
 	dpwin_ch_exec(client, psprintf("DROP TABLE IF EXISTS %s",
-							 ch_qualified_name(database, name)));
+							 dpwin_ch_qualified_name(database, name)));
 }
 
 char *
@@ -112,15 +112,15 @@ dpwin_target_table_uuid(ChClient *client, const char *database,
 
 	rows = dpwin_ch_parse_tsv(dpwin_ch_exec(client,
 								psprintf("SELECT toString(uuid) FROM system.tables WHERE database = %s AND name = %s",
-										 ch_quote_literal(database),
-										 ch_quote_literal(name))));
+										 dpwin_ch_quote_literal(database),
+										 dpwin_ch_quote_literal(name))));
 	if (rows == NIL)
 		return NULL;
 	if (list_length(rows) != 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROTOCOL_VIOLATION),
 				 errmsg("ClickHouse returned %d rows for the UUID of %s",
-						list_length(rows), ch_qualified_name(database, name))));
+						list_length(rows), dpwin_ch_qualified_name(database, name))));
 	return pstrdup(dpwin_ch_row_field((List *) linitial(rows), 0));
 }
 
@@ -129,8 +129,8 @@ dpwin_target_rename(ChClient *client, const char *database,
 					const char *from, const char *to)
 {
 	dpwin_ch_exec(client, psprintf("RENAME TABLE %s TO %s",
-							 ch_qualified_name(database, from),
-							 ch_qualified_name(database, to)));
+							 dpwin_ch_qualified_name(database, from),
+							 dpwin_ch_qualified_name(database, to)));
 }
 
 List *
@@ -143,8 +143,8 @@ dpwin_target_list_tables(ChClient *client, const char *database,
 
 	rows = dpwin_ch_parse_tsv(dpwin_ch_exec(client,
 								psprintf("SELECT name FROM system.tables WHERE database = %s AND startsWith(name, %s) ORDER BY name",
-										 ch_quote_literal(database),
-										 ch_quote_literal(prefix))));
+										 dpwin_ch_quote_literal(database),
+										 dpwin_ch_quote_literal(prefix))));
 	foreach(lc, rows)
 		names = lappend(names, pstrdup(dpwin_ch_row_field((List *) lfirst(lc), 0)));
 	return names;
@@ -167,7 +167,7 @@ dpwin_target_digest(ChClient *client, const DpwinTargetInfo *target,
 	initStringInfo(&sql);
 	appendStringInfo(&sql, "SELECT %s FROM %s",
 					 dpwin_digest_ch_select_list(key, target->quoted_columns),
-					 ch_qualified_name(target->database, table));
+					 dpwin_ch_qualified_name(target->database, table));
 	if (where_sql != NULL)
 		appendStringInfo(&sql, " WHERE %s", where_sql);
 	if (settings != NULL)
@@ -192,14 +192,14 @@ digest_answer(char *answer, const DpwinTargetInfo *target,
 			ereport(ERROR,
 					(errcode(ERRCODE_PROTOCOL_VIOLATION),
 					 errmsg("unexpected answer from ClickHouse to the digest of %s",
-							ch_qualified_name(target->database, table))));
+							dpwin_ch_qualified_name(target->database, table))));
 		*nl = '\0';
 	}
 	if (!dpwin_digest_from_tsv(answer, out))
 		ereport(ERROR,
 				(errcode(ERRCODE_PROTOCOL_VIOLATION),
 				 errmsg("unexpected answer from ClickHouse to the digest of %s",
-						ch_qualified_name(target->database, table)),
+						dpwin_ch_qualified_name(target->database, table)),
 				 errdetail_internal("Answer: \"%s\".", answer)));
 }
 
@@ -216,7 +216,7 @@ dpwin_target_window_predicate(const DpwinTargetInfo *target,
 							  const char *window_column,
 							  TimestampTz lo, TimestampTz hi)
 {
-	char	   *w = ch_quote_ident(window_column);
+	char	   *w = dpwin_ch_quote_ident(window_column);
 	char	   *slo = dpwin_target_bound_sql(lo, "lower");
 	char	   *shi = dpwin_target_bound_sql(hi, "upper");
 
@@ -228,10 +228,10 @@ dpwin_target_exchange(ChClient *client, const DpwinTargetInfo *target,
 					  const char *generation, const char *query_id,
 					  ChHttpReply *reply)
 {
-	return ch_try(client,
+	return dpwin_ch_try(client,
 				  psprintf("EXCHANGE TABLES %s AND %s",
-						   ch_qualified_name(target->database, target->table),
-						   ch_qualified_name(target->database, generation)),
+						   dpwin_ch_qualified_name(target->database, target->table),
+						   dpwin_ch_qualified_name(target->database, generation)),
 				  query_id, NULL, NULL, reply);
 }
 
@@ -266,7 +266,7 @@ dpwin_target_chunk_digests(ChClient *client, const DpwinTargetInfo *target,
 						   DpwinDigest *out)
 {
 	StringInfoData sql;
-	char	   *w = ch_quote_ident(window_column);
+	char	   *w = dpwin_ch_quote_ident(window_column);
 	DpwinChunkBounds *first = linitial(chunks);
 	DpwinChunkBounds *last = llast(chunks);
 	char	   *answer;
@@ -293,7 +293,7 @@ dpwin_target_chunk_digests(ChClient *client, const DpwinTargetInfo *target,
 					 " GROUP BY __dpwin_chunk ORDER BY __dpwin_chunk"
 					 " SETTINGS " DPWIN_TARGET_SCAN_SETTINGS " FORMAT TabSeparated",
 					 dpwin_digest_ch_select_list(key, target->quoted_columns),
-					 ch_qualified_name(target->database, table),
+					 dpwin_ch_qualified_name(target->database, table),
 					 w, dpwin_target_bound_sql(first->lo, "lower"),
 					 w, dpwin_target_bound_sql(last->hi, "upper"));
 
@@ -309,7 +309,7 @@ dpwin_target_chunk_digests(ChClient *client, const DpwinTargetInfo *target,
 			ereport(ERROR,
 					(errcode(ERRCODE_PROTOCOL_VIOLATION),
 					 errmsg("unexpected answer from ClickHouse to the chunk digests of %s",
-							ch_qualified_name(target->database, table)),
+							dpwin_ch_qualified_name(target->database, table)),
 					 errdetail_internal("Line: \"%s\".", line)));
 		digest_answer(tab + 1, target, table, &out[idx - 1]);
 	}

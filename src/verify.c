@@ -117,7 +117,7 @@ dpwin_verify_run(Coordinator *c)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("target %s was replaced while it was verified",
-						ch_qualified_name(db, table)),
+						dpwin_ch_qualified_name(db, table)),
 				 errdetail("Its UUID was %s before the digests and %s after them.",
 						   uuid_before ? uuid_before : "missing",
 						   uuid_after ? uuid_after : "missing"),

@@ -114,15 +114,15 @@ worker_post(WorkerState *ws, const char *staging, const char *data, size_t len,
 	char	   *sql;
 
 	sql = psprintf("%s%s%s", ws->insert_prefix,
-				   ch_qualified_name(ws->route->target_database, staging),
+				   dpwin_ch_qualified_name(ws->route->target_database, staging),
 				   ws->insert_suffix);
-	ws->last_query_id = ch_next_query_id(ws->client, "ins");
-	status = ch_try(ws->client, sql, ws->last_query_id, buffer_reader, &reader,
+	ws->last_query_id = dpwin_ch_next_query_id(ws->client, "ins");
+	status = dpwin_ch_try(ws->client, sql, ws->last_query_id, buffer_reader, &reader,
 					&reply);
 	if (status != CHHTTP_OK)
 	{
 		ws->failure_transient = dpwin_ch_status_transient(status, &reply);
-		ch_report(status, &reply, psprintf("inserting rows of chunk %d", chunk_no));
+		dpwin_ch_report(status, &reply, psprintf("inserting rows of chunk %d", chunk_no));
 	}
 }
 
@@ -348,7 +348,7 @@ worker_fence_attempt(WorkerState *ws, DpwinChunkSlot *slot, int attempt)
 	{
 		MemoryContextSwitchTo(ws->chunk_cxt);
 		if (ws->last_query_id)
-			ch_settle_query(ws->client, ws->last_query_id);
+			dpwin_ch_settle_query(ws->client, ws->last_query_id);
 		dpwin_target_drop_table(ws->client, ws->route->target_database,
 								dpwin_staging_name(ws->sh->route_id,
 												   &ws->sh->invocation_id,
@@ -540,7 +540,7 @@ worker_setup(WorkerState *ws, MemoryContext worker_cxt)
 	initStringInfo(&cols);
 	for (int i = 0; i < ws->route->ncolumns; i++)
 		appendStringInfo(&cols, "%s%s", i ? ", " : "",
-						 ch_quote_ident(ws->route->columns[i]));
+						 dpwin_ch_quote_ident(ws->route->columns[i]));
 	ws->target.quoted_columns = cols.data;
 	ws->insert_prefix = "INSERT INTO ";
 	ws->insert_suffix = psprintf(" (%s) FORMAT RowBinary", cols.data);
@@ -551,7 +551,7 @@ worker_setup(WorkerState *ws, MemoryContext worker_cxt)
 									ws->route->column_notnull,
 									ws->target.column_types,
 									ws->route->window_index);
-	ws->client = ch_client_open(conf, psprintf("dpwin-%s-w%d-",
+	ws->client = dpwin_ch_client_open(conf, psprintf("dpwin-%s-w%d-",
 											   dpwin_uuid_text(&sh->invocation_id),
 											   MyProcPid));
 	dpwin_xact_commit(worker_cxt);
@@ -627,7 +627,7 @@ dpwin_worker_main(Datum main_arg)
 		worker_chunk(&ws, &sh->chunks[idx]);
 	}
 
-	ch_client_close(ws.client);
+	dpwin_ch_client_close(ws.client);
 	dsm_detach(seg);
 	proc_exit(0);
 }

@@ -231,9 +231,9 @@ dpwin__ch_query(PG_FUNCTION_ARGS)
 	char	   *body;
 
 	conf = dpwin_server_conf(NameStr(*server), GetUserId());
-	client = ch_client_open(conf, "dpwin-test-");
+	client = dpwin_ch_client_open(conf, "dpwin-test-");
 	body = dpwin_ch_exec(client, sql);
-	ch_client_close(client);
+	dpwin_ch_client_close(client);
 	PG_RETURN_TEXT_P(cstring_to_text(body));
 }
 
@@ -264,7 +264,7 @@ open_client_for_route(const char *route_name, DpwinRoute **route_out)
 	dpwin_route_check_owner(route, "admit");
 	conf = dpwin_server_conf(route->server_name, GetUserId());
 	*route_out = route;
-	return ch_client_open(conf, "dpwin-admit-");
+	return dpwin_ch_client_open(conf, "dpwin-admit-");
 }
 
 PG_FUNCTION_INFO_V1(dpwin__admit_target);
@@ -280,7 +280,7 @@ dpwin__admit_target(PG_FUNCTION_ARGS)
 	StringInfoData buf;
 
 	info = dpwin_target_admit(client, route);
-	ch_client_close(client);
+	dpwin_ch_client_close(client);
 
 	initStringInfo(&buf);
 	appendStringInfoString(&buf, "{\"database\": ");
@@ -322,7 +322,7 @@ dpwin__probe_exchange(PG_FUNCTION_ARGS)
 	ChClient   *client = open_client_for_route(route_name, &route);
 
 	dpwin_target_probe_exchange(client, route->target_database);
-	ch_client_close(client);
+	dpwin_ch_client_close(client);
 	PG_RETURN_VOID();
 }
 
