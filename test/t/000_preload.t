@@ -31,7 +31,11 @@ like($err, qr/must be loaded via shared_preload_libraries/, 'LOAD fails the same
 
 run([ @$as, "$pgbin/pg_ctl -D $dir/data -m immediate -w stop >/dev/null" ]);
 
-# and the sandbox, which preloads it, has the extension
-is(psql_ok("SELECT dpwin.version()"), '0.1.0', 'sandbox: dpwin.version()');
+# and the sandbox, which preloads it, has the extension, at the version of
+# the control file, which is the library's own
+my ($control_version) = do { local (@ARGV, $/) = ('dpwin.control'); <> } =~ /^default_version = '([^']+)'/m;
+is(psql_ok("SELECT dpwin.version()"), $control_version, "sandbox: dpwin.version() is the control file's $control_version");
+is(psql_ok("SELECT extversion FROM pg_extension WHERE extname = 'dpwin'"), $control_version,
+	'sandbox: the installed extension is at that version');
 
 done_testing();
