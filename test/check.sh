@@ -29,6 +29,9 @@
 #                the size of the fault matrix (test/t/111-113, full or
 #                slice: docs/chaos.md) on the majors other than the first;
 #                DPWIN_FAULT_MATRIX sets it on the first (default full)
+#   DPWIN_FAULT_MATRIX_ONLY_OTHER
+#                a regexp of the fault matrix's case names that the majors
+#                other than the first run (default: every case)
 #   DPWIN_CHAOS_SECONDS, DPWIN_CHAOS_SEED
 #                after the TAP files of the first major, the seeded chaos
 #                run (test/chaos.sh) on its sandbox, that long, with that
@@ -264,7 +267,10 @@ run_side_by_side() {
 		fi
 		(
 			export_ports "$major"
-			exec setsid env DPWIN_PG="$major" DPWIN_SANDBOX_DIR="$(sandbox_of "$major")" \
+			only=()
+			[ -z "${DPWIN_FAULT_MATRIX_ONLY_OTHER:-}" ] ||
+				only=("DPWIN_FAULT_MATRIX_ONLY=$DPWIN_FAULT_MATRIX_ONLY_OTHER")
+			exec setsid env ${only[@]+"${only[@]}"} DPWIN_PG="$major" DPWIN_SANDBOX_DIR="$(sandbox_of "$major")" \
 				DPWIN_SIDE_BY_SIDE=0 DPWIN_CHECK_SUMMARY="$logs/$major.summary" \
 				DPWIN_FAULT_MATRIX="${DPWIN_FAULT_MATRIX_OTHER:-${DPWIN_FAULT_MATRIX:-full}}" \
 				DPWIN_CHAOS_SECONDS= DPWIN_CHECK_ALONGSIDE= \
