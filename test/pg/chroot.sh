@@ -34,43 +34,6 @@ die() { log "$*"; exit 1; }
 # What every chroot holds besides PostgreSQL: what dpwin builds with.
 BUILD_PACKAGES="make gcc libcurl4-openssl-dev libssl-dev"
 
-# The mirror of this machine's own release suite, in one-line or deb822
-# sources.
-debian_mirror() {
-	if [ -n "${DPWIN_DEBIAN_MIRROR:-}" ]; then
-		echo "$DPWIN_DEBIAN_MIRROR"
-		return 0
-	fi
-	local codename
-	codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
-	[ -n "$codename" ] || die "cannot tell this machine's Debian release (/etc/os-release)"
-	local files=() f
-	for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
-		[ -f "$f" ] && files+=("$f")
-	done
-	[ ${#files[@]} -gt 0 ] || return 0
-	awk -v cn="$codename" '
-			function flush() {
-				if (uris != "" && types ~ /(^| )deb( |$)/ && (" " suites " ") ~ (" " cn " ")) {
-					split(uris, u, " "); print u[1]; found = 1; exit
-				}
-				uris = ""; suites = ""; types = ""
-			}
-			FNR == 1 { flush() }
-			/^[[:space:]]*#/ { next }
-			/^[[:space:]]*$/ { flush(); next }
-			$1 == "deb" {
-				i = 2
-				if ($i ~ /^\[/) { while ($i !~ /\]$/) i++; i++ }
-				if ($(i + 1) == cn) { print $i; found = 1; exit }
-				next
-			}
-			$1 == "Types:" { $1 = ""; types = $0 }
-			$1 == "URIs:" { $1 = ""; uris = $0 }
-			$1 == "Suites:" { $1 = ""; suites = $0 }
-			END { if (!found) flush() }' "${files[@]}" | head -1 | sed 's/^[[:space:]]*//'
-}
-
 # The pins a chroot was made from, recorded in it: a chroot made from other
 # pins is made again.
 spec_of() {

@@ -62,3 +62,42 @@ pg_major_spec() {
 		;;
 	esac
 }
+
+# debian_mirror: the mirror of this machine's own release suite, as apt is
+# configured (one-line or deb822 sources), or DPWIN_DEBIAN_MIRROR; nothing
+# when apt names none.  test/pg/chroot.sh and test/pkg/check.sh make their
+# roots from it.
+debian_mirror() {
+	if [ -n "${DPWIN_DEBIAN_MIRROR:-}" ]; then
+		echo "$DPWIN_DEBIAN_MIRROR"
+		return 0
+	fi
+	local codename
+	codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+	[ -n "$codename" ] || { echo "cannot tell this machine's Debian release (/etc/os-release)" >&2; return 1; }
+	local files=() f
+	for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
+		[ -f "$f" ] && files+=("$f")
+	done
+	[ ${#files[@]} -gt 0 ] || return 0
+	awk -v cn="$codename" '
+			function flush() {
+				if (uris != "" && types ~ /(^| )deb( |$)/ && (" " suites " ") ~ (" " cn " ")) {
+					split(uris, u, " "); print u[1]; found = 1; exit
+				}
+				uris = ""; suites = ""; types = ""
+			}
+			FNR == 1 { flush() }
+			/^[[:space:]]*#/ { next }
+			/^[[:space:]]*$/ { flush(); next }
+			$1 == "deb" {
+				i = 2
+				if ($i ~ /^\[/) { while ($i !~ /\]$/) i++; i++ }
+				if ($(i + 1) == cn) { print $i; found = 1; exit }
+				next
+			}
+			$1 == "Types:" { $1 = ""; types = $0 }
+			$1 == "URIs:" { $1 = ""; uris = $0 }
+			$1 == "Suites:" { $1 = ""; suites = $0 }
+			END { if (!found) flush() }' "${files[@]}" | head -1 | sed 's/^[[:space:]]*//'
+}

@@ -15,6 +15,7 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
+. test/pg/majors.sh
 MAJOR=15
 SUITE=bookworm
 CHROOT=$ROOT/test/.pg/pkg-$SUITE
@@ -64,9 +65,8 @@ fi
 
 # --- a clean root with PostgreSQL 15, then dpkg -i ---------------------------
 
-mirror=${DPWIN_DEBIAN_MIRROR:-$(awk '$1 == "deb" && $3 == "'$SUITE'" { print $2; exit }' \
-	/etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null || true)}
-mirror=${mirror:-http://deb.debian.org/debian}
+mirror=$(debian_mirror)
+[ -n "$mirror" ] || die "no Debian mirror in /etc/apt/sources.list*; set DPWIN_DEBIAN_MIRROR"
 # The root's cluster lives in RUN, seen at the same path inside the root
 # and on the machine, so that psql and the demo reach its socket.
 RUN=$ROOT/test/.pg/pkg-run
