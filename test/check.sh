@@ -140,7 +140,26 @@ run_tap() {
 		echo "check: a TAP test was skipped; a skipped test is a failure" >&2
 		rc=1
 	fi
+	# what failed, again in the summary at the end, where a reader of the
+	# last lines of a long run finds it
+	if [ $rc != 0 ]; then
+		mapfile -t -O ${#summary[@]} summary < <(
+			{ grep -E '^not ok|skipped:|# skip' "$tap_log" | head -20
+				sed -n '/^Test Summary Report/,/^Files=/p' "$tap_log" | head -30; } |
+				sed "s/^/$major  | /")
+	fi
 	rm -f "$tap_log"
+	return $rc
+}
+
+run_chaos() {
+	local log rc=0
+	log=$(mktemp)
+	test/chaos.sh --seed "${DPWIN_CHAOS_SEED:-21}" --length "$DPWIN_CHAOS_SECONDS" 2>&1 | tee "$log" || rc=1
+	if [ $rc != 0 ]; then
+		mapfile -t -O ${#summary[@]} summary < <(grep -B2 'FAIL' "$log" | head -30 | sed "s/^/$major  | /")
+	fi
+	rm -f "$log"
 	return $rc
 }
 
@@ -196,7 +215,7 @@ check_major() {
 	part isolation run_isolation || ok=0
 	part TAP run_tap || ok=0
 	if [ -n "${DPWIN_CHAOS_SECONDS:-}" ] && [ "$major" = "${majors%% *}" ]; then
-		part chaos test/chaos.sh --seed "${DPWIN_CHAOS_SEED:-21}" --length "$DPWIN_CHAOS_SECONDS" || ok=0
+		part chaos run_chaos || ok=0
 	fi
 	if [ $ok = 0 ]; then
 		echo "check: PostgreSQL $major FAILED" >&2

@@ -108,7 +108,10 @@ sub ch
 	my $url = "$ENV{DPWIN_CH_URL}/";
 	$url .= '?' . join('&', map { uri_escape($_) . '=' . uri_escape($p{$_}) } sort keys %p)
 	  if %p;
-	my ($hfh, $hfile) = tempfile(UNLINK => 1);
+	# The process id in the name: forked processes that share a seeded
+	# rand() (test/chaos.sh) would otherwise draw the same names.
+	my ($hfh, $hfile) = tempfile("dpwin_ch_$$\_XXXXXXXX", TMPDIR => 1, UNLINK => 1);
+	close $hfh;
 	my @cmd = ('curl', '-sS', '-o', '-', '-D', $hfile, '-w', '\n%{http_code}',
 		'-u', "$ENV{DPWIN_CH_USER}:$ENV{DPWIN_CH_PASSWORD}",
 		'--max-time', $opt{timeout} // 120, '-X', 'POST',
@@ -122,6 +125,8 @@ sub ch
 	open my $h, '<', $hfile or die;
 	my $headers = <$h>;
 	close $h;
+	# removed now: a process that polls (the chaos reader) would fill /tmp
+	unlink $hfile;
 	return ($code // 0, $body // $out, $headers // '');
 }
 
