@@ -31,7 +31,7 @@ use DpwinFixture qw(fresh_fixture drop_fixture drop_routes ch_rows uuid_of micro
 our @EXPORT = qw($E1 $E2 crash_setup crash_teardown scenario check_after_fault settle_and_check
   refresh_sql journal state_of chunks_in_state route_state check_route_state leftovers
   hold_locks release_locks pg_up coordinator_pid waits_on_lock sandbox_cmd crash wait_answered
-  crash_in_request);
+  crash_in_request start_caller interrupt_caller wait_final);
 
 # The two windows of every scenario: E1 published first, E2 faulted.
 our $E1 = '2026-09-08 00:00:00+00';
@@ -91,6 +91,47 @@ sub journal
 }
 
 sub state_of { return (journal($_[0]))[0] // ''; }
+
+# Start the E2 refresh of scenario $s under an application name of its own;
+# returns the bg_psql handle and the caller's backend pid, once the caller
+# is active.
+sub start_caller
+{
+	my ($s) = @_;
+	my $app = unique_name('caller');
+	my $h = bg_psql(refresh_sql($s->{route}, $E2, $s->{inv}), $app);
+	my $pid;
+	wait_until(sub {
+			$pid = psql_ok("SELECT pid FROM pg_stat_activity WHERE application_name = '$app' AND state = 'active'");
+			$pid ne '';
+		}, 30);
+	return ($h, $pid);
+}
+
+# Cancel or terminate ($how) the caller started by start_caller: the
+# caller gets exactly the cancel or the termination.
+sub interrupt_caller
+{
+	my ($s, $how, $h, $pid) = @_;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	my $f = $how eq 'cancel' ? 'pg_cancel_backend' : 'pg_terminate_backend';
+	is(psql_ok("SELECT $f($pid)"), 't', "$s->{tag}: $f(caller)");
+	my ($rc, $out, $err) = bg_finish($h);
+	like($err, $how eq 'cancel' ? qr/ERROR:\s+57014: canceling statement due to user request/
+		  : qr/FATAL:\s+57P01: terminating connection due to administrator command/,
+		"$s->{tag}: the caller got its " . ($how eq 'cancel' ? 'cancel' : 'termination')) or diag($err);
+}
+
+# The interrupted caller's coordinator ends on its own: a final state and
+# no progress row left.
+sub wait_final
+{
+	my ($s) = @_;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	ok(wait_until(sub { state_of($s->{inv}) =~ /^(completed|failed)$/
+				  && psql_ok("SELECT count(*) FROM dpwin.progress WHERE invocation_id = '$s->{inv}'") == 0 }, 60),
+		"$s->{tag}: the coordinator has ended") or diag(state_of($s->{inv}));
+}
 
 # How many chunks of the scenario's invocation are in the journal in $state.
 sub chunks_in_state

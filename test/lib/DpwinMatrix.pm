@@ -56,6 +56,13 @@ sub start_e2
 	return bg_psql(refresh_sql($s->{route}, $E2, $s->{inv}));
 }
 
+# start_caller, counted
+sub matrix_caller
+{
+	$count{"$shape $mode"}++;
+	return start_caller(@_);
+}
+
 # A faulted refresh run in the foreground: (rc, out, err).
 sub run_e2
 {
@@ -89,41 +96,8 @@ sub restart_pg_lost
 	ok(wait_until(\&pg_up, 60), "$label: PostgreSQL is back");
 }
 
-# The caller's backend pid, found by its application name.
-sub start_caller
-{
-	my ($s) = @_;
-	my $app = unique_name('caller');
-	$count{"$shape $mode"}++;
-	my $h = bg_psql(refresh_sql($s->{route}, $E2, $s->{inv}), $app);
-	my $pid;
-	wait_until(sub {
-			$pid = psql_ok("SELECT pid FROM pg_stat_activity WHERE application_name = '$app' AND state = 'active'");
-			$pid ne '';
-		}, 30);
-	return ($h, $pid);
-}
 
-sub interrupt_caller
-{
-	my ($s, $how, $h, $pid) = @_;
-	local $Test::Builder::Level = $Test::Builder::Level + 1;
-	my $f = $how eq 'cancel' ? 'pg_cancel_backend' : 'pg_terminate_backend';
-	is(psql_ok("SELECT $f($pid)"), 't', "$s->{tag}: $f(caller)");
-	my ($rc, $out, $err) = bg_finish($h);
-	like($err, $how eq 'cancel' ? qr/ERROR:\s+57014: canceling statement due to user request/
-		  : qr/FATAL:\s+57P01: terminating connection due to administrator command/,
-		"$s->{tag}: the caller got its " . ($how eq 'cancel' ? 'cancel' : 'termination')) or diag($err);
-}
 
-sub wait_final
-{
-	my ($s) = @_;
-	local $Test::Builder::Level = $Test::Builder::Level + 1;
-	ok(wait_until(sub { state_of($s->{inv}) =~ /^(completed|failed)$/
-				  && psql_ok("SELECT count(*) FROM dpwin.progress WHERE invocation_id = '$s->{inv}'") == 0 }, 60),
-		"$s->{tag}: the coordinator has ended") or diag(state_of($s->{inv}));
-}
 
 sub none_held
 {
@@ -578,7 +552,7 @@ my @CASES = (
 			[ "${how}_extracting" => sub {
 				my $s = new_s("${h3}x");
 				fault(pattern => stg_pat($s), mode => 'hold', count => 4);
-				my ($h, $pid) = start_caller($s);
+				my ($h, $pid) = matrix_caller($s);
 				ok(wait_running(stg_re($s), 2, phase => 'holding'), "$s->{tag}: two staging INSERTs are on the server");
 				interrupt_caller($s, $how, $h, $pid);
 				wait_final($s);
@@ -589,7 +563,7 @@ my @CASES = (
 			[ "${how}_building" => sub {
 				my $s = new_s("${h3}b");
 				fault(pattern => staged_attach_pattern($s), mode => 'hold', count => 1);
-				my ($h, $pid) = start_caller($s);
+				my ($h, $pid) = matrix_caller($s);
 				ok(wait_running(staged_attach_re($s), 1, phase => 'holding'),
 					"$s->{tag}: the attach of the staged parts is on the server");
 				interrupt_caller($s, $how, $h, $pid);
@@ -601,7 +575,7 @@ my @CASES = (
 			[ "${how}_publishing" => sub {
 				my $s = new_s("${h3}p");
 				fault(pattern => xpat($s), mode => 'hold', count => 1);
-				my ($h, $pid) = start_caller($s);
+				my ($h, $pid) = matrix_caller($s);
 				wait_state($s, 'publishing');
 				ok(wait_running(exchange_re($s->{t}), 1, phase => 'holding'), "$s->{tag}: the EXCHANGE is on the server");
 				interrupt_caller($s, $how, $h, $pid);

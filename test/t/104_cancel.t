@@ -24,39 +24,8 @@ my $db = "t104_$$";
 # The checks (a) to (e) after each fault: test/lib/DpwinCrash.pm.
 crash_setup($db);
 
-# Start the E2 refresh under an application name of its own; returns the
-# handle and the caller's backend pid.
-sub start_caller
-{
-	my ($s) = @_;
-	my $app = unique_name('caller');
-	my $h = bg_psql(refresh_sql($s->{route}, $E2, $s->{inv}), $app);
-	my $pid;
-	wait_until(sub {
-			$pid = psql_ok("SELECT pid FROM pg_stat_activity WHERE application_name = '$app' AND state = 'active'");
-			$pid ne '';
-		}, 30);
-	return ($h, $pid);
-}
 
-sub interrupt_caller
-{
-	my ($s, $how, $h, $pid) = @_;
-	my $f = $how eq 'cancel' ? 'pg_cancel_backend' : 'pg_terminate_backend';
-	is(psql_ok("SELECT $f($pid)"), 't', "$s->{tag}: $f(caller)");
-	my ($rc, $out, $err) = bg_finish($h);
-	like($err, $how eq 'cancel' ? qr/ERROR:\s+57014: canceling statement due to user request/
-		  : qr/FATAL:\s+57P01: terminating connection due to administrator command/,
-		"$s->{tag}: the caller got its " . ($how eq 'cancel' ? 'cancel' : 'termination')) or diag($err);
-}
 
-sub wait_final
-{
-	my ($s) = @_;
-	ok(wait_until(sub { state_of($s->{inv}) =~ /^(completed|failed)$/
-				  && psql_ok("SELECT count(*) FROM dpwin.progress WHERE invocation_id = '$s->{inv}'") == 0 }, 60),
-		"$s->{tag}: the coordinator has ended") or diag(state_of($s->{inv}));
-}
 
 sub none_held
 {
