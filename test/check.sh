@@ -10,10 +10,19 @@
 #   DPWIN_SIDE_BY_SIDE=1
 #                the majors after the first run side by side, once the
 #                first is done; each one's output is printed when it ends
+#   DPWIN_SIDE_BY_SIDE=all
+#                every major runs side by side, the first at once and each
+#                later one as soon as its chroot is made; the commands of
+#                DPWIN_CHECK_ALONGSIDE start once every major has started
 #   DPWIN_TAP_OTHER
 #                the TAP files to run on the majors other than 15, as file
 #                names or their number prefixes ("060 062 100"); by
 #                default the same TAP files as on 15
+#   DPWIN_TAP_EVERY, DPWIN_TAP_SHARED
+#                instead of all of test/t: the TAP files every major runs,
+#                and those shared out among the majors side by side (the
+#                major of rank k of n runs every n-th from the k-th);
+#                every file of test/t must be in one of them
 #   DPWIN_SANDBOX_DIR, DPWIN_PGPORT, DPWIN_CH_PORT, DPWIN_CH_CONTROL_PORT
 #                as for test/sandbox.sh; with several majors, the major
 #                of rank i (from 0) gets the folder "$DPWIN_SANDBOX_DIR-M"
@@ -26,16 +35,20 @@
 # than the CPU, and it is one to three minutes per major.
 #
 #   DPWIN_FAULT_MATRIX_OTHER
-#                the size of the fault matrix (test/t/111-113, full or
-#                slice: docs/chaos.md) on the majors other than the first;
+#                the size of the fault matrix (test/t/111-113, full, slice
+#                or rest: docs/chaos.md) on the majors other than the first;
 #                DPWIN_FAULT_MATRIX sets it on the first (default full)
+#   DPWIN_FAULT_MATRIX_SHARED=1
+#                with the majors side by side: the full matrix, shared out
+#                among them, each running every n-th case (so that every
+#                case of every shape in both modes runs once per run)
 #   DPWIN_FAULT_MATRIX_ONLY_OTHER
 #                a regexp of the fault matrix's case names that the majors
 #                other than the first run (default: every case)
-#   DPWIN_CHAOS_SECONDS, DPWIN_CHAOS_SEED
-#                after the TAP files of the first major, the seeded chaos
-#                run (test/chaos.sh) on its sandbox, that long, with that
-#                seed (default 21)
+#   DPWIN_CHAOS_SECONDS, DPWIN_CHAOS_SEED, DPWIN_CHAOS_MAJOR
+#                after the TAP files of the first major (or of
+#                DPWIN_CHAOS_MAJOR), the seeded chaos run (test/chaos.sh)
+#                on its sandbox, that long, with that seed (default 21)
 #   DPWIN_CHECK_ALONGSIDE
 #                shell commands run while the majors after the first run
 #                side by side (the package and pg_upgrade checks in CI);
@@ -82,6 +95,33 @@ if [ -n "${DPWIN_TAP_OTHER:-}" ]; then
 	done
 fi
 
+# DPWIN_TAP_EVERY and DPWIN_TAP_SHARED, likewise; with them, every file of
+# test/t must be in one of the two, so that a new file is never left out.
+resolve_taps() {
+	local t matches
+	for t in $1; do
+		matches=(test/t/"$t"_*.t)
+		if [ ${#matches[@]} -ne 1 ] || [ ! -f "${matches[0]}" ]; then
+			echo "check: '$t' names no single TAP file of test/t" >&2
+			return 1
+		fi
+		echo "${matches[0]}"
+	done
+}
+tap_every=() tap_shared=()
+list=$(resolve_taps "${DPWIN_TAP_EVERY:-}") || exit 2
+[ -z "$list" ] || mapfile -t tap_every <<<"$list"
+list=$(resolve_taps "${DPWIN_TAP_SHARED:-}") || exit 2
+[ -z "$list" ] || mapfile -t tap_shared <<<"$list"
+if [ -n "${DPWIN_TAP_EVERY:-}${DPWIN_TAP_SHARED:-}" ] && [ $# -eq 0 ]; then
+	for t in test/t/*.t; do
+		if ! printf '%s\n' "${tap_every[@]}" "${tap_shared[@]}" | grep -qxF "$t"; then
+			echo "check: $t is in neither DPWIN_TAP_EVERY nor DPWIN_TAP_SHARED" >&2
+			exit 2
+		fi
+	done
+fi
+
 status=0
 summary=()
 
@@ -124,7 +164,16 @@ show_diffs() {
 run_tap() {
 	local files=() tap_log rc=0 chosen=("${tap_files[@]}")
 	pg_major_spec "$major"
-	if [ "$major" != 15 ] && [ ${#tap_other[@]} -gt 0 ]; then
+	if [ ${#tap_args[@]} -eq 0 ] && [ $((${#tap_every[@]} + ${#tap_shared[@]})) -gt 0 ]; then
+		local part=${DPWIN_TAP_PART:-0/1} i
+		local k=${part%/*} n=${part#*/}
+		chosen=(${tap_every[@]+"${tap_every[@]}"})
+		for i in "${!tap_shared[@]}"; do
+			[ $((i % n)) != "$k" ] || chosen+=("${tap_shared[$i]}")
+		done
+		mapfile -t chosen < <(printf '%s\n' "${chosen[@]}" | sort)
+		echo "check: PostgreSQL $major runs ${#chosen[@]} of the TAP files (DPWIN_TAP_EVERY, DPWIN_TAP_SHARED part $part)"
+	elif [ "$major" != 15 ] && [ ${#tap_other[@]} -gt 0 ]; then
 		chosen=("${tap_other[@]}")
 		echo "check: PostgreSQL $major runs ${#chosen[@]} of the TAP files (DPWIN_TAP_OTHER)"
 	fi
@@ -214,7 +263,7 @@ check_major() {
 	part regress run_regress || ok=0
 	part isolation run_isolation || ok=0
 	part TAP run_tap || ok=0
-	if [ -n "${DPWIN_CHAOS_SECONDS:-}" ] && [ "$major" = "${majors%% *}" ]; then
+	if [ -n "${DPWIN_CHAOS_SECONDS:-}" ] && [ "$major" = "${DPWIN_CHAOS_MAJOR:-${majors%% *}}" ]; then
 		part chaos run_chaos || ok=0
 	fi
 	if [ $ok = 0 ]; then
@@ -242,8 +291,8 @@ start_chroots() {
 		[ -n "$PG_SUITE" ] || continue
 		if ! command -v debootstrap >/dev/null; then
 			echo "check: installing debootstrap"
-			DEBIAN_FRONTEND=noninteractive apt-get update -qq
-			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
+			host_apt_get update -qq
+			host_apt_get install -y -qq debootstrap >/dev/null
 		fi
 		mkdir -p "$ROOT/test/.pg"
 		chroot_log[$m]=$ROOT/test/.pg/$m.make.log
@@ -270,6 +319,16 @@ wait_chroot() {
 	grep '^check: ' "${chroot_log[$major]}" || true
 }
 
+# major_rank MAJOR: its rank, from 0, among the majors
+major_rank() {
+	local rank=0 m
+	for m in $majors; do
+		[ "$m" = "$1" ] && break
+		rank=$((rank + 1))
+	done
+	echo "$rank"
+}
+
 # The majors run side by side: pid, by major, of the check.sh of each one.
 declare -A side_pid
 
@@ -286,13 +345,25 @@ run_side_by_side() {
 		fi
 		(
 			export_ports "$major"
-			only=()
-			[ -z "${DPWIN_FAULT_MATRIX_ONLY_OTHER:-}" ] ||
-				only=("DPWIN_FAULT_MATRIX_ONLY=$DPWIN_FAULT_MATRIX_ONLY_OTHER")
-			exec setsid env ${only[@]+"${only[@]}"} DPWIN_PG="$major" DPWIN_SANDBOX_DIR="$(sandbox_of "$major")" \
+			# the first major keeps the first major's settings (all
+			# majors side by side); the others take the _OTHER ones
+			extra=()
+			if [ "$major" != "${majors%% *}" ]; then
+				extra=("DPWIN_FAULT_MATRIX=${DPWIN_FAULT_MATRIX_OTHER:-${DPWIN_FAULT_MATRIX:-full}}")
+				[ -z "${DPWIN_FAULT_MATRIX_ONLY_OTHER:-}" ] ||
+					extra+=("DPWIN_FAULT_MATRIX_ONLY=$DPWIN_FAULT_MATRIX_ONLY_OTHER")
+			fi
+			# the shared TAP files and the fault matrix shared out among
+			# the majors side by side
+			[ -z "${DPWIN_TAP_SHARED:-}" ] ||
+				extra+=("DPWIN_TAP_PART=$(major_rank "$major")/$nmajors")
+			[ "${DPWIN_FAULT_MATRIX_SHARED:-0}" != 1 ] ||
+				extra+=(DPWIN_FAULT_MATRIX=full "DPWIN_FAULT_MATRIX_PART=$(major_rank "$major")/$nmajors")
+			# the chaos run on one major only
+			[ "$major" = "${DPWIN_CHAOS_MAJOR:-${majors%% *}}" ] || extra+=(DPWIN_CHAOS_SECONDS=)
+			exec setsid env DPWIN_PG="$major" DPWIN_SANDBOX_DIR="$(sandbox_of "$major")" \
 				DPWIN_SIDE_BY_SIDE=0 DPWIN_CHECK_SUMMARY="$logs/$major.summary" \
-				DPWIN_FAULT_MATRIX="${DPWIN_FAULT_MATRIX_OTHER:-${DPWIN_FAULT_MATRIX:-full}}" \
-				DPWIN_CHAOS_SECONDS= DPWIN_CHECK_ALONGSIDE= \
+				DPWIN_CHECK_ALONGSIDE= ${extra[@]+"${extra[@]}"} \
 				bash test/check.sh ${tap_args[@]+"${tap_args[@]}"} >"$logs/$major.log" 2>&1
 		) &
 		side_pid[$major]=$!
@@ -346,7 +417,10 @@ trap on_exit EXIT
 
 t_all=$(date +%s)
 start_chroots
-if [ "$side_by_side" = 1 ] && [ "$nmajors" -gt 1 ]; then
+if [ "$side_by_side" = all ] && [ "$nmajors" -gt 1 ]; then
+	# shellcheck disable=SC2086
+	run_side_by_side $majors
+elif [ "$side_by_side" = 1 ] && [ "$nmajors" -gt 1 ]; then
 	read -r major rest <<<"$majors"
 	check_major
 	# shellcheck disable=SC2086

@@ -98,13 +98,12 @@ install_deps() {
 	done
 	if [ ${#missing[@]} -gt 0 ]; then
 		log "installing Debian packages: ${missing[*]}"
-		export DEBIAN_FRONTEND=noninteractive
-		apt-get update -qq
-		apt-get install -y -qq "${missing[@]}" >/dev/null
+		host_apt_get update -qq
+		host_apt_get install -y -qq "${missing[@]}" >/dev/null
 	fi
 	if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
 		log "installing nodejs and npm"
-		apt-get install -y -qq nodejs npm >/dev/null
+		host_apt_get install -y -qq nodejs npm >/dev/null
 	fi
 	"$ROOT/test/install-engine.sh" >"$SB/engine_path"
 	[ -z "$PGCHROOT" ] || "$ROOT/test/pg/chroot.sh" ensure "$PGMAJOR" >/dev/null

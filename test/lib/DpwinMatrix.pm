@@ -648,15 +648,28 @@ sub setup
 }
 
 # Run the matrix on target shape $sh (day, month, flat) in ClickHouse
-# database and PostgreSQL schema $database; DPWIN_FAULT_MATRIX_ONLY (a
-# regexp of case names) restricts the cases, for debugging.
+# database and PostgreSQL schema $database.
+#   DPWIN_FAULT_MATRIX       full (every case in both query-id modes), slice
+#                            (every case in one mode, alternating) or rest
+#                            (the cases and modes the slice leaves out)
+#   DPWIN_FAULT_MATRIX_PART  k/n: of those, every n-th from the k-th (0 <=
+#                            k < n), so that n runs share them out
+#   DPWIN_FAULT_MATRIX_ONLY  a regexp of case names, for debugging
 sub run_matrix
 {
 	my ($sh, $database) = @_;
 	$shape = $sh;
 	my $size = $ENV{DPWIN_FAULT_MATRIX} // 'full';
-	die "DPWIN_FAULT_MATRIX must be full or slice\n" unless $size =~ /^(full|slice)$/;
+	die "DPWIN_FAULT_MATRIX must be full, slice or rest\n" unless $size =~ /^(full|slice|rest)$/;
+	my ($part, $parts) = (0, 1);
+	if (defined $ENV{DPWIN_FAULT_MATRIX_PART} && $ENV{DPWIN_FAULT_MATRIX_PART} ne '')
+	{
+		($part, $parts) = $ENV{DPWIN_FAULT_MATRIX_PART} =~ m{^(\d+)/(\d+)$}
+		  or die "DPWIN_FAULT_MATRIX_PART must be k/n\n";
+		die "DPWIN_FAULT_MATRIX_PART: k must be below n\n" unless $part < $parts;
+	}
 	my $only = $ENV{DPWIN_FAULT_MATRIX_ONLY};
+	my $chosen = 0;
 	my $t0 = time;
 	setup($database);
 	my $shape_no = { day => 0, month => 1, flat => 2 }->{$sh};
@@ -671,6 +684,8 @@ sub run_matrix
 			my ($name, $code) = @$c;
 			my $in_slice = ($i++ + $shape_no) % 2 == ($mode eq 'visible' ? 0 : 1);
 			next if $size eq 'slice' && !$in_slice;
+			next if $size eq 'rest' && $in_slice;
+			next if $chosen++ % $parts != $part;
 			next if defined $only && $name !~ /$only/;
 			note("case $name ($shape, $mode)");
 			$code->();
@@ -681,7 +696,8 @@ sub run_matrix
 	psql_ok("DROP SERVER $slow CASCADE; DROP SERVER $lp CASCADE");
 	my $n = 0;
 	$n += $_ for values %count;
-	note(sprintf("fault matrix (%s) on %s: %s; %d faulted refreshes in %d s", $size, $shape,
+	diag(sprintf("fault matrix (%s%s) on %s: %s; %d faulted refreshes in %d s", $size,
+			$parts > 1 ? ", part $part/$parts" : '', $shape,
 			join(', ', map { "$_ $count{$_}" } sort keys %count), $n, time - $t0));
 	return $n;
 }

@@ -145,9 +145,8 @@ need_debootstrap() {
 		flock 8
 		command -v debootstrap >/dev/null && exit 0
 		log "installing debootstrap"
-		export DEBIAN_FRONTEND=noninteractive
-		apt-get update -qq
-		apt-get install -y -qq debootstrap >/dev/null
+		host_apt_get update -qq
+		host_apt_get install -y -qq debootstrap >/dev/null
 	) 8>"$ROOT/test/.pg/apt.lock"
 }
 

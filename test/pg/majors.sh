@@ -101,3 +101,13 @@ debian_mirror() {
 			$1 == "Suites:" { $1 = ""; suites = $0 }
 			END { if (!found) flush() }' "${files[@]}" | head -1 | sed 's/^[[:space:]]*//'
 }
+
+# host_apt_get ARG...: apt-get ARG... on this machine, one at a time: the
+# sandboxes, chroot makers and package check that test/check.sh runs side by
+# side may each install what they miss, and apt-get refuses to run while
+# another holds dpkg's lock.
+host_apt_get() {
+	mkdir -p /var/lock
+	DEBIAN_FRONTEND=noninteractive flock /var/lock/dpwin-apt.lock \
+		apt-get -o DPkg::Lock::Timeout=600 "$@"
+}

@@ -34,7 +34,7 @@ for p in debhelper lintian postgresql-server-dev-all dpkg-dev fakeroot debootstr
 done
 if [ ${#need[@]} -gt 0 ]; then
 	log "installing ${need[*]}"
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}" >/dev/null
+	host_apt_get install -y -q --no-install-recommends "${need[@]}" >/dev/null
 fi
 
 # --- build and lint --------------------------------------------------------
