@@ -33,6 +33,11 @@ Linux/x86_64) ;;
 	;;
 esac
 
+# One install at a time: the sandboxes of several majors may start side by
+# side (test/check.sh), and each checks again once it holds the lock.
+mkdir -p "$prefix"
+exec 9>"$prefix/.install.lock"
+flock 9
 if [ "$(installed_version)" != "$VERSION" ] || [ ! -s "$lib" ]; then
 	if ! command -v npm >/dev/null 2>&1; then
 		echo "install-engine.sh: npm is required to fetch $PKG@$VERSION" >&2

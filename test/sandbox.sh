@@ -173,7 +173,8 @@ build() {
 	in_pg make -C "$BUILD" -s PG_CONFIG="$PG_CONFIG_" install >/dev/null
 	# test-only SQL access to dpwin's internals: the sandbox's, never the product's
 	in_pg make -C "$BUILD/test/modules/dpwin_test" -s PG_CONFIG="$PG_CONFIG_" install >/dev/null
-	make -C "$ROOT/test/chendpoint" -s >/dev/null
+	# one build at a time: the sandboxes of several majors may start side by side
+	flock /var/lock/dpwin-chendpoint.lock make -C "$ROOT/test/chendpoint" -s >/dev/null
 }
 
 pg_running() {
