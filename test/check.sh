@@ -193,7 +193,7 @@ run_tap() {
 	# last lines of a long run finds it
 	if [ $rc != 0 ]; then
 		mapfile -t -O ${#summary[@]} summary < <(
-			{ grep -E '^not ok|skipped:|# skip' "$tap_log" | head -20
+			{ grep -E '^not ok|^#   Failed test|skipped:|# skip' "$tap_log" | head -20 || true
 				sed -n '/^Test Summary Report/,/^Files=/p' "$tap_log" | head -30; } |
 				sed "s/^/$major  | /")
 	fi
@@ -206,7 +206,7 @@ run_chaos() {
 	log=$(mktemp)
 	test/chaos.sh --seed "${DPWIN_CHAOS_SEED:-21}" --length "$DPWIN_CHAOS_SECONDS" 2>&1 | tee "$log" || rc=1
 	if [ $rc != 0 ]; then
-		mapfile -t -O ${#summary[@]} summary < <(grep -B2 'FAIL' "$log" | head -30 | sed "s/^/$major  | /")
+		mapfile -t -O ${#summary[@]} summary < <({ grep -B2 'FAIL' "$log" || true; } | head -30 | sed "s/^/$major  | /")
 	fi
 	rm -f "$log"
 	return $rc

@@ -73,11 +73,22 @@ my $port = do {
 	$p;
 };
 my ($ch_host, $ch_port) = $ENV{DPWIN_CH_URL} =~ m{^http://([^/:]+):(\d+)};
-my ($socat_out, $socat_err) = ('', '');
-my $socat = start([ 'socat',
+# -d -d: socat logs every connection it accepts, before the TLS handshake
+# on it, so that its log counts handshakes begun (tls_accepted below).
+my $socat_out = '';
+my $socat_log = "$dir/socat.log";
+my $socat = start([ 'socat', '-d', '-d',
 		"OPENSSL-LISTEN:$port,bind=127.0.0.1,reuseaddr,fork,cert=$dir/server.pem,key=$dir/server.key,verify=0",
 		"TCP:$ch_host:$ch_port" ],
-	'<', \undef, '>', \$socat_out, '2>', \$socat_err);
+	'<', \undef, '>', \$socat_out, '2>', $socat_log);
+
+# The connections the TLS front has accepted so far: one per TLS handshake
+# begun, whether it then succeeds or is refused.
+sub tls_accepted
+{
+	open my $f, '<', $socat_log or return 0;
+	return scalar grep { /accepting connection from/ } <$f>;
+}
 # stopped at the end, or here if the test dies first
 END { eval { $socat->kill_kill(grace => 2) } if $socat; }
 ok(wait_until(sub {
@@ -111,14 +122,17 @@ is(psql_ok("SELECT verify_peer FROM dpwin.server_conf('$srv')"), 't', 'verify_pe
 # reaches ClickHouse.
 sub tls_refused
 {
-	my ($label, $sql, $detail_re) = @_;
+	my ($label, $sql, $detail_re, %o) = @_;
 	my $seq = ch_log_seq();
+	my $accepted = tls_accepted();
 	my ($rc, $out, $err) = psql("\\set VERBOSITY verbose\n$sql");
 	like($err, qr/ERROR:\s+HV00N: could not establish a TLS connection to ClickHouse server "$srv"/, "$label: HV00N")
 	  or diag($err);
 	like($err, qr/HINT:\s+Check the ca_file and verify_peer options of server "$srv"/, "$label: the hint names ca_file");
 	like($err, qr/DETAIL:\s+.*$detail_re/i, "$label: the detail says why") if $detail_re;
 	is(scalar(ch_log_since($seq)), 0, "$label: no query reached ClickHouse");
+	cmp_ok(tls_accepted() - $accepted, '>', 0, "$label: the refusal came from a TLS handshake with the front")
+	  unless $o{direct};
 }
 
 # ---- verification on, no CA ---------------------------------------------------------------------
@@ -154,7 +168,23 @@ tls_refused('a certificate from another CA', "SELECT dpwin_test.ch_query('$srv',
 psql_ok("ALTER SERVER $srv OPTIONS (SET ca_file '$dir/no_such_ca.pem')");
 tls_refused('a CA file that does not exist', "SELECT dpwin_test.ch_query('$srv', 'SELECT 1')", undef);
 psql_ok("ALTER SERVER $srv OPTIONS (SET url 'https://127.0.0.1:$ch_port', SET ca_file '$dir/ca.pem')");
-tls_refused('https to a plain HTTP port', "SELECT dpwin_test.ch_query('$srv', 'SELECT 1')", undef);
+tls_refused('https to a plain HTTP port', "SELECT dpwin_test.ch_query('$srv', 'SELECT 1')", undef, direct => 1);
+
+# ---- bad input over HTTPS: refused before any TLS handshake ------------------------------------------
+
+psql_ok("ALTER SERVER $srv OPTIONS (SET url '$https')");
+{
+	my $accepted = tls_accepted();
+	my $seq = ch_log_seq();
+	like(psql_err("ALTER SERVER $srv OPTIONS (ADD verify_peer 'no thanks')") // 'ok',
+		qr/^HV024: verify_peer "no thanks" is not a boolean/, 'bad input: verify_peer takes only a boolean');
+	like(psql_err("SELECT * FROM dpwin_refresh('$route', '2026-09-09 00:00:00+00', 'not-a-uuid')") // 'ok',
+		qr/^22P02: /, 'bad input: a malformed invocation id');
+	like(psql_err("SELECT * FROM dpwin_refresh('no_such_route_084', '2026-09-09 00:00:00+00')") // 'ok',
+		qr/^42704: .*no_such_route_084/, 'bad input: an unknown route, named');
+	is(tls_accepted() - $accepted, 0, 'bad input: no TLS handshake was begun with the front');
+	is(scalar(ch_log_since($seq)), 0, 'bad input: no query reached ClickHouse');
+}
 
 # ---- verify_peer 'false': an explicit opt-out ---------------------------------------------------------
 
