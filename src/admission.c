@@ -858,7 +858,8 @@ dpwin_target_admit(ChClient *client, const DpwinRoute *route)
  */
 
 void
-dpwin_target_probe_exchange(ChClient *client, const char *database)
+dpwin_target_probe_exchange(ChClient *client, const char *database,
+							const char *name_prefix)
 {
 	ServerFacts facts;
 	char	   *key;
@@ -896,8 +897,8 @@ dpwin_target_probe_exchange(ChClient *client, const char *database)
 				 errmsg("could not generate a random name for the EXCHANGE probe")));
 	hex_encode((const char *) rnd, sizeof(rnd), suffix);
 	suffix[16] = '\0';
-	name_a = psprintf("_dpwin_probe_%s_a", suffix);
-	name_b = psprintf("_dpwin_probe_%s_b", suffix);
+	name_a = psprintf("%sprobe_%s_a", name_prefix, suffix);
+	name_b = psprintf("%sprobe_%s_b", name_prefix, suffix);
 	qa = dpwin_ch_qualified_name(database, name_a);
 	qb = dpwin_ch_qualified_name(database, name_b);
 
@@ -989,8 +990,9 @@ probe_uuids(ChClient *client, const char *database, const char *a,
 
 /*
  * Drop the probe tables after an error.  Best effort: dpwin_ch_try never raises,
- * so the original error is what the caller sees.  Leftovers are named
- * _dpwin_probe_* and hold no data.
+ * so the original error is what the caller sees.  Tables a killed process
+ * leaves carry the caller's prefix (a refresh's: its invocation's, which
+ * recovery drops) and hold no data.
  */
 static void
 probe_cleanup(ChClient *client, const char *qa, const char *qb,

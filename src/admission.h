@@ -27,9 +27,12 @@ extern PGDLLEXPORT DpwinTargetInfo *dpwin_target_admit(ChClient *client,
 
 /*
  * Probe once per server that EXCHANGE TABLES works (two scratch tables in
- * the target database, dropped afterwards); a clear error when it does
- * not, or when the server is too old for Atomic/EXCHANGE/DateTime64.
+ * the target database, named name_prefix + "probe_<random>_a/_b", dropped
+ * afterwards); a clear error when it does not, or when the server is too
+ * old for Atomic/EXCHANGE/DateTime64.  A refresh passes its invocation's
+ * table prefix, so that recovery drops the tables of a probe cut short.
  */
-extern PGDLLEXPORT void dpwin_target_probe_exchange(ChClient *client, const char *database);
+extern PGDLLEXPORT void dpwin_target_probe_exchange(ChClient *client, const char *database,
+													 const char *name_prefix);
 
 #endif							/* DPWIN_ADMISSION_H */

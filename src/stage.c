@@ -23,6 +23,7 @@
 #include "utils/resowner.h"
 
 #include "build.h"
+#include "names.h"
 #include "steps.h"
 
 /* Commits with extracting: what admission learned. */
@@ -37,7 +38,8 @@ dpwin_step_planned(Coordinator *c)
 {
 	c->target = dpwin_extraction_admit(c->client, c->route, c->cxt);
 	c->schema_fingerprint = c->target->schema_fingerprint;
-	dpwin_target_probe_exchange(c->client, c->route->target_database);
+	dpwin_target_probe_exchange(c->client, c->route->target_database,
+								dpwin_invocation_table_prefix(c->route->route_id, &c->id));
 	return (DpwinStepResult) {DPWIN_STATE_EXTRACTING, commit_schema};
 }
 

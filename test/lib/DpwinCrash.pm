@@ -71,7 +71,7 @@ sub leftovers
 {
 	return [ sort grep { $_ ne '' } split /\n/,
 		  ch_ok("SELECT name FROM system.tables WHERE database = '$db'"
-			  . " AND match(name, '^_dpwin_(probe_|[0-9]+_[0-9a-f]{12}_(stg_|gen\$))') FORMAT TSVRaw") ];
+			  . " AND match(name, '^_dpwin_(probe_|[0-9]+_[0-9a-f]{12}_(stg_|gen\$|probe_))') FORMAT TSVRaw") ];
 }
 
 # The refresh of $route's window ending at $e, as invocation $inv if given.

@@ -170,7 +170,7 @@ sub leftovers
 	my $of = @k ? '(' . join(' OR ', map { "startsWith(name, '_dpwin_$rid{$_}_')" } @k) . ')' : "startsWith(name, '_dpwin_')";
 	return ch_ok("SELECT count() FROM system.tables WHERE database = '$db'"
 		  . " AND (startsWith(name, '_dpwin_probe_') OR $of"
-		  . "  AND (position(name, '_stg_') > 0 OR endsWith(name, '_gen')))") + 0;
+		  . "  AND (position(name, '_stg_') > 0 OR endsWith(name, '_gen') OR position(name, '_probe_') > 0))") + 0;
 }
 
 # Coordinators and chunk workers of the routes @routes still running.

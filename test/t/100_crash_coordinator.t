@@ -71,6 +71,24 @@ sub wait_state
 	settle_and_check($s, 'expired');
 }
 
+# --- in the EXCHANGE probe: its scratch tables carry the invocation's prefix,
+# and recovery drops them with the rest -----------------------------------------
+
+{
+	my $s = scenario('probe');
+	my $pat = "EXCHANGE TABLES `$db`.`$s->{prefix}probe_";
+	fault(pattern => $pat, mode => 'hold', count => 1);
+	my $h = start_e2($s);
+	ok(wait_running(qr/^\Q$pat\E/, 1, phase => 'holding'), 'probe: the EXCHANGE probe waits on the server');
+	my @probe = grep { /^\Q$s->{prefix}\Eprobe_[0-9a-f]{16}_[ab]$/ } @{ leftovers() };
+	is(scalar(@probe), 2, 'probe: its two scratch tables carry the invocation\'s prefix');
+	crash([ coordinator_pid($s->{inv}) ], $h, 'planned');
+	release($pat);
+	is_deeply([ grep { /probe_/ } @{ leftovers() } ], \@probe, 'probe: the killed coordinator left them');
+	check_after_fault($s, which => 'old', state => 'planned', outcome => '');
+	settle_and_check($s, 'expired');
+}
+
 # --- mid-extraction ----------------------------------------------------------------
 
 {
