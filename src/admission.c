@@ -67,12 +67,14 @@ typedef struct TargetColumn
 /* Servers (url + database) whose EXCHANGE already worked in this backend. */
 static List *probed_exchange = NIL;
 
-static void check_server(ChClient *client, ServerFacts *facts);
+static DpwinRefusal *refuse(int sqlerrcode, char *message, char *detail,
+							 char *hint);
+static DpwinRefusal *check_server(ChClient *client, ServerFacts *facts);
 static char *mv_target_condition(const char *database, const char *table);
-static void check_ttl(ChClient *client, const char *qname,
-					  const char *create_query);
-static void check_row_policies(ChClient *client, const char *database,
-							   const char *table, const char *qname);
+static DpwinRefusal *check_ttl(ChClient *client, const char *qname,
+								const char *create_query);
+static DpwinRefusal *check_row_policies(ChClient *client, const char *database,
+										const char *table, const char *qname);
 static bool parse_window_type(const char *type, int *precision,
 							  bool *nullable, char **tz);
 static char *schema_fingerprint(int ncolumns, char **names, char **types,
@@ -85,14 +87,41 @@ static void probe_cleanup(ChClient *client, const char *qa, const char *qb,
 static void probe_remember(const char *key);
 static void probe_uuids(ChClient *client, const char *database, const char *a,
 						const char *b, char **uuid_a, char **uuid_b);
-static void check_database(const char *database, const char *engine,
-						   const char *qname);
+static DpwinRefusal *check_database(const char *database, const char *engine,
+									 const char *qname);
 
 
 /* ----------------------------------------------------------------------
  * Small helpers
  * ----------------------------------------------------------------------
  */
+
+/*
+ * A refusal as a value (admission.h); detail and hint may be NULL.  The
+ * strings are formatted by the caller, as errmsg() would format them.
+ */
+static DpwinRefusal *
+refuse(int sqlerrcode, char *message, char *detail, char *hint)
+{
+	DpwinRefusal *r = palloc(sizeof(DpwinRefusal));
+
+	r->sqlerrcode = sqlerrcode;
+	r->message = message;
+	r->detail = detail;
+	r->hint = hint;
+	return r;
+}
+
+void
+dpwin_refusal_raise(const DpwinRefusal *refusal)
+{
+	ereport(ERROR,
+			(errcode(refusal->sqlerrcode),
+			 errmsg_internal("%s", refusal->message),
+			 refusal->detail ? errdetail_internal("%s", refusal->detail) : 0,
+			 refusal->hint ? errhint("%s", refusal->hint) : 0));
+	pg_unreachable();
+}
 
 /* Comma-separated list of C strings, for error details. */
 static char *
@@ -163,7 +192,7 @@ mv_target_condition(const char *database, const char *table)
  * system.projections exists.  Refuses a server that is too old before
  * anything is written.
  */
-static void
+static DpwinRefusal *
 check_server(ChClient *client, ServerFacts *facts)
 {
 	StringInfoData sql;
@@ -196,13 +225,13 @@ check_server(ChClient *client, ServerFacts *facts)
 					NULL, NULL, &reply);
 	if (status == CHHTTP_SERVER_ERROR &&
 		reply.exception_code == CH_UNKNOWN_SETTING)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("ClickHouse server \"%s\" is too old for dpwin",
-						client->conf->server_name),
-				 errdetail("The server does not know a setting dpwin sends with every request; dpwin needs ClickHouse %d.%d or later.  The server answered: %s",
-						   DPWIN_CH_MIN_MAJOR, DPWIN_CH_MIN_MINOR,
-						   reply.body.data)));
+		return refuse(ERRCODE_FEATURE_NOT_SUPPORTED,
+					  psprintf("ClickHouse server \"%s\" is too old for dpwin",
+							   client->conf->server_name),
+					  psprintf("The server does not know a setting dpwin sends with every request; dpwin needs ClickHouse %d.%d or later.  The server answered: %s",
+							   DPWIN_CH_MIN_MAJOR, DPWIN_CH_MIN_MINOR,
+							   reply.body.data),
+					  NULL);
 	if (status != CHHTTP_OK)
 		dpwin_ch_report(status, &reply, "reading the server version");
 	answer = reply.body.data;
@@ -220,12 +249,12 @@ check_server(ChClient *client, ServerFacts *facts)
 	if (sscanf(facts->version, "%d.%d", &major, &minor) != 2 ||
 		major < DPWIN_CH_MIN_MAJOR ||
 		(major == DPWIN_CH_MIN_MAJOR && minor < DPWIN_CH_MIN_MINOR))
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("ClickHouse server \"%s\" is too old for dpwin",
-						client->conf->server_name),
-				 errdetail("The server reports version %s; dpwin needs %d.%d or later (Atomic databases, DateTime64 with a time zone, EXCHANGE TABLES, keyed SipHash).",
-						   facts->version, DPWIN_CH_MIN_MAJOR, DPWIN_CH_MIN_MINOR)));
+		return refuse(ERRCODE_FEATURE_NOT_SUPPORTED,
+					  psprintf("ClickHouse server \"%s\" is too old for dpwin",
+							   client->conf->server_name),
+					  psprintf("The server reports version %s; dpwin needs %d.%d or later (Atomic databases, DateTime64 with a time zone, EXCHANGE TABLES, keyed SipHash).",
+							   facts->version, DPWIN_CH_MIN_MAJOR, DPWIN_CH_MIN_MINOR),
+					  NULL);
 
 	present = dpwin_ch_row_field(row, 2);
 	for (int i = 0; i < (int) lengthof(required_functions); i++)
@@ -256,19 +285,22 @@ check_server(ChClient *client, ServerFacts *facts)
 									   required_functions[i].purpose));
 	}
 	if (missing != NIL)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("ClickHouse server \"%s\" (version %s) lacks functions dpwin needs",
-						client->conf->server_name, facts->version),
-				 errdetail("Missing: %s.", names_list(missing)),
-				 errhint("Upgrade the ClickHouse server.")));
+		return refuse(ERRCODE_FEATURE_NOT_SUPPORTED,
+					  psprintf("ClickHouse server \"%s\" (version %s) lacks functions dpwin needs",
+							   client->conf->server_name, facts->version),
+					  psprintf("Missing: %s.", names_list(missing)),
+					  pstrdup("Upgrade the ClickHouse server."));
+	return NULL;
 }
 
 /*
  * The target's database must exist and be Atomic.  engine is NULL when it
- * does not exist; qname names the target in messages when known.
+ * does not exist; qname names the target in messages when known.  A
+ * missing database (like a missing table, check_table) is an error, not a
+ * refusal: a target that is gone refuses no generation, and publication
+ * leaves the outcome open for the UUIDs to settle (publish.c).
  */
-static void
+static DpwinRefusal *
 check_database(const char *database, const char *engine, const char *qname)
 {
 	char	   *what = qname
@@ -282,10 +314,11 @@ check_database(const char *database, const char *engine, const char *qname)
 				 errhint("Create it with CREATE DATABASE %s ENGINE = Atomic.",
 						 dpwin_ch_quote_ident(database))));
 	if (strcmp(engine, "Atomic") != 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("%s has engine %s, not Atomic", what, engine),
-				 errdetail("dpwin publishes with EXCHANGE TABLES, which swaps two tables atomically only in an Atomic database.")));
+		return refuse(ERRCODE_FEATURE_NOT_SUPPORTED,
+					  psprintf("%s has engine %s, not Atomic", what, engine),
+					  pstrdup("dpwin publishes with EXCHANGE TABLES, which swaps two tables atomically only in an Atomic database."),
+					  NULL);
+	return NULL;
 }
 
 /*
@@ -296,7 +329,7 @@ check_database(const char *database, const char *engine, const char *qname)
  * EXPLAIN AST shows a table TTL as TTLElement nodes, and DESCRIBE shows a
  * column TTL as ttl_expression.
  */
-static void
+static DpwinRefusal *
 check_ttl(ChClient *client, const char *qname, const char *create_query)
 {
 	char	   *answer;
@@ -306,7 +339,7 @@ check_ttl(ChClient *client, const char *qname, const char *create_query)
 	char	   *p;
 
 	if (!dpwin_ctq_has_bare_word(create_query, "TTL"))
-		return;
+		return NULL;
 
 	answer = dpwin_ch_exec(client, psprintf("EXPLAIN AST %s", create_query));
 	for (p = answer; p && *p;)
@@ -318,12 +351,11 @@ check_ttl(ChClient *client, const char *qname, const char *create_query)
 			line++;
 		if (strncmp(line, "TTLElement", 10) == 0 &&
 			(line[10] == ' ' || line[10] == '\n' || line[10] == '\0'))
-			ereport(ERROR,
-					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-					 errmsg("ClickHouse target %s has a table TTL", qname),
-					 errdetail("A TTL deletes or moves rows of the published generation behind dpwin's verification."),
-					 errhint("Remove it with ALTER TABLE %s REMOVE TTL, or refresh another table.",
-							 qname)));
+			return refuse(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+						  psprintf("ClickHouse target %s has a table TTL", qname),
+						  pstrdup("A TTL deletes or moves rows of the published generation behind dpwin's verification."),
+						  psprintf("Remove it with ALTER TABLE %s REMOVE TTL, or refresh another table.",
+								   qname));
 		p = nl ? nl + 1 : NULL;
 	}
 
@@ -339,13 +371,13 @@ check_ttl(ChClient *client, const char *qname, const char *create_query)
 								  dpwin_ch_quote_ident(dpwin_ch_row_field(row, 0)));
 	}
 	if (column_ttls != NIL)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("ClickHouse target %s has a column TTL", qname),
-				 errdetail("Columns with a TTL: %s.  A TTL resets values of the published generation behind dpwin's verification.",
-						   names_list(column_ttls)),
-				 errhint("Remove it with ALTER TABLE %s MODIFY COLUMN ... REMOVE TTL.",
-						 qname)));
+		return refuse(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+					  psprintf("ClickHouse target %s has a column TTL", qname),
+					  psprintf("Columns with a TTL: %s.  A TTL resets values of the published generation behind dpwin's verification.",
+							   names_list(column_ttls)),
+					  psprintf("Remove it with ALTER TABLE %s MODIFY COLUMN ... REMOVE TTL.",
+							   qname));
+	return NULL;
 }
 
 /*
@@ -354,7 +386,7 @@ check_ttl(ChClient *client, const char *qname, const char *create_query)
  * filter applies to our own reads, which is what would silently drop rows
  * from the generation.
  */
-static void
+static DpwinRefusal *
 check_row_policies(ChClient *client, const char *database, const char *table,
 				   const char *qname)
 {
@@ -377,13 +409,12 @@ check_row_policies(ChClient *client, const char *database, const char *table,
 		foreach(lc, rows)
 			names = lappend(names, (char *) dpwin_ch_row_field((List *) lfirst(lc), 0));
 		if (names != NIL)
-			ereport(ERROR,
-					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-					 errmsg("ClickHouse target %s has row policies", qname),
-					 errdetail("Row policies: %s.  A policy filters the rows dpwin copies into the replacement generation.",
-							   names_list(names)),
-					 errhint("Drop the row policies on the target, or refresh another table.")));
-		return;
+			return refuse(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+						  psprintf("ClickHouse target %s has row policies", qname),
+						  psprintf("Row policies: %s.  A policy filters the rows dpwin copies into the replacement generation.",
+								   names_list(names)),
+						  pstrdup("Drop the row policies on the target, or refresh another table."));
+		return NULL;
 	}
 	if (status != CHHTTP_SERVER_ERROR ||
 		reply.exception_code != CH_ACCESS_DENIED)
@@ -400,13 +431,13 @@ check_row_policies(ChClient *client, const char *database, const char *table,
 		if (strstr(plan, "row level filter") != NULL ||
 			strstr(plan, "row-level security filter") != NULL ||
 			strstr(plan, "row-level filter") != NULL)
-			ereport(ERROR,
-					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-					 errmsg("ClickHouse target %s has a row policy that filters dpwin's reads",
-							qname),
-					 errdetail("The query plan of a read from the target contains a row-level filter.  A policy filters the rows dpwin copies into the replacement generation."),
-					 errhint("Drop the row policies on the target, or refresh another table.")));
+			return refuse(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+						  psprintf("ClickHouse target %s has a row policy that filters dpwin's reads",
+								   qname),
+						  pstrdup("The query plan of a read from the target contains a row-level filter.  A policy filters the rows dpwin copies into the replacement generation."),
+						  pstrdup("Drop the row policies on the target, or refresh another table."));
 	}
+	return NULL;
 }
 
 /*
@@ -508,8 +539,10 @@ compare_columns_by_position(const ListCell *a, const ListCell *b)
 /* ----------------------------------------------------------------------
  * Admission
  *
- * dpwin_target_admit() runs the steps below in the order of the rules in
- * docs/admission.md; the first refusal ends it.
+ * dpwin_target_try_admit() runs the steps below in the order of the rules
+ * in docs/admission.md; the first refusal ends it and is returned.  What
+ * is not a verdict on the target (a failed request, an answer that cannot
+ * be read, a target that does not exist) is raised as an error.
  * ----------------------------------------------------------------------
  */
 
@@ -623,8 +656,8 @@ read_target_facts(ChClient *client, const char *db, const char *tb,
 	list_sort(f->columns, compare_columns_by_position);
 }
 
-/* Rules 4-5: the table exists and is a plain MergeTree. */
-static void
+/* Rules 4-5: the table exists (else an error) and is a plain MergeTree. */
+static DpwinRefusal *
 check_table(const TargetFacts *f, const char *qname)
 {
 	const char *engine;
@@ -635,11 +668,12 @@ check_table(const TargetFacts *f, const char *qname)
 				 errmsg("ClickHouse target %s does not exist", qname)));
 	engine = dpwin_ch_row_field(f->table_row, TROW_ENGINE);
 	if (strcmp(engine, "MergeTree") != 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("ClickHouse target %s has engine %s; dpwin refreshes only plain MergeTree tables",
-						qname, engine),
-				 errdetail("Replicated and shared engines, other MergeTree variants (which merge rows away), Distributed tables and views cannot be verified and exchanged as one generation.")));
+		return refuse(ERRCODE_FEATURE_NOT_SUPPORTED,
+					  psprintf("ClickHouse target %s has engine %s; dpwin refreshes only plain MergeTree tables",
+							   qname, engine),
+					  pstrdup("Replicated and shared engines, other MergeTree variants (which merge rows away), Distributed tables and views cannot be verified and exchanged as one generation."),
+					  NULL);
+	return NULL;
 }
 
 /*
@@ -647,7 +681,7 @@ check_table(const TargetFacts *f, const char *qname)
  * verification: TTLs, projections, materialized views, computed columns,
  * unfinished mutations.
  */
-static void
+static DpwinRefusal *
 check_blockers(ChClient *client, const TargetFacts *f,
 			   const ServerFacts *server, const char *qname)
 {
@@ -655,19 +689,21 @@ check_blockers(ChClient *client, const TargetFacts *f,
 	List	   *projections = f->projections;
 	List	   *defaults = NIL;
 	ListCell   *lc;
+	DpwinRefusal *refusal;
 
-	check_ttl(client, qname, create_query);
+	refusal = check_ttl(client, qname, create_query);
+	if (refusal != NULL)
+		return refusal;
 
 	if (!server->has_projections_table && dpwin_ctq_has_projection_clause(create_query))
 		projections = lappend(projections, pstrdup("(declared in the table definition)"));
 	if (projections != NIL)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("ClickHouse target %s has projections", qname),
-				 errdetail("Projections: %s.  Parts with projections cannot be attached or verified like plain parts.",
-						   names_list(projections)),
-				 errhint("Drop them with ALTER TABLE %s DROP PROJECTION ..., or refresh another table.",
-						 qname)));
+		return refuse(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+					  psprintf("ClickHouse target %s has projections", qname),
+					  psprintf("Projections: %s.  Parts with projections cannot be attached or verified like plain parts.",
+							   names_list(projections)),
+					  psprintf("Drop them with ALTER TABLE %s DROP PROJECTION ..., or refresh another table.",
+							   qname));
 
 	if (f->mv_readers != NIL || f->mv_writers != NIL)
 	{
@@ -681,10 +717,9 @@ check_blockers(ChClient *client, const TargetFacts *f,
 			appendStringInfo(&detail, "%sMaterialized views writing into it: %s.  Their rows would be lost by the exchange.",
 							 detail.len > 0 ? "  " : "",
 							 names_list(f->mv_writers));
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("ClickHouse target %s has dependent materialized views", qname),
-				 errdetail_internal("%s", detail.data)));
+		return refuse(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+					  psprintf("ClickHouse target %s has dependent materialized views", qname),
+					  detail.data, NULL);
 	}
 
 	foreach(lc, f->columns)
@@ -697,24 +732,24 @@ check_blockers(ChClient *client, const TargetFacts *f,
 										c->default_kind));
 	}
 	if (defaults != NIL)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("ClickHouse target %s has DEFAULT, MATERIALIZED, ALIAS or EPHEMERAL columns",
-						qname),
-				 errdetail("Columns: %s.  dpwin writes every column from PostgreSQL and verifies the stored values, so no column may be computed by ClickHouse.",
-						   names_list(defaults))));
+		return refuse(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+					  psprintf("ClickHouse target %s has DEFAULT, MATERIALIZED, ALIAS or EPHEMERAL columns",
+							   qname),
+					  psprintf("Columns: %s.  dpwin writes every column from PostgreSQL and verifies the stored values, so no column may be computed by ClickHouse.",
+							   names_list(defaults)),
+					  NULL);
 
 	if (f->mutations != NIL)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("ClickHouse target %s has unfinished mutations", qname),
-				 errdetail("Mutations: %s.  A mutation still running would change rows after dpwin verified them.",
-						   names_list(f->mutations)),
-				 errhint("Wait until they finish, or cancel them with KILL MUTATION.")));
+		return refuse(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+					  psprintf("ClickHouse target %s has unfinished mutations", qname),
+					  psprintf("Mutations: %s.  A mutation still running would change rows after dpwin verified them.",
+							   names_list(f->mutations)),
+					  pstrdup("Wait until they finish, or cancel them with KILL MUTATION."));
+	return NULL;
 }
 
 /* Rule 11: the route's columns are the target's, in the target's order. */
-static void
+static DpwinRefusal *
 check_column_names(const DpwinRoute *route, List *columns, const char *qname)
 {
 	int			ncols = list_length(columns);
@@ -729,25 +764,26 @@ check_column_names(const DpwinRoute *route, List *columns, const char *qname)
 			tnames = lappend(tnames, dpwin_ch_quote_ident(((TargetColumn *) lfirst(lc))->name));
 		for (int i = 0; i < route->ncolumns; i++)
 			rnames = lappend(rnames, dpwin_ch_quote_ident(route->columns[i]));
-		ereport(ERROR,
-				(errcode(ERRCODE_DATATYPE_MISMATCH),
-				 errmsg("ClickHouse target %s has %d columns, route \"%s\" has %d",
-						qname, ncols, route->route_name, route->ncolumns),
-				 errdetail("Target columns: %s.  Route columns: %s.",
-						   names_list(tnames), names_list(rnames))));
+		return refuse(ERRCODE_DATATYPE_MISMATCH,
+					  psprintf("ClickHouse target %s has %d columns, route \"%s\" has %d",
+							   qname, ncols, route->route_name, route->ncolumns),
+					  psprintf("Target columns: %s.  Route columns: %s.",
+							   names_list(tnames), names_list(rnames)),
+					  NULL);
 	}
 	for (int i = 0; i < ncols; i++)
 	{
 		TargetColumn *c = (TargetColumn *) list_nth(columns, i);
 
 		if (strcmp(c->name, route->columns[i]) != 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_DATATYPE_MISMATCH),
-					 errmsg("column %d of ClickHouse target %s is %s, but column %d of route \"%s\" is \"%s\"",
-							i + 1, qname, dpwin_ch_quote_ident(c->name),
-							i + 1, route->route_name, route->columns[i]),
-					 errdetail("The route's columns must name the target's columns in the target's order.")));
+			return refuse(ERRCODE_DATATYPE_MISMATCH,
+						  psprintf("column %d of ClickHouse target %s is %s, but column %d of route \"%s\" is \"%s\"",
+								   i + 1, qname, dpwin_ch_quote_ident(c->name),
+								   i + 1, route->route_name, route->columns[i]),
+						  pstrdup("The route's columns must name the target's columns in the target's order."),
+						  NULL);
 	}
+	return NULL;
 }
 
 /*
@@ -756,7 +792,7 @@ check_column_names(const DpwinRoute *route, List *columns, const char *qname)
  * Nullability is not part of parity (docs/types.md, "NULLs").  Sets the
  * window column's precision and nullability in info.
  */
-static void
+static DpwinRefusal *
 check_column_types(const DpwinRoute *route, List *columns, const char *qname,
 				   DpwinTargetInfo *info)
 {
@@ -766,11 +802,11 @@ check_column_types(const DpwinRoute *route, List *columns, const char *qname,
 	if (!parse_window_type(wcol->type, &info->window_precision,
 						   &info->window_nullable, &tz) ||
 		tz == NULL || strcmp(tz, "UTC") != 0 || info->window_precision > 6)
-		ereport(ERROR,
-				(errcode(ERRCODE_DATATYPE_MISMATCH),
-				 errmsg("window column %s of ClickHouse target %s has type %s",
-						dpwin_ch_quote_ident(wcol->name), qname, wcol->type),
-				 errdetail("The window column must be DateTime64(p, 'UTC') or Nullable(DateTime64(p, 'UTC')) with p <= 6, so that every PostgreSQL timestamptz is stored exactly and compares in UTC.")));
+		return refuse(ERRCODE_DATATYPE_MISMATCH,
+					  psprintf("window column %s of ClickHouse target %s has type %s",
+							   dpwin_ch_quote_ident(wcol->name), qname, wcol->type),
+					  pstrdup("The window column must be DateTime64(p, 'UTC') or Nullable(DateTime64(p, 'UTC')) with p <= 6, so that every PostgreSQL timestamptz is stored exactly and compares in UTC."),
+					  NULL);
 	for (int i = 0; i < list_length(columns); i++)
 	{
 		TargetColumn *c = (TargetColumn *) list_nth(columns, i);
@@ -778,14 +814,14 @@ check_column_types(const DpwinRoute *route, List *columns, const char *qname,
 										 route->column_typmods[i], c->type);
 
 		if (why != NULL)
-			ereport(ERROR,
-					(errcode(ERRCODE_DATATYPE_MISMATCH),
-					 errmsg("column %s of ClickHouse target %s has type %s, which does not match PostgreSQL type %s",
-							dpwin_ch_quote_ident(c->name), qname, c->type,
-							format_type_with_typemod(route->column_types[i],
-													 route->column_typmods[i])),
-					 errdetail_internal("%s", why)));
+			return refuse(ERRCODE_DATATYPE_MISMATCH,
+						  psprintf("column %s of ClickHouse target %s has type %s, which does not match PostgreSQL type %s",
+								   dpwin_ch_quote_ident(c->name), qname, c->type,
+								   format_type_with_typemod(route->column_types[i],
+															route->column_typmods[i])),
+						  why, NULL);
 	}
+	return NULL;
 }
 
 /* What admission returns about an admitted target (docs/admission.md). */
@@ -824,7 +860,8 @@ fill_target_info(DpwinTargetInfo *info, const char *db, const char *tb,
 }
 
 DpwinTargetInfo *
-dpwin_target_admit(ChClient *client, const DpwinRoute *route)
+dpwin_target_try_admit(ChClient *client, const DpwinRoute *route,
+					   DpwinRefusal **refusal)
 {
 	const char *db = route->target_database;
 	const char *tb = route->target_table;
@@ -832,23 +869,66 @@ dpwin_target_admit(ChClient *client, const DpwinRoute *route)
 	ServerFacts server;
 	TargetFacts facts;
 	DpwinTargetInfo *info = palloc0(sizeof(DpwinTargetInfo));
+	DpwinRefusal *r;
 
 	/* 1: is the server new enough for anything below? */
-	check_server(client, &server);
+	r = check_server(client, &server);
 
 	/* One statement for the facts of rules 2-13. */
-	read_target_facts(client, db, tb, &server, qname, &facts);
-	check_database(db, facts.db_engine, qname);
-	check_table(&facts, qname);
-	check_blockers(client, &facts, &server, qname);
-	check_column_names(route, facts.columns, qname);
-	check_column_types(route, facts.columns, qname, info);
+	if (r == NULL)
+	{
+		read_target_facts(client, db, tb, &server, qname, &facts);
+		r = check_database(db, facts.db_engine, qname);
+	}
+	if (r == NULL)
+		r = check_table(&facts, qname);
+	if (r == NULL)
+		r = check_blockers(client, &facts, &server, qname);
+	if (r == NULL)
+		r = check_column_names(route, facts.columns, qname);
+	if (r == NULL)
+		r = check_column_types(route, facts.columns, qname, info);
 
 	/* 14: row policies last, as they may cost one more round trip. */
-	check_row_policies(client, db, tb, qname);
+	if (r == NULL)
+		r = check_row_policies(client, db, tb, qname);
 
+	*refusal = r;
+	if (r != NULL)
+		return NULL;
 	fill_target_info(info, db, tb, &facts);
 	return info;
+}
+
+DpwinTargetInfo *
+dpwin_target_admit(ChClient *client, const DpwinRoute *route)
+{
+	DpwinRefusal *refusal;
+	DpwinTargetInfo *info = dpwin_target_try_admit(client, route, &refusal);
+
+	if (refusal != NULL)
+		dpwin_refusal_raise(refusal);
+	return info;
+}
+
+DpwinRefusal *
+dpwin_target_check_unchanged(const DpwinTargetInfo *now, const char *uuid,
+							 const char *schema_fingerprint, const char *when)
+{
+	char	   *qtarget = dpwin_ch_qualified_name(now->database, now->table);
+
+	if (uuid != NULL && strcmp(now->uuid, uuid) != 0)
+		return refuse(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+					  psprintf("target %s was replaced %s", qtarget, when),
+					  psprintf("Its UUID was %s and is now %s.", uuid, now->uuid),
+					  pstrdup("dpwin refuses to publish over a table it did not prepare; start a new invocation."));
+	if (schema_fingerprint != NULL &&
+		strcmp(now->schema_fingerprint, schema_fingerprint) != 0)
+		return refuse(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+					  psprintf("the schema of target %s changed %s", qtarget, when),
+					  NULL,
+					  pstrdup("dpwin refuses to publish a generation with a stale schema; start a new invocation."));
+	return NULL;
 }
 
 
@@ -862,6 +942,7 @@ dpwin_target_probe_exchange(ChClient *client, const char *database,
 							const char *name_prefix)
 {
 	ServerFacts facts;
+	DpwinRefusal *refusal;
 	char	   *key;
 	ListCell   *lc;
 	List	   *rows;
@@ -881,15 +962,19 @@ dpwin_target_probe_exchange(ChClient *client, const char *database,
 			return;
 	}
 
-	check_server(client, &facts);
+	refusal = check_server(client, &facts);
+	if (refusal != NULL)
+		dpwin_refusal_raise(refusal);
 
 	/* the same refusals as admission, before anything is created */
 	rows = dpwin_ch_parse_tsv(dpwin_ch_exec(client,
 								psprintf("SELECT engine FROM system.databases WHERE name = %s",
 										 dpwin_ch_quote_literal(database))));
-	check_database(database,
-				   rows != NIL ? dpwin_ch_row_field((List *) linitial(rows), 0) : NULL,
-				   NULL);
+	refusal = check_database(database,
+							 rows != NIL ? dpwin_ch_row_field((List *) linitial(rows), 0) : NULL,
+							 NULL);
+	if (refusal != NULL)
+		dpwin_refusal_raise(refusal);
 
 	if (!pg_strong_random(rnd, sizeof(rnd)))
 		ereport(ERROR,

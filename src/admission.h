@@ -14,16 +14,53 @@
 #include "target.h"
 
 /*
+ * A verdict that the target does not admit what is asked of it, as a
+ * value: the caller decides what a refusal means (publication settles the
+ * invocation as not published on one, docs/design.md, "The state
+ * machine"), and
+ * dpwin_refusal_raise() turns it into its error, with its own errcode and
+ * a message naming the target and what is wrong.  detail and hint may be
+ * NULL.
+ */
+typedef struct DpwinRefusal
+{
+	int			sqlerrcode;
+	char	   *message;
+	char	   *detail;
+	char	   *hint;
+} DpwinRefusal;
+
+pg_noreturn extern void dpwin_refusal_raise(const DpwinRefusal *refusal);
+
+/*
  * Admission (docs/admission.md): Atomic database, plain
  * MergeTree, no TTL, projections, dependent views, DEFAULT/MATERIALIZED/
  * ALIAS columns, active mutations or row policies; the route's columns in
  * the same order with parity of types (rowbinary.c); window column
- * DateTime64(p, 'UTC') with p <= 6 (optionally Nullable).  Each refusal
- * ereports with its own errcode and a message naming the target and what
- * is wrong, before anything is written.
+ * DateTime64(p, 'UTC') with p <= 6 (optionally Nullable).  Reads only,
+ * before anything is written.
+ *
+ * dpwin_target_try_admit() returns the target, or NULL with the first
+ * refusal in *refusal; what is not a verdict (a failed request, a target
+ * or database that does not exist) ereports.  dpwin_target_admit()
+ * ereports a refusal as well.
  */
+extern DpwinTargetInfo *dpwin_target_try_admit(ChClient *client,
+											   const DpwinRoute *route,
+											   DpwinRefusal **refusal);
 extern PGDLLEXPORT DpwinTargetInfo *dpwin_target_admit(ChClient *client,
 										   const DpwinRoute *route);
+
+/*
+ * Is a target admitted again the one admitted before?  A refusal when its
+ * UUID is no longer `uuid`, or its schema no longer `schema_fingerprint`
+ * (either NULL: not compared); `when` ends the message ("between
+ * generation build and publication").
+ */
+extern DpwinRefusal *dpwin_target_check_unchanged(const DpwinTargetInfo *now,
+												  const char *uuid,
+												  const char *schema_fingerprint,
+												  const char *when);
 
 /*
  * Probe once per server that EXCHANGE TABLES works (two scratch tables in

@@ -65,6 +65,8 @@ static char *ch_sanitize_id_part(const char *s);
 static char *ch_describe_sql(const char *sql);
 static char *ch_clean_server_message(const char *body);
 static bool ch_is_auth_failure(const ChHttpReply *reply);
+static DpwinFailure ch_failure_verdict(ChHttpStatus status,
+									   const ChHttpReply *reply);
 static bool ch_parse_count(const char *s, int64 *result);
 static ChHttpStatus ch_post(ChClient *client, const char *sql,
 							const char *query_id, ChHttpBodyReader reader,
@@ -151,9 +153,41 @@ ch_post(ChClient *client, const char *sql, const char *query_id,
 	 * Remembered for callers that only see the ereport of dpwin_ch_exec() and
 	 * still need to know whether another attempt may succeed.
 	 */
-	client->last_transient = status != CHHTTP_OK &&
-		dpwin_ch_status_transient(status, reply);
+	client->last_failure = ch_failure_verdict(status, reply);
 	return status;
+}
+
+/*
+ * The verdict on a request, as a caller that retries the whole of its work
+ * (the chunk worker) takes it.  No connection (a failed TLS handshake
+ * included, which the transport does not tell apart from one cut short)
+ * and a lost or late reply may pass; a server error is as
+ * dpwin_ch_status_transient() judges it, except a refusal for lack of
+ * rights (ERRCODE_INSUFFICIENT_PRIVILEGE in dpwin_ch_report()), which
+ * another try meets again whatever HTTP status carried it; a cancellation
+ * and a request that could not be sent are final.
+ */
+static DpwinFailure
+ch_failure_verdict(ChHttpStatus status, const ChHttpReply *reply)
+{
+	switch (status)
+	{
+		case CHHTTP_OK:
+			return DPWIN_FAILURE_NONE;
+		case CHHTTP_CONNECT_FAILED:
+		case CHHTTP_TLS_FAILED:
+		case CHHTTP_TIMEOUT:
+		case CHHTTP_REPLY_LOST:
+			return DPWIN_FAILURE_TRANSIENT;
+		case CHHTTP_SERVER_ERROR:
+			if (reply->exception_code == CH_ACCESS_DENIED ||
+				reply->exception_code == CH_READONLY)
+				return DPWIN_FAILURE_FINAL;
+			return dpwin_ch_status_transient(status, reply) ?
+				DPWIN_FAILURE_TRANSIENT : DPWIN_FAILURE_FINAL;
+		default:
+			return DPWIN_FAILURE_FINAL;
+	}
 }
 
 ChHttpStatus

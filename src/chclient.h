@@ -15,14 +15,28 @@
 #include "pg_compat.h"
 #include "nodes/pg_list.h"
 
+/*
+ * A verdict on a failure: may the same work, tried again, succeed?  Set
+ * where the failure is known (the client for a failed request, the chunk
+ * worker for a staging table that does not verify), so that a retrying
+ * caller decides from it rather than from the error's SQLSTATE.
+ */
+typedef enum DpwinFailure
+{
+	DPWIN_FAILURE_NONE,			/* no failure known */
+	DPWIN_FAILURE_FINAL,
+	DPWIN_FAILURE_TRANSIENT
+} DpwinFailure;
+
 typedef struct ChClient
 {
 	ChHttp	   *http;
 	const DpwinServerConf *conf;
 	char	   *query_id_prefix;	/* e.g. "dpwin-<invocation>-" */
 	uint64		seq;			/* makes each query_id unique */
-	bool		last_transient; /* the last request failed, and retrying it
-								 * could succeed (dpwin_ch_status_transient) */
+	DpwinFailure last_failure;	/* the verdict on the last request: NONE
+								 * when it succeeded (chclient.c,
+								 * ch_failure_verdict) */
 } ChClient;
 
 extern PGDLLEXPORT ChClient *dpwin_ch_client_open(const DpwinServerConf *conf,

@@ -908,7 +908,7 @@ dpwin_generation_attach_staged(ChClient *client, const DpwinTargetInfo *target,
 	return inside + outside + skipped_rows;
 }
 
-void
+DpwinRefusal *
 dpwin_generation_check_target(ChClient *client, const DpwinTargetInfo *target,
 							  DpwinGeneration *gen, const DpwinDigestKey *key,
 							  const char *when)
@@ -917,6 +917,7 @@ dpwin_generation_check_target(ChClient *client, const DpwinTargetInfo *target,
 	List	   *differ = NIL;
 	DpwinDigest t;
 	DpwinDigest g;
+	DpwinRefusal *refusal;
 
 	if (gen->parts_known)
 	{
@@ -925,7 +926,7 @@ dpwin_generation_check_target(ChClient *client, const DpwinTargetInfo *target,
 													   list_make1(target->table), NIL),
 											false));
 		if (differ == NIL)
-			return;
+			return NULL;
 	}
 
 	/* Same rows in other parts (a merge), or a change of the target? */
@@ -933,14 +934,18 @@ dpwin_generation_check_target(ChClient *client, const DpwinTargetInfo *target,
 	digest_partitions(client, target, target->table, differ, keep_sql, key, &t);
 	digest_partitions(client, target, gen->table, differ, keep_sql, key, &g);
 	gen->digest_checks++;
-	if (!dpwin_digest_equal(&t, &g))
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("target %s changed outside the window %s",
-						dpwin_ch_qualified_name(target->database, target->table), when),
-				 errdetail("Rows outside the window are %s in the target and %s in the generation.",
-						   dpwin_digest_to_text(&t), dpwin_digest_to_text(&g)),
-				 errhint("The changed target is kept as it is. Hold dpwin.lock_target() in other writers, then start a new invocation.")));
+	if (dpwin_digest_equal(&t, &g))
+		return NULL;
+
+	refusal = palloc(sizeof(DpwinRefusal));
+	refusal->sqlerrcode = ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE;
+	refusal->message = psprintf("target %s changed outside the window %s",
+								dpwin_ch_qualified_name(target->database, target->table),
+								when);
+	refusal->detail = psprintf("Rows outside the window are %s in the target and %s in the generation.",
+							   dpwin_digest_to_text(&t), dpwin_digest_to_text(&g));
+	refusal->hint = pstrdup("The changed target is kept as it is. Hold dpwin.lock_target() in other writers, then start a new invocation.");
+	return refusal;
 }
 
 List *

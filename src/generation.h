@@ -18,6 +18,7 @@
 #include "datatype/timestamp.h"
 #include "nodes/pg_list.h"
 
+#include "admission.h"
 #include "chclient.h"
 #include "digest.h"
 #include "target.h"
@@ -93,14 +94,15 @@ extern int64 dpwin_generation_attach_staged(ChClient *client,
  * cloning; where they differ (a merge, or a change), or when they were not
  * recorded (recovery of an invocation built by an earlier process), the
  * rows outside the ranges are compared by digest, target against
- * generation.  ereports ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE naming
- * `when` if they differ.
+ * generation.  Returns NULL when they are the same, else the refusal
+ * (admission.h; ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE, naming `when`)
+ * for the caller to raise; a failed request ereports.
  */
-extern void dpwin_generation_check_target(ChClient *client,
-										  const DpwinTargetInfo *target,
-										  DpwinGeneration *gen,
-										  const DpwinDigestKey *key,
-										  const char *when);
+extern DpwinRefusal *dpwin_generation_check_target(ChClient *client,
+												   const DpwinTargetInfo *target,
+												   DpwinGeneration *gen,
+												   const DpwinDigestKey *key,
+												   const char *when);
 
 
 /*

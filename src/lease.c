@@ -29,7 +29,39 @@
 #include "catalog.h"
 #include "lease.h"
 
+/*
+ * The column of the one-column results of the dpwin.lease queries below
+ * ("SELECT target_id", "RETURNING epoch", "SELECT epoch").
+ */
+#define Anum_lease_target_id	1
+#define Anum_lease_epoch		1
+
+/*
+ * Columns of lease_holder_text()'s query; every one may be NULL (outer
+ * joins, and a lease no runner has recorded itself in).
+ */
+#define Anum_holder_lock_pid		1
+#define Anum_holder_backend_type	2
+#define Anum_holder_application		3
+#define Anum_holder_holder_pid		4
+#define Anum_holder_invocation		5
+
 static bool lease_held(int32 target_id);
+
+/*
+ * A column of SPI result row 0, by its Anum_* constant: every one read
+ * here is NOT NULL, so a null one is a corrupt catalog: elog.
+ */
+static Datum
+lease_not_null(int col)
+{
+	bool		isnull;
+	Datum		d = dpwin_catalog_value(0, col, &isnull);
+
+	if (isnull)
+		elog(ERROR, "dpwin: column %d of a dpwin.lease row is null", col);
+	return d;
+}
 
 static void
 lease_locktag(LOCKTAG *tag, int32 target_id)
@@ -44,7 +76,6 @@ dpwin_lease_target_id(const char *server_name, const char *database,
 {
 	Oid			types[3] = {NAMEOID, TEXTOID, TEXTOID};
 	Datum		args[3];
-	bool		isnull;
 
 	args[0] = DirectFunctionCall1(namein, CStringGetDatum(server_name));
 	args[1] = CStringGetTextDatum(database);
@@ -58,7 +89,7 @@ dpwin_lease_target_id(const char *server_name, const char *database,
 						   " WHERE server_name = $1 AND target_database = $2 AND target_table = $3",
 						   3, types, args, NULL, false) != 1)
 		elog(ERROR, "dpwin.lease row of target vanished");
-	return DatumGetInt32(dpwin_catalog_value(0, 1, &isnull));
+	return DatumGetInt32(lease_not_null(Anum_lease_target_id));
 }
 
 /* How often lease_holder_text() looks again, 10 ms apart, for a runner's record. */
@@ -106,11 +137,11 @@ look_again:
 									(uint32) DPWIN_LOCK_CLASS),
 						   2, types, args, NULL, false) != 1)
 		return pstrdup("an unknown process");
-	pid = dpwin_catalog_text(0, 1);
-	backend_type = dpwin_catalog_text(0, 2);
-	appname = dpwin_catalog_text(0, 3);
-	holder_pid = dpwin_catalog_text(0, 4);
-	inv = dpwin_catalog_text(0, 5);
+	pid = dpwin_catalog_text(0, Anum_holder_lock_pid);
+	backend_type = dpwin_catalog_text(0, Anum_holder_backend_type);
+	appname = dpwin_catalog_text(0, Anum_holder_application);
+	holder_pid = dpwin_catalog_text(0, Anum_holder_holder_pid);
+	inv = dpwin_catalog_text(0, Anum_holder_invocation);
 
 	/* Released between our attempt and this look: say so, and retry helps. */
 	if (pid == NULL)
@@ -197,7 +228,6 @@ lease_bump_epoch(int32 target_id, const pg_uuid_t *holder)
 	Oid			types[3] = {INT4OID, INT4OID, UUIDOID};
 	Datum		args[3];
 	char		nulls[3] = {' ', ' ', ' '};
-	bool		isnull;
 
 	args[0] = Int32GetDatum(target_id);
 	args[1] = Int32GetDatum(MyProcPid);
@@ -214,7 +244,7 @@ lease_bump_epoch(int32 target_id, const pg_uuid_t *holder)
 						   " WHERE target_id = $1 RETURNING epoch",
 						   3, types, args, nulls, false) != 1)
 		elog(ERROR, "dpwin.lease row %d is missing", target_id);
-	return DatumGetInt64(dpwin_catalog_value(0, 1, &isnull));
+	return DatumGetInt64(lease_not_null(Anum_lease_epoch));
 }
 
 int64
@@ -293,13 +323,12 @@ dpwin_lease_check_epoch(int32 target_id, int64 epoch)
 {
 	Oid			types[1] = {INT4OID};
 	Datum		args[1] = {Int32GetDatum(target_id)};
-	bool		isnull;
 	int64		current;
 
 	if (dpwin_catalog_exec("SELECT epoch FROM dpwin.lease WHERE target_id = $1 FOR SHARE",
 						   1, types, args, NULL, false) != 1)
 		elog(ERROR, "dpwin.lease row %d is missing", target_id);
-	current = DatumGetInt64(dpwin_catalog_value(0, 1, &isnull));
+	current = DatumGetInt64(lease_not_null(Anum_lease_epoch));
 	if (current != epoch)
 		ereport(ERROR,
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),

@@ -24,6 +24,7 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
+#include "admission.h"
 #include "bgworker.h"
 #include "build.h"
 #include "chprobe.h"
@@ -39,15 +40,48 @@ commit_intent(Coordinator *c)
 							 c->build.exchange_query_id);
 }
 
+/*
+ * Under the lease: is the target still the one admission saw (same UUID,
+ * same schema, still admitted)?  NULL when it is, and then c->target is
+ * what admission saw now; else the refusal, as a value, so that the caller
+ * decides what it means.  Failures that are no verdict (a lost
+ * connection) ereport.
+ */
+static DpwinRefusal *
+readmit_target(Coordinator *c, const char *when)
+{
+	DpwinTargetInfo *now;
+	DpwinRefusal *refusal;
+
+	/* admission reads the catalogs for type parity: in a transaction */
+	StartTransactionCommand();
+	MemoryContextSwitchTo(c->cxt);
+	now = dpwin_target_try_admit(c->client, c->route, &refusal);
+	CommitTransactionCommand();
+	MemoryContextSwitchTo(c->cxt);
+	if (refusal == NULL)
+		refusal = dpwin_target_check_unchanged(now,
+											   c->target ? c->target->uuid : NULL,
+											   c->schema_fingerprint, when);
+	if (refusal != NULL)
+		return refusal;
+	if (c->schema_fingerprint == NULL)
+		c->schema_fingerprint = MemoryContextStrdup(c->cxt, now->schema_fingerprint);
+	c->target = now;
+	return NULL;
+}
+
 DpwinStepResult
 dpwin_step_verified(Coordinator *c)
 {
 	DpwinPublication *pub;
 	List	   *staging = NIL;
 	TimestampTz started;
+	DpwinRefusal *refusal;
 
-	/* Under the lease: is the target still the one admission saw? */
-	c->target = dpwin_build_readmit_target(c, "while the generation was being built");
+	refusal = readmit_target(c, "while the generation was being built");
+	if (refusal != NULL)
+		dpwin_refusal_raise(refusal);
 	if (c->build.gen == NULL)
 	{
 		dpwin_build_prepare_generation(c, dpwin_build_staged_ranges(c));
@@ -71,8 +105,11 @@ dpwin_step_verified(Coordinator *c)
 	 * before the exchange (dpwin_step_publishing), this check lets a
 	 * changed target fail the invocation before any intent exists.
 	 */
-	dpwin_generation_check_target(c->client, c->target, c->build.gen, &c->ext.key,
-								  "between generation build and publication");
+	refusal = dpwin_generation_check_target(c->client, c->target, c->build.gen,
+											&c->ext.key,
+											"between generation build and publication");
+	if (refusal != NULL)
+		dpwin_refusal_raise(refusal);
 	c->times.verify = dpwin_seconds_since(started);
 
 	pub = MemoryContextAllocZero(c->cxt, sizeof(DpwinPublication));
@@ -185,39 +222,21 @@ exchange(Coordinator *c, const DpwinPublication *pub, const char *query_id,
 }
 
 /*
- * The verdict on an error of check_still_ours(): a refusal of admission
- * (types, an unsupported table, or a target not in the state the
- * generation was built from) means that the target no longer admits this
- * generation, and it is not published; anything else (a lost connection)
- * leaves the outcome open for another try.  Admission and the generation's
- * check raise their refusals (admission.c, generation.c), so their
- * SQLSTATEs are what tells a refusal here.
- */
-static DpwinOutcome
-refusal_outcome(const ErrorData *edata)
-{
-	switch (edata->sqlerrcode)
-	{
-		case ERRCODE_DATATYPE_MISMATCH:
-		case ERRCODE_FEATURE_NOT_SUPPORTED:
-		case ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE:
-			return DPWIN_OUTCOME_NOT_PUBLISHED;
-		default:
-			return DPWIN_OUTCOME_NONE;
-	}
-}
-
-/*
  * Not published yet: may this generation still replace the target?  Only
  * while the target is the table it was built from: same UUID, same
- * schema, same rows outside the window.  A refusal settles the invocation
- * as not published (the changed target is kept); a transient error leaves
- * it for another try.
+ * schema, same rows outside the window.  A refusal by admission or by the
+ * generation's check (types, an unsupported table, or a target not in the
+ * state the generation was built from) settles the invocation as not
+ * published (the changed target is kept); an error, such as a lost
+ * connection, leaves the outcome open for another try.
  */
 static void
 check_still_ours(Coordinator *c, const DpwinPublication *pub,
 				 const char *target_uuid, const char *generation_uuid)
 {
+	const char *when = "between generation build and publication";
+	DpwinRefusal *refusal;
+
 	/* the generation of an earlier process: its build is not known here */
 	if (c->build.gen == NULL)
 	{
@@ -227,24 +246,15 @@ check_still_ours(Coordinator *c, const DpwinPublication *pub,
 		c->build.gen->ranges = dpwin_build_window_ranges(c);
 	}
 
-	PG_TRY();
+	refusal = readmit_target(c, when);
+	if (refusal == NULL && strcmp(c->target->uuid, pub->target_uuid_before) == 0)
+		refusal = dpwin_generation_check_target(c->client, c->target, c->build.gen,
+												&c->ext.key, when);
+	if (refusal != NULL)
 	{
-		c->target = dpwin_build_readmit_target(c, "between generation build and publication");
-		if (strcmp(c->target->uuid, pub->target_uuid_before) == 0)
-			dpwin_generation_check_target(c->client, c->target, c->build.gen, &c->ext.key,
-										  "between generation build and publication");
+		c->build.outcome = DPWIN_OUTCOME_NOT_PUBLISHED;
+		dpwin_refusal_raise(refusal);
 	}
-	PG_CATCH();
-	{
-		MemoryContext ecxt = MemoryContextSwitchTo(c->cxt);
-		ErrorData  *edata = CopyErrorData();
-
-		MemoryContextSwitchTo(ecxt);
-		c->build.outcome = refusal_outcome(edata);
-		FreeErrorData(edata);
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
 	if (strcmp(c->target->uuid, pub->target_uuid_before) != 0)
 		report_unknown(c, pub, target_uuid, generation_uuid);
 }

@@ -82,6 +82,33 @@ typedef struct RouteSpec
 	bool		skip_unchanged;
 } RouteSpec;
 
+/* Columns of ROUTE_SELECT's select list. */
+#define Anum_route_route_id				1
+#define Anum_route_route_name			2
+#define Anum_route_source_relid			3
+#define Anum_route_columns				4
+#define Anum_route_window_column		5
+#define Anum_route_server_name			6
+#define Anum_route_target_database		7
+#define Anum_route_target_table			8
+#define Anum_route_lookback				9
+#define Anum_route_chunk_interval		10
+#define Anum_route_parallelism			11
+#define Anum_route_batch_rows			12
+#define Anum_route_max_encoded_bytes	13
+#define Anum_route_evidence_oid			14	/* NULL: none, or not resolved */
+#define Anum_route_owner				15
+#define Anum_route_config_fingerprint	16
+#define Anum_route_skip_unchanged		17
+#define Anum_route_evidence_function	18	/* NULL: none */
+
+/* Column of the RETURNING list of dpwin_create_route()'s INSERT. */
+#define Anum_route_returning_route_id	1
+
+/* Columns of unfinished_invocation()'s query (both NOT NULL). */
+#define Anum_unfinished_invocation_id	1
+#define Anum_unfinished_state			2
+
 #define ROUTE_SELECT \
 	"SELECT route_id, route_name, source_relid, columns::pg_catalog.text[], " \
 	"window_column::pg_catalog.text, server_name::pg_catalog.text, " \
@@ -91,6 +118,28 @@ typedef struct RouteSpec
 	"owner, config_fingerprint, skip_unchanged, " \
 	"evidence_function::pg_catalog.text " \
 	"FROM dpwin.route "
+
+/*
+ * A NOT NULL column of SPI result row 0, by its Anum_* constant.  A null
+ * one is a corrupt catalog: elog.
+ */
+static Datum
+route_not_null(int col)
+{
+	bool		isnull;
+	Datum		d = dpwin_catalog_value(0, col, &isnull);
+
+	if (isnull)
+		elog(ERROR, "dpwin: column %d of a dpwin.route row is null", col);
+	return d;
+}
+
+/* A NOT NULL text column of SPI result row 0, palloc'd. */
+static char *
+route_text(int col)
+{
+	return TextDatumGetCString(route_not_null(col));
+}
 
 /*
  * Copy the current SPI result row 0 (from ROUTE_SELECT) into spec,
@@ -107,37 +156,37 @@ spec_from_spi(RouteSpec *spec, MemoryContext mcxt)
 	int			nelems;
 
 	memset(spec, 0, sizeof(*spec));
-	spec->route_id = DatumGetInt32(dpwin_catalog_value(0, 1, &isnull));
-	spec->route_name = TextDatumGetCString(dpwin_catalog_value(0, 2, &isnull));
-	spec->source_relid = DatumGetObjectId(dpwin_catalog_value(0, 3, &isnull));
+	spec->route_id = DatumGetInt32(route_not_null(Anum_route_route_id));
+	spec->route_name = route_text(Anum_route_route_name);
+	spec->source_relid = DatumGetObjectId(route_not_null(Anum_route_source_relid));
 
-	d = dpwin_catalog_value(0, 4, &isnull);
+	d = route_not_null(Anum_route_columns);
 	deconstruct_array(DatumGetArrayTypeP(d), TEXTOID, -1, false, TYPALIGN_INT,
 					  &elems, &enulls, &nelems);
 	for (int i = 0; i < nelems; i++)
 		spec->columns = lappend(spec->columns, TextDatumGetCString(elems[i]));
 
-	spec->window_column = TextDatumGetCString(dpwin_catalog_value(0, 5, &isnull));
-	spec->server_name = TextDatumGetCString(dpwin_catalog_value(0, 6, &isnull));
-	spec->target_database = TextDatumGetCString(dpwin_catalog_value(0, 7, &isnull));
-	spec->target_table = TextDatumGetCString(dpwin_catalog_value(0, 8, &isnull));
+	spec->window_column = route_text(Anum_route_window_column);
+	spec->server_name = route_text(Anum_route_server_name);
+	spec->target_database = route_text(Anum_route_target_database);
+	spec->target_table = route_text(Anum_route_target_table);
 	spec->lookback = palloc(sizeof(Interval));
-	memcpy(spec->lookback, DatumGetIntervalP(dpwin_catalog_value(0, 9, &isnull)),
+	memcpy(spec->lookback, DatumGetIntervalP(route_not_null(Anum_route_lookback)),
 		   sizeof(Interval));
 	spec->chunk_interval = palloc(sizeof(Interval));
 	memcpy(spec->chunk_interval,
-		   DatumGetIntervalP(dpwin_catalog_value(0, 10, &isnull)),
+		   DatumGetIntervalP(route_not_null(Anum_route_chunk_interval)),
 		   sizeof(Interval));
-	spec->parallelism = DatumGetInt32(dpwin_catalog_value(0, 11, &isnull));
-	spec->batch_rows = DatumGetInt32(dpwin_catalog_value(0, 12, &isnull));
-	spec->max_encoded_bytes = DatumGetInt64(dpwin_catalog_value(0, 13, &isnull));
-	d = dpwin_catalog_value(0, 14, &isnull);
+	spec->parallelism = DatumGetInt32(route_not_null(Anum_route_parallelism));
+	spec->batch_rows = DatumGetInt32(route_not_null(Anum_route_batch_rows));
+	spec->max_encoded_bytes = DatumGetInt64(route_not_null(Anum_route_max_encoded_bytes));
+	d = dpwin_catalog_value(0, Anum_route_evidence_oid, &isnull);
 	spec->evidence_function = isnull ? InvalidOid : DatumGetObjectId(d);
-	spec->owner = DatumGetObjectId(dpwin_catalog_value(0, 15, &isnull));
-	spec->config_fingerprint = TextDatumGetCString(dpwin_catalog_value(0, 16, &isnull));
-	spec->skip_unchanged = DatumGetBool(dpwin_catalog_value(0, 17, &isnull));
+	spec->owner = DatumGetObjectId(route_not_null(Anum_route_owner));
+	spec->config_fingerprint = route_text(Anum_route_config_fingerprint);
+	spec->skip_unchanged = DatumGetBool(route_not_null(Anum_route_skip_unchanged));
 	/* the evidence function is stored by signature (docs/guide.md) */
-	d = dpwin_catalog_value(0, 18, &isnull);
+	d = dpwin_catalog_value(0, Anum_route_evidence_function, &isnull);
 	if (!isnull && !OidIsValid(spec->evidence_function))
 		spec->evidence_missing = TextDatumGetCString(d);
 
@@ -1004,7 +1053,6 @@ dpwin_create_route(PG_FUNCTION_ARGS)
 	Oid			argtypes[1] = {TEXTOID};
 	Datum		nameargs[1];
 	int32		route_id;
-	bool		isnull;
 
 	dpwin_check_sql_version();
 	if (!is_operator(GetUserId()))
@@ -1070,7 +1118,7 @@ dpwin_create_route(PG_FUNCTION_ARGS)
 					   "$13, $14, $15, $16, $17) "
 					   "RETURNING route_id",
 					   SPEC_NARGS, types, args, nulls, false);
-	route_id = DatumGetInt32(dpwin_catalog_value(0, 1, &isnull));
+	route_id = DatumGetInt32(route_not_null(Anum_route_returning_route_id));
 	if (PG_NARGS() > 13 && !PG_ARGISNULL(13))
 		store_skip_unchanged(route_id, PG_GETARG_BOOL(13));
 	SPI_finish();
@@ -1095,8 +1143,8 @@ unfinished_invocation(int32 route_id, char **state)
 						   "ORDER BY created_at, invocation_id LIMIT 1",
 						   1, argtypes, args, NULL, false) == 0)
 		return NULL;
-	*state = dpwin_catalog_text(0, 2);
-	return dpwin_catalog_text(0, 1);
+	*state = dpwin_catalog_text(0, Anum_unfinished_state);
+	return dpwin_catalog_text(0, Anum_unfinished_invocation_id);
 }
 
 /*

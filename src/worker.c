@@ -64,7 +64,7 @@ typedef struct WorkerState
 
 	/* per attempt */
 	char	   *last_query_id;	/* may need settling after a failure */
-	bool		failure_transient;
+	DpwinFailure failure;		/* the worker's own verdict on its failure */
 } WorkerState;
 
 /* Streams a byte range of the encode buffer as a request body. */
@@ -120,10 +120,7 @@ worker_post(WorkerState *ws, const char *staging, const char *data, size_t len,
 	status = dpwin_ch_try(ws->client, sql, ws->last_query_id, buffer_reader, &reader,
 					&reply);
 	if (status != CHHTTP_OK)
-	{
-		ws->failure_transient = dpwin_ch_status_transient(status, &reply);
 		dpwin_ch_report(status, &reply, psprintf("inserting rows of chunk %d", chunk_no));
-	}
 }
 
 /*
@@ -210,8 +207,8 @@ worker_read_chunk(WorkerState *ws, DpwinChunkSlot *slot, const char *staging,
 }
 
 /*
- * One attempt at one chunk.  ereports on any failure, with
- * ws->failure_transient telling whether a retry may help.
+ * One attempt at one chunk.  ereports on any failure; worker_verdict()
+ * tells whether a retry may help.
  */
 static void
 worker_attempt(WorkerState *ws, DpwinChunkSlot *slot, int attempt)
@@ -227,7 +224,10 @@ worker_attempt(WorkerState *ws, DpwinChunkSlot *slot, int attempt)
 	staging = dpwin_staging_name(sh->route_id, &sh->invocation_id,
 								 slot->chunk_no, attempt);
 	ws->last_query_id = NULL;
-	ws->failure_transient = false;
+
+	/* Verdicts on earlier work are not this attempt's. */
+	ws->failure = DPWIN_FAILURE_NONE;
+	ws->client->last_failure = DPWIN_FAILURE_NONE;
 
 	/* Journal the attempt before it writes anything to ClickHouse. */
 	dpwin_xact_begin("dpwin: chunk attempt");
@@ -243,7 +243,8 @@ worker_attempt(WorkerState *ws, DpwinChunkSlot *slot, int attempt)
 	dpwin_target_digest(ws->client, &ws->target, staging, NULL, NULL, &sh->key, &remote);
 	if (!dpwin_digest_equal(&local, &remote))
 	{
-		ws->failure_transient = true;
+		/* a copy that does not verify is made again (docs/design.md, "Failures") */
+		ws->failure = DPWIN_FAILURE_TRANSIENT;
 		ereport(ERROR,
 				(errcode(ERRCODE_DATA_EXCEPTION),
 				 errmsg("staging table %s of chunk %d does not match the source",
@@ -413,36 +414,25 @@ worker_try(WorkerState *ws, DpwinChunkSlot *slot, int attempt, bool *settled)
 }
 
 /*
- * Is a failed attempt worth another?  A value the target cannot hold, a
- * type that does not match or a row that is too large fails again
- * (SQLSTATE classes 22 but 22000, 42, 54), and a cancellation is final;
- * a lost connection, a server error the server calls transient, and a
- * staging table that does not verify (22000) may not be.
+ * Is a failed attempt worth another?  The verdict was recorded where the
+ * failure became known: by the worker for a staging table that does not
+ * verify (transient), else by the client for a request that failed, on
+ * any statement of the attempt (a lost connection or a server error the
+ * server calls transient may pass; a refusal for lack of rights, a
+ * cancelled request does not).  Every failed request of an attempt
+ * raises at once, so a verdict of the client is that of the error that
+ * ended the attempt.  Anything else (a value the target cannot hold, a
+ * row that is too large, a cancellation, an answer that cannot be read)
+ * fails again: final.
  */
-static bool
-worker_retryable(WorkerState *ws, ErrorData *edata)
+static DpwinFailure
+worker_verdict(WorkerState *ws)
 {
-	int			code = edata->sqlerrcode;
-	int			category = ERRCODE_TO_CATEGORY(code);
-
-	if (code == ERRCODE_QUERY_CANCELED)
-		return false;
-	if ((category == ERRCODE_DATA_EXCEPTION && code != ERRCODE_DATA_EXCEPTION) ||
-		category == ERRCODE_SYNTAX_ERROR_OR_ACCESS_RULE_VIOLATION ||
-		category == ERRCODE_PROGRAM_LIMIT_EXCEEDED)
-		return false;
-	if (code == ERRCODE_CONNECTION_FAILURE ||
-		code == ERRCODE_FDW_UNABLE_TO_ESTABLISH_CONNECTION)
-		return true;
-
-	/*
-	 * A server error on any statement of the attempt (creating the staging
-	 * table, digesting it), not only on an INSERT, is retried when the
-	 * server's answer says another try may succeed.
-	 */
-	if (code == ERRCODE_FDW_ERROR && ws->client->last_transient)
-		return true;
-	return ws->failure_transient;
+	if (ws->failure != DPWIN_FAILURE_NONE)
+		return ws->failure;
+	if (ws->client->last_failure != DPWIN_FAILURE_NONE)
+		return ws->client->last_failure;
+	return DPWIN_FAILURE_FINAL;
 }
 
 static void
@@ -477,9 +467,8 @@ worker_chunk(WorkerState *ws, DpwinChunkSlot *slot)
 
 		/* The attempt failed: retry it, or give up on the whole extraction. */
 		MemoryContextSwitchTo(ws->chunk_cxt);
-		ws->failure_transient = worker_retryable(ws, edata);
-		retry = ws->failure_transient && attempt < DPWIN_MAX_RETRIES &&
-			!pg_atomic_read_u32(&ws->sh->stop);
+		retry = worker_verdict(ws) == DPWIN_FAILURE_TRANSIENT &&
+			attempt < DPWIN_MAX_RETRIES && !pg_atomic_read_u32(&ws->sh->stop);
 		ereport(LOG,
 				(errmsg("dpwin: attempt %d of chunk %d failed%s: %s",
 						attempt, slot->chunk_no,
