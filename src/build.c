@@ -2,8 +2,7 @@
  *
  * build.c
  *	  The generation of a refresh (docs/design.md, "Publication"): the
- *	  target admitted again under the lease, the ranges a refresh replaces,
- *	  and the clone of the target with the window removed, which the steps
+ *	  ranges a refresh replaces, and the clone of the target with the window removed, which the steps
  *	  of extraction (as a head start) and of building prepare alike.
  *
  *-------------------------------------------------------------------------
@@ -16,37 +15,6 @@
 #include "build.h"
 #include "names.h"
 #include "window.h"
-
-/*
- * Target admission in a transaction of its own (type parity consults the
- * system caches), refusing a target that is not the table the invocation
- * was planned against.
- */
-DpwinTargetInfo *
-dpwin_build_readmit_target(Coordinator *c, const char *when)
-{
-	DpwinTargetInfo *now;
-	char	   *qtarget = dpwin_ch_qualified_name(c->route->target_database,
-											c->route->target_table);
-
-	now = dpwin_extraction_admit(c->client, c->route, c->cxt);
-
-	if (c->target != NULL && strcmp(now->uuid, c->target->uuid) != 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("target %s was replaced %s", qtarget, when),
-				 errdetail("Its UUID was %s and is now %s.", c->target->uuid, now->uuid),
-				 errhint("dpwin refuses to publish over a table it did not prepare; start a new invocation.")));
-	if (c->schema_fingerprint != NULL &&
-		strcmp(now->schema_fingerprint, c->schema_fingerprint) != 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("the schema of target %s changed %s", qtarget, when),
-				 errhint("dpwin refuses to publish a generation with a stale schema; start a new invocation.")));
-	if (c->schema_fingerprint == NULL)
-		c->schema_fingerprint = MemoryContextStrdup(c->cxt, now->schema_fingerprint);
-	return now;
-}
 
 /* The whole window, as the one range a refresh replaces. */
 List *

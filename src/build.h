@@ -12,13 +12,6 @@
 
 #include "invocation.h"
 
-/*
- * Admit the target again, refusing one that is not the table the
- * invocation was planned against (another UUID, another schema); `when`
- * ends the error message.
- */
-extern DpwinTargetInfo *dpwin_build_readmit_target(Coordinator *c, const char *when);
-
 /* The whole window, as the one range a refresh replaces. */
 extern List *dpwin_build_window_ranges(Coordinator *c);
 
