@@ -244,23 +244,21 @@ worker_read_checked(WorkerState *ws, DpwinChunkSlot *slot, const char *staging,
 			}
 			PG_CATCH();
 			{
-				ErrorData  *check;
+				int			code;
 
 				MemoryContextSwitchTo(ws->chunk_cxt);
-				check = CopyErrorData();
-				if (check->sqlerrcode != ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE)
-				{
-					/* the check could not run: the original error stands */
-					FlushErrorState();
-					check = NULL;
-				}
-				if (check != NULL)
+				code = CopyErrorData()->sqlerrcode;
+				if (code == ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE)
 				{
 					/* as when the check preceded the rows */
 					ws->failure_transient = false;
 					ws->client->last_transient = false;
 					PG_RE_THROW();
 				}
+				if (code == ERRCODE_QUERY_CANCELED)
+					PG_RE_THROW();
+				/* the check could not run: the original error stands */
+				FlushErrorState();
 			}
 			PG_END_TRY();
 		}
