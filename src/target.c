@@ -30,12 +30,48 @@ static void digest_answer(char *answer, const DpwinTargetInfo *target,
  * ----------------------------------------------------------------------
  */
 
+/*
+ * The error for a copy whose structure is not the target's as admission
+ * saw it.
+ */
+pg_noreturn static void
+clone_changed(const DpwinTargetInfo *target, const char *name)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("ClickHouse target %s changed since it was admitted",
+					dpwin_ch_qualified_name(target->database, target->table)),
+			 errdetail("Its copy %s has a different engine definition or columns.",
+					   dpwin_ch_qualified_name(target->database, name)),
+			 errhint("The copy is left in place; drop it, and run the refresh again.")));
+}
+
 void
 dpwin_target_create_like(ChClient *client, const DpwinTargetInfo *target,
 						 const char *name)
 {
-	char	   *qnew = dpwin_ch_qualified_name(target->database, name);
-	char	   *qtarget = dpwin_ch_qualified_name(target->database, target->table);
+	dpwin_target_create_unchecked(client, target, name);
+
+	/*
+	 * CREATE TABLE AS copies the target as it is now; make sure that is
+	 * still what admission saw, or the generation would not match it.
+	 */
+	dpwin_target_check_like(client, target, name);
+}
+
+void
+dpwin_target_create_unchecked(ChClient *client, const DpwinTargetInfo *target,
+							  const char *name)
+{
+	dpwin_ch_exec(client, psprintf("CREATE TABLE %s AS %s",
+								   dpwin_ch_qualified_name(target->database, name),
+								   dpwin_ch_qualified_name(target->database, target->table)));
+}
+
+void
+dpwin_target_check_like(ChClient *client, const DpwinTargetInfo *target,
+						const char *name)
+{
 	char	   *ldb = dpwin_ch_quote_literal(target->database);
 	char	   *lname = dpwin_ch_quote_literal(name);
 	List	   *rows;
@@ -44,12 +80,6 @@ dpwin_target_create_like(ChClient *client, const DpwinTargetInfo *target,
 	List	   *columns = NIL;
 	bool		same;
 
-	dpwin_ch_exec(client, psprintf("CREATE TABLE %s AS %s", qnew, qtarget));
-
-	/*
-	 * CREATE TABLE AS copies the target as it is now; make sure that is
-	 * still what admission saw, or the generation would not match it.
-	 */
 	rows = dpwin_ch_parse_tsv(dpwin_ch_exec(client,
 								psprintf("SELECT * FROM (SELECT 'T', engine_full, toUInt64(0) AS pos FROM system.tables WHERE database = %s AND name = %s\n"
 										 "UNION ALL SELECT name, type, position FROM system.columns WHERE database = %s AND `table` = %s)"
@@ -83,12 +113,36 @@ dpwin_target_create_like(ChClient *client, const DpwinTargetInfo *target,
 		}
 	}
 	if (!same)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("ClickHouse target %s changed since it was admitted", qtarget),
-				 errdetail("Its copy %s has a different engine definition or columns.",
-						   qnew),
-				 errhint("The copy is left in place; drop it, and run the refresh again.")));
+		clone_changed(target, name);
+}
+
+/*
+ * A ClickHouse expression that is 1 when db.name exists with the target's
+ * engine_full (when known) and exactly its columns and types in order,
+ * else 0: what dpwin_target_check_like() checks, as one value.
+ */
+static char *
+clone_check_sql(const DpwinTargetInfo *target, const char *name)
+{
+	char	   *ldb = dpwin_ch_quote_literal(target->database);
+	char	   *lname = dpwin_ch_quote_literal(name);
+	StringInfoData sql;
+
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "toUInt8((SELECT count() FROM system.tables WHERE database = %s AND name = %s",
+					 ldb, lname);
+	if (target->engine_full != NULL)
+		appendStringInfo(&sql, " AND engine_full = %s",
+						 dpwin_ch_quote_literal(target->engine_full));
+	appendStringInfo(&sql, ") = 1 AND (SELECT arrayMap(x -> tuple(x.2, x.3), arraySort(groupArray(tuple(position, name, type))))"
+					 " FROM system.columns WHERE database = %s AND `table` = %s) = [",
+					 ldb, lname);
+	for (int i = 0; i < target->ncolumns; i++)
+		appendStringInfo(&sql, "%s(%s, %s)", i > 0 ? ", " : "",
+						 dpwin_ch_quote_literal(target->column_names[i]),
+						 dpwin_ch_quote_literal(target->column_types[i]));
+	appendStringInfoString(&sql, "])");
+	return sql.data;
 }
 
 /*
@@ -174,6 +228,39 @@ dpwin_target_digest(ChClient *client, const DpwinTargetInfo *target,
 		appendStringInfo(&sql, " SETTINGS %s", settings);
 
 	digest_answer(dpwin_ch_exec(client, sql.data), target, table, out);
+}
+
+void
+dpwin_target_digest_like(ChClient *client, const DpwinTargetInfo *target,
+						 const char *table, const DpwinDigestKey *key,
+						 DpwinDigest *out)
+{
+	char	   *answer;
+	char	   *tab;
+
+	/*
+	 * The check rides on the digest, whose answer it ends: the copy's
+	 * structure is fixed once created, so checking it after the INSERTs
+	 * finds what checking it right after CREATE would have.
+	 */
+	answer = dpwin_ch_exec(client,
+						   psprintf("SELECT %s, %s FROM %s",
+									dpwin_digest_ch_select_list(key, target->quoted_columns),
+									clone_check_sql(target, table),
+									dpwin_ch_qualified_name(target->database, table)));
+	tab = strrchr(answer, '\t');
+	if (tab == NULL ||
+		(strcmp(tab + 1, "0") != 0 && strcmp(tab + 1, "0\n") != 0 &&
+		 strcmp(tab + 1, "1") != 0 && strcmp(tab + 1, "1\n") != 0))
+		ereport(ERROR,
+				(errcode(ERRCODE_PROTOCOL_VIOLATION),
+				 errmsg("unexpected answer from ClickHouse to the digest of %s",
+						dpwin_ch_qualified_name(target->database, table)),
+				 errdetail_internal("Answer: \"%s\".", answer)));
+	if (tab[1] != '1')
+		clone_changed(target, table);
+	*tab = '\0';
+	digest_answer(answer, target, table, out);
 }
 
 /*

@@ -48,6 +48,19 @@ extern void dpwin_target_create_like(ChClient *client,
 									 const DpwinTargetInfo *target,
 									 const char *name);
 
+/*
+ * dpwin_target_create_like() in two halves, for a caller that sends the
+ * check later (dpwin_target_digest_like()): CREATE TABLE db.name AS
+ * db.target alone, and the check alone, which ereports with
+ * ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE when the copy differs.
+ */
+extern void dpwin_target_create_unchecked(ChClient *client,
+										  const DpwinTargetInfo *target,
+										  const char *name);
+extern void dpwin_target_check_like(ChClient *client,
+									const DpwinTargetInfo *target,
+									const char *name);
+
 /* DROP TABLE IF EXISTS db.name (the name is free at once; see target.c). */
 extern void dpwin_target_drop_table(ChClient *client, const char *database,
 									const char *name);
@@ -74,6 +87,17 @@ extern void dpwin_target_digest(ChClient *client, const DpwinTargetInfo *target,
 								const char *table, const char *where_sql,
 								const char *settings, const DpwinDigestKey *key,
 								DpwinDigest *out);
+
+/*
+ * Digest of all of db.table, a copy made by dpwin_target_create_unchecked(),
+ * and in the same statement dpwin_target_check_like()'s check of it, with
+ * its error.
+ */
+extern void dpwin_target_digest_like(ChClient *client,
+									 const DpwinTargetInfo *target,
+									 const char *table,
+									 const DpwinDigestKey *key,
+									 DpwinDigest *out);
 
 /*
  * Digest of the rows of db.table in each chunk (a List of

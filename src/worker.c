@@ -207,6 +207,66 @@ worker_read_chunk(WorkerState *ws, DpwinChunkSlot *slot, const char *staging,
 }
 
 /*
+ * worker_read_chunk() into a staging table created without its check
+ * (dpwin_target_create_unchecked()).  If reading or loading fails, the
+ * check runs then, before the error is raised: a copy that differs from
+ * the target fails the attempt with the check's error, as it did when the
+ * check came first.  A cancellation is raised as it is, and so is the
+ * original error when the check cannot run.
+ */
+static void
+worker_read_checked(WorkerState *ws, DpwinChunkSlot *slot, const char *staging,
+					DpwinDigest *digest, uint64 *rows, uint64 *bytes)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+
+	PG_TRY();
+	{
+		worker_read_chunk(ws, slot, staging, digest, rows, bytes);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+		DpwinFailure failure = ws->client->last_failure;
+
+		MemoryContextSwitchTo(ws->chunk_cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		if (edata->sqlerrcode != ERRCODE_QUERY_CANCELED &&
+			!QueryCancelPending && !ProcDiePending)
+		{
+			PG_TRY();
+			{
+				dpwin_target_check_like(ws->client, &ws->target, staging);
+			}
+			PG_CATCH();
+			{
+				int			code;
+
+				MemoryContextSwitchTo(ws->chunk_cxt);
+				code = CopyErrorData()->sqlerrcode;
+				if (code == ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE)
+				{
+					/* as when the check preceded the rows */
+					ws->failure = DPWIN_FAILURE_FINAL;
+					PG_RE_THROW();
+				}
+				if (code == ERRCODE_QUERY_CANCELED)
+					PG_RE_THROW();
+				/* the check could not run: the original error stands */
+				FlushErrorState();
+			}
+			PG_END_TRY();
+		}
+		/* the retry decision reads the failed statement's verdict */
+		ws->client->last_failure = failure;
+		MemoryContextSwitchTo(cxt);
+		ReThrowError(edata);
+	}
+	PG_END_TRY();
+}
+
+/*
  * One attempt at one chunk.  ereports on any failure; worker_verdict()
  * tells whether a retry may help.
  */
@@ -236,11 +296,18 @@ worker_attempt(WorkerState *ws, DpwinChunkSlot *slot, int attempt)
 	dpwin_xact_commit(ws->chunk_cxt);
 
 	dpwin_target_drop_table(ws->client, ws->route->target_database, staging);
-	dpwin_target_create_like(ws->client, &ws->target, staging);
-	worker_read_chunk(ws, slot, staging, &local, &rows, &bytes);
+
+	/*
+	 * The check that the copy is the target as admitted goes with the
+	 * digest (one statement less per chunk); an attempt that fails before
+	 * then checks it on its own, so that a changed target still fails it
+	 * with the same error.
+	 */
+	dpwin_target_create_unchecked(ws->client, &ws->target, staging);
+	worker_read_checked(ws, slot, staging, &local, &rows, &bytes);
 
 	/* Verify: ClickHouse's digest of the staging table equals ours. */
-	dpwin_target_digest(ws->client, &ws->target, staging, NULL, NULL, &sh->key, &remote);
+	dpwin_target_digest_like(ws->client, &ws->target, staging, &sh->key, &remote);
 	if (!dpwin_digest_equal(&local, &remote))
 	{
 		/* a copy that does not verify is made again (docs/design.md, "Failures") */

@@ -1,0 +1,93 @@
+# The statements a chunk worker sends for one chunk, in sequence: DROP and
+# CREATE of its staging table, its INSERT and the digest, which also checks
+# that the copy is the target as admitted (docs/benchmark.md).  A target
+# changed between admission and the copy still fails the attempt with the
+# check's error, whether the rows load into the copy or not.
+use strict;
+use warnings;
+use Test::More;
+use DpwinTest;
+use DpwinFixture qw(fault fresh_fixture drop_fixture create_event_source new_event_route new_uuid route_id
+  invocation_prefix refresh_row_sql bg_psql bg_finish);
+use DpwinEndpoint qw(release wait_running);
+
+my $db = "t058_$$";
+my $E = '2026-09-09 00:00:00+00';
+
+ch_control('POST', '/faults/clear');
+fresh_fixture($db, $db);
+create_event_source();
+
+# ---- the statements of each chunk --------------------------------------------
+
+{
+	my ($route) = new_event_route('count');
+	my $inv = new_uuid();
+	my $prefix = invocation_prefix(route_id($route), $inv);
+	my $seq = ch_log_seq();
+	like(psql_ok(refresh_row_sql($route, $E, $inv)), qr/\|completed\|/, 'the refresh completes');
+	my @log = ch_log_since($seq);
+	is(psql_ok("SELECT count(*) FROM dpwin.chunks WHERE invocation_id = '$inv' AND attempt = 0 AND state = 'verified'"),
+		4, 'four chunks, each verified at its first attempt');
+	for my $c (0 .. 3)
+	{
+		my $stg = "${prefix}stg_${c}_0";
+		# every statement naming the staging table, as an identifier or a
+		# string, up to its digest
+		my @mine;
+		for my $l (@log)
+		{
+			next unless $l->{query} =~ /[`']\Q$stg\E[`']/;
+			push @mine, $l->{query};
+			last if $l->{query} =~ /^SELECT count\(\), sum\(sipHash64Keyed\(/;
+		}
+		my @kinds = map {
+			/^DROP TABLE IF EXISTS / ? 'DROP'
+			  : /^CREATE TABLE / ? 'CREATE'
+			  : /^INSERT INTO / ? 'INSERT'
+			  : /^SELECT count\(\), sum\(sipHash64Keyed\(/ ? 'DIGEST'
+			  : 'OTHER'
+		} @mine;
+		is("@kinds", 'DROP CREATE INSERT DIGEST', "chunk $c: DROP, CREATE, one INSERT, the digest: 4 statements");
+		like($mine[-1] // '', qr/FROM system\.columns WHERE database = '\Q$db\E' AND `table` = '\Q$stg\E'/,
+			"chunk $c: the digest checks the copy's columns");
+		is(scalar(grep { /system\.(columns|tables)/ } @mine[ 0 .. $#mine - 1 ]), 0,
+			"chunk $c: no statement of its own checks the copy");
+	}
+}
+
+# ---- a target changed between admission and the copy --------------------------
+
+# Hold the CREATE of chunk 0's staging table, change the target, release:
+# the copy has the changed structure.  $alter adds a column (the rows still
+# load, the digest's check fails the attempt) or drops one (the INSERT
+# fails, and the check, run then, names the cause).
+for my $case ([ 'added', 'ADD COLUMN extra Nullable(String)' ], [ 'dropped', 'DROP COLUMN v' ])
+{
+	my ($what, $alter) = @$case;
+	my ($route, $t) = new_event_route("chg_$what");
+	psql_ok("SELECT dpwin.alter_route('$route', parallelism => 1)");
+	my $inv = new_uuid();
+	my $stg = invocation_prefix(route_id($route), $inv) . 'stg_0_0';
+	fault(pattern => "CREATE TABLE `$db`.`$stg`", mode => 'hold', count => 1);
+	my $seq = ch_log_seq();
+	my $h = bg_psql(refresh_row_sql($route, $E, $inv));
+	ok(wait_running(qr/^CREATE TABLE `\Q$db\E`\.`\Q$stg\E`/, 1, phase => 'holding'),
+		"column $what: the staging CREATE waits on the server");
+	ch_ok("ALTER TABLE `$db`.`$t` $alter");
+	is(release("CREATE TABLE `$db`.`$stg`"), 1, "column $what: released after the target changed");
+	my ($rc, undef, $err) = bg_finish($h);
+	isnt($rc, 0, "column $what: the refresh fails");
+	like($err, qr/ERROR:\s+55000: ClickHouse target `\Q$db\E`\.`\Q$t\E` changed since it was admitted/,
+		"column $what: with the check's SQLSTATE and message") or diag($err);
+	like($err, qr/DETAIL:\s+Its copy `\Q$db\E`\.`\Q$stg\E` has a different engine definition or columns\./,
+		"column $what: naming the copy");
+	is(psql_ok("SELECT attempt || ' ' || state FROM dpwin.chunks WHERE invocation_id = '$inv' AND chunk_no = 0"),
+		'0 failed', "column $what: chunk 0 failed at its first attempt, not retried");
+	my @ins = grep { $_->{query} =~ /^INSERT INTO `\Q$db\E`\.`\Q$stg\E` / } ch_log_since($seq);
+	is(join(',', map { $_->{status} eq '200' ? 'ok' : 'failed' } @ins), $what eq 'added' ? 'ok' : 'failed',
+		"column $what: its INSERT " . ($what eq 'added' ? 'loaded the rows' : 'failed'));
+}
+
+drop_fixture();
+done_testing();
