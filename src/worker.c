@@ -207,6 +207,38 @@ worker_read_chunk(WorkerState *ws, DpwinChunkSlot *slot, const char *staging,
 }
 
 /*
+ * After a failed load: is the copy still the target as admitted?  Raises
+ * the check's error when it is not (final, as when the check preceded the
+ * rows) and a cancellation as it is; returns when the copy matches or when
+ * the check itself cannot run, so that the load's own error stands.
+ */
+static void
+worker_check_after_failure(WorkerState *ws, const char *staging)
+{
+	PG_TRY();
+	{
+		dpwin_target_check_like(ws->client, &ws->target, staging);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+		int			code;
+
+		MemoryContextSwitchTo(ws->chunk_cxt);
+		edata = CopyErrorData();
+		code = edata->sqlerrcode;
+		FreeErrorData(edata);
+		if (code == ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE)
+			ws->failure = DPWIN_FAILURE_FINAL;
+		if (code == ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE ||
+			code == ERRCODE_QUERY_CANCELED)
+			PG_RE_THROW();
+		FlushErrorState();
+	}
+	PG_END_TRY();
+}
+
+/*
  * worker_read_chunk() into a staging table created without its check
  * (dpwin_target_create_unchecked()).  If reading or loading fails, the
  * check runs then, before the error is raised: a copy that differs from
@@ -234,30 +266,7 @@ worker_read_checked(WorkerState *ws, DpwinChunkSlot *slot, const char *staging,
 		FlushErrorState();
 		if (edata->sqlerrcode != ERRCODE_QUERY_CANCELED &&
 			!QueryCancelPending && !ProcDiePending)
-		{
-			PG_TRY();
-			{
-				dpwin_target_check_like(ws->client, &ws->target, staging);
-			}
-			PG_CATCH();
-			{
-				int			code;
-
-				MemoryContextSwitchTo(ws->chunk_cxt);
-				code = CopyErrorData()->sqlerrcode;
-				if (code == ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE)
-				{
-					/* as when the check preceded the rows */
-					ws->failure = DPWIN_FAILURE_FINAL;
-					PG_RE_THROW();
-				}
-				if (code == ERRCODE_QUERY_CANCELED)
-					PG_RE_THROW();
-				/* the check could not run: the original error stands */
-				FlushErrorState();
-			}
-			PG_END_TRY();
-		}
+			worker_check_after_failure(ws, staging);
 		/* the retry decision reads the failed statement's verdict */
 		ws->client->last_failure = failure;
 		MemoryContextSwitchTo(cxt);
