@@ -11,6 +11,8 @@ package DpwinRelease;
 use strict;
 use warnings;
 use Exporter 'import';
+use File::Basename qw(dirname);
+use File::Spec;
 use IPC::Run qw(run timeout);
 use DpwinTest;
 
@@ -23,13 +25,18 @@ sub dpwin_tables
 	return qw(route lease invocation chunk publication evidence route_state verification);
 }
 
-# A client program of the sandbox's major: its own binaries when they run
-# here (15), else the machine's wrapper.
+# A client program of the sandbox's major, as the command list to run: its
+# own binaries, here (15) or in the major's chroot (17 and later, whose
+# binaries need the chroot's libraries), where the sandbox folder and /tmp
+# are seen at the same paths and the PG* variables pass through.  The
+# machine's own pg_dump is 15's, which refuses a newer server.
 sub pg_tool
 {
 	my ($name) = @_;
-	my $own = "$ENV{DPWIN_PGBIN}/$name";
-	return (!$ENV{DPWIN_PG_CHROOT} && -x $own) ? $own : $name;
+	return ("$ENV{DPWIN_PGBIN}/$name") unless $ENV{DPWIN_PG_CHROOT};
+	my $root = File::Spec->rel2abs(dirname(__FILE__) . '/../..');
+	return ("$root/test/pg/chroot.sh", 'run', $ENV{DPWIN_PG}, '--bind', $ENV{DPWIN_SANDBOX_DIR},
+		'--bind', '/tmp', '--', "$ENV{DPWIN_PGBIN}/$name");
 }
 
 # A new database $db with dpwin (at $opt{version} if given) and what the
