@@ -73,6 +73,17 @@ dpwin_catalog_value(uint64 row, int col, bool *isnull)
 						 isnull);
 }
 
+Datum
+dpwin_catalog_not_null(int col, const char *table)
+{
+	bool		isnull;
+	Datum		d = dpwin_catalog_value(0, col, &isnull);
+
+	if (isnull)
+		elog(ERROR, "dpwin: column %d of a dpwin.%s row is null", col, table);
+	return d;
+}
+
 char *
 dpwin_catalog_text(uint64 row, int col)
 {

@@ -28,6 +28,12 @@ extern uint64 dpwin_catalog_exec(const char *sql, int nargs, Oid *argtypes,
 
 /* Value of column `col` (1-based) of result row `row`, with its null flag. */
 extern Datum dpwin_catalog_value(uint64 row, int col, bool *isnull);
+
+/*
+ * Value of NOT NULL column `col` of result row 0 of a statement over
+ * dpwin.`table`: a null one is a corrupt catalog (elog).
+ */
+extern Datum dpwin_catalog_not_null(int col, const char *table);
 extern char *dpwin_catalog_text(uint64 row, int col);	/* NULL if null */
 
 #endif							/* DPWIN_CATALOG_H */

@@ -48,20 +48,6 @@
 
 static bool lease_held(int32 target_id);
 
-/*
- * A column of SPI result row 0, by its Anum_* constant: every one read
- * here is NOT NULL, so a null one is a corrupt catalog: elog.
- */
-static Datum
-lease_not_null(int col)
-{
-	bool		isnull;
-	Datum		d = dpwin_catalog_value(0, col, &isnull);
-
-	if (isnull)
-		elog(ERROR, "dpwin: column %d of a dpwin.lease row is null", col);
-	return d;
-}
 
 static void
 lease_locktag(LOCKTAG *tag, int32 target_id)
@@ -89,7 +75,7 @@ dpwin_lease_target_id(const char *server_name, const char *database,
 						   " WHERE server_name = $1 AND target_database = $2 AND target_table = $3",
 						   3, types, args, NULL, false) != 1)
 		elog(ERROR, "dpwin.lease row of target vanished");
-	return DatumGetInt32(lease_not_null(Anum_lease_target_id));
+	return DatumGetInt32(dpwin_catalog_not_null(Anum_lease_target_id, "lease"));
 }
 
 /* How often lease_holder_text() looks again, 10 ms apart, for a runner's record. */
@@ -244,7 +230,7 @@ lease_bump_epoch(int32 target_id, const pg_uuid_t *holder)
 						   " WHERE target_id = $1 RETURNING epoch",
 						   3, types, args, nulls, false) != 1)
 		elog(ERROR, "dpwin.lease row %d is missing", target_id);
-	return DatumGetInt64(lease_not_null(Anum_lease_epoch));
+	return DatumGetInt64(dpwin_catalog_not_null(Anum_lease_epoch, "lease"));
 }
 
 int64
@@ -328,7 +314,7 @@ dpwin_lease_check_epoch(int32 target_id, int64 epoch)
 	if (dpwin_catalog_exec("SELECT epoch FROM dpwin.lease WHERE target_id = $1 FOR SHARE",
 						   1, types, args, NULL, false) != 1)
 		elog(ERROR, "dpwin.lease row %d is missing", target_id);
-	current = DatumGetInt64(lease_not_null(Anum_lease_epoch));
+	current = DatumGetInt64(dpwin_catalog_not_null(Anum_lease_epoch, "lease"));
 	if (current != epoch)
 		ereport(ERROR,
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),

@@ -119,26 +119,11 @@ typedef struct RouteSpec
 	"evidence_function::pg_catalog.text " \
 	"FROM dpwin.route "
 
-/*
- * A NOT NULL column of SPI result row 0, by its Anum_* constant.  A null
- * one is a corrupt catalog: elog.
- */
-static Datum
-route_not_null(int col)
-{
-	bool		isnull;
-	Datum		d = dpwin_catalog_value(0, col, &isnull);
-
-	if (isnull)
-		elog(ERROR, "dpwin: column %d of a dpwin.route row is null", col);
-	return d;
-}
-
 /* A NOT NULL text column of SPI result row 0, palloc'd. */
 static char *
 route_text(int col)
 {
-	return TextDatumGetCString(route_not_null(col));
+	return TextDatumGetCString(dpwin_catalog_not_null(col, "route"));
 }
 
 /*
@@ -156,11 +141,11 @@ spec_from_spi(RouteSpec *spec, MemoryContext mcxt)
 	int			nelems;
 
 	memset(spec, 0, sizeof(*spec));
-	spec->route_id = DatumGetInt32(route_not_null(Anum_route_route_id));
+	spec->route_id = DatumGetInt32(dpwin_catalog_not_null(Anum_route_route_id, "route"));
 	spec->route_name = route_text(Anum_route_route_name);
-	spec->source_relid = DatumGetObjectId(route_not_null(Anum_route_source_relid));
+	spec->source_relid = DatumGetObjectId(dpwin_catalog_not_null(Anum_route_source_relid, "route"));
 
-	d = route_not_null(Anum_route_columns);
+	d = dpwin_catalog_not_null(Anum_route_columns, "route");
 	deconstruct_array(DatumGetArrayTypeP(d), TEXTOID, -1, false, TYPALIGN_INT,
 					  &elems, &enulls, &nelems);
 	for (int i = 0; i < nelems; i++)
@@ -171,20 +156,20 @@ spec_from_spi(RouteSpec *spec, MemoryContext mcxt)
 	spec->target_database = route_text(Anum_route_target_database);
 	spec->target_table = route_text(Anum_route_target_table);
 	spec->lookback = palloc(sizeof(Interval));
-	memcpy(spec->lookback, DatumGetIntervalP(route_not_null(Anum_route_lookback)),
+	memcpy(spec->lookback, DatumGetIntervalP(dpwin_catalog_not_null(Anum_route_lookback, "route")),
 		   sizeof(Interval));
 	spec->chunk_interval = palloc(sizeof(Interval));
 	memcpy(spec->chunk_interval,
-		   DatumGetIntervalP(route_not_null(Anum_route_chunk_interval)),
+		   DatumGetIntervalP(dpwin_catalog_not_null(Anum_route_chunk_interval, "route")),
 		   sizeof(Interval));
-	spec->parallelism = DatumGetInt32(route_not_null(Anum_route_parallelism));
-	spec->batch_rows = DatumGetInt32(route_not_null(Anum_route_batch_rows));
-	spec->max_encoded_bytes = DatumGetInt64(route_not_null(Anum_route_max_encoded_bytes));
+	spec->parallelism = DatumGetInt32(dpwin_catalog_not_null(Anum_route_parallelism, "route"));
+	spec->batch_rows = DatumGetInt32(dpwin_catalog_not_null(Anum_route_batch_rows, "route"));
+	spec->max_encoded_bytes = DatumGetInt64(dpwin_catalog_not_null(Anum_route_max_encoded_bytes, "route"));
 	d = dpwin_catalog_value(0, Anum_route_evidence_oid, &isnull);
 	spec->evidence_function = isnull ? InvalidOid : DatumGetObjectId(d);
-	spec->owner = DatumGetObjectId(route_not_null(Anum_route_owner));
+	spec->owner = DatumGetObjectId(dpwin_catalog_not_null(Anum_route_owner, "route"));
 	spec->config_fingerprint = route_text(Anum_route_config_fingerprint);
-	spec->skip_unchanged = DatumGetBool(route_not_null(Anum_route_skip_unchanged));
+	spec->skip_unchanged = DatumGetBool(dpwin_catalog_not_null(Anum_route_skip_unchanged, "route"));
 	/* the evidence function is stored by signature (docs/guide.md) */
 	d = dpwin_catalog_value(0, Anum_route_evidence_function, &isnull);
 	if (!isnull && !OidIsValid(spec->evidence_function))
@@ -1118,7 +1103,7 @@ dpwin_create_route(PG_FUNCTION_ARGS)
 					   "$13, $14, $15, $16, $17) "
 					   "RETURNING route_id",
 					   SPEC_NARGS, types, args, nulls, false);
-	route_id = DatumGetInt32(route_not_null(Anum_route_returning_route_id));
+	route_id = DatumGetInt32(dpwin_catalog_not_null(Anum_route_returning_route_id, "route"));
 	if (PG_NARGS() > 13 && !PG_ARGISNULL(13))
 		store_skip_unchanged(route_id, PG_GETARG_BOOL(13));
 	SPI_finish();
