@@ -170,24 +170,16 @@ ch_post(ChClient *client, const char *sql, const char *query_id,
 static DpwinFailure
 ch_failure_verdict(ChHttpStatus status, const ChHttpReply *reply)
 {
-	switch (status)
-	{
-		case CHHTTP_OK:
-			return DPWIN_FAILURE_NONE;
-		case CHHTTP_CONNECT_FAILED:
-		case CHHTTP_TLS_FAILED:
-		case CHHTTP_TIMEOUT:
-		case CHHTTP_REPLY_LOST:
-			return DPWIN_FAILURE_TRANSIENT;
-		case CHHTTP_SERVER_ERROR:
-			if (reply->exception_code == CH_ACCESS_DENIED ||
-				reply->exception_code == CH_READONLY)
-				return DPWIN_FAILURE_FINAL;
-			return dpwin_ch_status_transient(status, reply) ?
-				DPWIN_FAILURE_TRANSIENT : DPWIN_FAILURE_FINAL;
-		default:
-			return DPWIN_FAILURE_FINAL;
-	}
+	if (status == CHHTTP_OK)
+		return DPWIN_FAILURE_NONE;
+	if (status == CHHTTP_TLS_FAILED)
+		return DPWIN_FAILURE_TRANSIENT;
+	if (status == CHHTTP_SERVER_ERROR &&
+		(reply->exception_code == CH_ACCESS_DENIED ||
+		 reply->exception_code == CH_READONLY))
+		return DPWIN_FAILURE_FINAL;
+	return dpwin_ch_status_transient(status, reply) ?
+		DPWIN_FAILURE_TRANSIENT : DPWIN_FAILURE_FINAL;
 }
 
 ChHttpStatus
