@@ -26,13 +26,16 @@
 
 DpwinTargetInfo *
 dpwin_extraction_admit(ChClient *client, const DpwinRoute *route,
-					   MemoryContext cxt)
+					   MemoryContext cxt, DpwinRefusal **refusal)
 {
 	DpwinTargetInfo *info;
 
 	StartTransactionCommand();
 	MemoryContextSwitchTo(cxt);
-	info = dpwin_target_admit(client, route);
+	if (refusal != NULL)
+		info = dpwin_target_try_admit(client, route, refusal);
+	else
+		info = dpwin_target_admit(client, route);
 	CommitTransactionCommand();
 	MemoryContextSwitchTo(cxt);
 	return info;

@@ -50,11 +50,13 @@ typedef struct DpwinExtractJob
 
 /*
  * Target admission inside a transaction of its own (type parity consults
- * the system caches); the result lives in `cxt`.
+ * the system caches); the result lives in `cxt`.  A refusal is raised, or,
+ * when `refusal` is given, returned there (NULL when admitted).
  */
 extern DpwinTargetInfo *dpwin_extraction_admit(ChClient *client,
 											   const DpwinRoute *route,
-											   MemoryContext cxt);
+											   MemoryContext cxt,
+											   DpwinRefusal **refusal);
 
 /*
  * Read every chunk of x->chunks under one exported snapshot with the

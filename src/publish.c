@@ -53,12 +53,7 @@ readmit_target(Coordinator *c, const char *when)
 	DpwinTargetInfo *now;
 	DpwinRefusal *refusal;
 
-	/* admission reads the catalogs for type parity: in a transaction */
-	StartTransactionCommand();
-	MemoryContextSwitchTo(c->cxt);
-	now = dpwin_target_try_admit(c->client, c->route, &refusal);
-	CommitTransactionCommand();
-	MemoryContextSwitchTo(c->cxt);
+	now = dpwin_extraction_admit(c->client, c->route, c->cxt, &refusal);
 	if (refusal == NULL)
 		refusal = dpwin_target_check_unchanged(now,
 											   c->target ? c->target->uuid : NULL,

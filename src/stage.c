@@ -36,7 +36,7 @@ commit_schema(Coordinator *c)
 DpwinStepResult
 dpwin_step_planned(Coordinator *c)
 {
-	c->target = dpwin_extraction_admit(c->client, c->route, c->cxt);
+	c->target = dpwin_extraction_admit(c->client, c->route, c->cxt, NULL);
 	c->schema_fingerprint = c->target->schema_fingerprint;
 	dpwin_target_probe_exchange(c->client, c->route->target_database,
 								dpwin_invocation_table_prefix(c->route->route_id, &c->id));

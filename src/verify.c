@@ -100,7 +100,7 @@ dpwin_verify_run(Coordinator *c)
 	dpwin_invocation_plan_window(c);
 
 	/* Read-only admission: the target's columns and types, as a refresh. */
-	c->target = dpwin_extraction_admit(c->client, c->route, c->cxt);
+	c->target = dpwin_extraction_admit(c->client, c->route, c->cxt, NULL);
 
 	/* The source: one snapshot, the route's parallelism, digests only. */
 	job = dpwin_invocation_extract_job(c);
