@@ -977,9 +977,7 @@ dpwin_target_probe_exchange(ChClient *client, const char *database,
 		dpwin_refusal_raise(refusal);
 
 	if (!pg_strong_random(rnd, sizeof(rnd)))
-		ereport(ERROR,
-				(errcode(ERRCODE_INTERNAL_ERROR),
-				 errmsg("could not generate a random name for the EXCHANGE probe")));
+		elog(ERROR, "could not generate a random name for the EXCHANGE probe");
 	hex_encode((const char *) rnd, sizeof(rnd), suffix);
 	suffix[16] = '\0';
 	name_a = psprintf("%sprobe_%s_a", name_prefix, suffix);

@@ -89,9 +89,10 @@ dpwin_run_coordinator(DpwinCallShared *call)
 	memcpy(call, shared, sizeof(DpwinCallShared));
 	dsm_detach(seg);
 
+	/* a coordinator lost without an outcome, as for a lost parallel worker */
 	if (!call->finished)
 		ereport(ERROR,
-				(errcode(ERRCODE_INTERNAL_ERROR),
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("the dpwin coordinator of invocation %s ended without reporting an outcome",
 						dpwin_uuid_text(&call->invocation_id)),
 				 errhint("See the server log and dpwin.invocations; SELECT * FROM dpwin.recover('%s') settles what can be settled.",

@@ -263,9 +263,7 @@ dpwin_digest_key_generate(DpwinDigestKey *key)
 	uint64		k[4];
 
 	if (!pg_strong_random(k, sizeof(k)))
-		ereport(ERROR,
-				(errcode(ERRCODE_INTERNAL_ERROR),
-				 errmsg("could not generate a random digest key")));
+		elog(ERROR, "could not generate a random digest key");
 	key->k1[0] = k[0];
 	key->k1[1] = k[1];
 	key->k2[0] = k[2];
@@ -329,10 +327,8 @@ dpwin_sha256_hex(const char *data, size_t len)
 		pg_cryptohash_init(ctx) < 0 ||
 		pg_cryptohash_update(ctx, (const uint8 *) data, len) < 0 ||
 		pg_cryptohash_final(ctx, hash, sizeof(hash)) < 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INTERNAL_ERROR),
-				 errmsg("could not compute SHA-256: %s",
-						ctx ? pg_cryptohash_error(ctx) : "out of memory")));
+		elog(ERROR, "could not compute SHA-256: %s",
+			 ctx ? pg_cryptohash_error(ctx) : "out of memory");
 	pg_cryptohash_free(ctx);
 	hex = palloc(PG_SHA256_DIGEST_LENGTH * 2 + 1);
 	hex_encode((const char *) hash, sizeof(hash), hex);

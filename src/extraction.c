@@ -207,11 +207,11 @@ dpwin_extraction_tally(DpwinExtraction *x, const pg_uuid_t *id, bool complete)
 				continue;
 
 			/*
-			 * A worker that died without reporting: XX000, as PostgreSQL
-			 * reports a parallel worker lost.
+			 * A worker that died without reporting: 55000, as PostgreSQL
+			 * reports a parallel worker it lost.
 			 */
 			ereport(ERROR,
-					(errcode(ERRCODE_INTERNAL_ERROR),
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 					 errmsg("chunk %d of invocation %s was not staged",
 							s->chunk_no, dpwin_uuid_text(id)),
 					 errdetail("A chunk worker stopped before finishing it.")));

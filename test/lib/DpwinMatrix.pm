@@ -315,7 +315,7 @@ my @CASES = (
 				"$s->{tag}: terminated");
 			release_source($barrier);
 			my ($rc, $out, $err) = bg_finish($h);
-			like($err, qr/ERROR:\s+XX000: chunk 0 of invocation \Q$s->{inv}\E was not staged/,
+			like($err, qr/ERROR:\s+55000: chunk 0 of invocation \Q$s->{inv}\E was not staged/,
 				"$s->{tag}: the caller is told which chunk was not staged") or diag($err);
 			check_after_fault($s, which => 'old', state => 'failed', outcome => '');
 			settle_and_check($s, 'failed');

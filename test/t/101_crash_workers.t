@@ -45,12 +45,12 @@ for my $which ('one', 'all')
 	release_source($barrier);
 	my ($rc, $out, $err) = bg_finish($h);
 	isnt($rc, 0, "$tag: the refresh fails");
-	like($err, qr/ERROR:\s+XX000: chunk 0 of invocation \Q$s->{inv}\E was not staged/,
+	like($err, qr/ERROR:\s+55000: chunk 0 of invocation \Q$s->{inv}\E was not staged/,
 		"$tag: the caller is told which chunk was not staged") or diag($err);
 	like($err, qr/DETAIL:\s+A chunk worker stopped before finishing it\./, "$tag: ... and why");
 	is(server_started(), $started, "$tag: PostgreSQL did not restart");
 	is(psql_ok("SELECT error_sqlstate || ' ' || error FROM dpwin.invocations WHERE invocation_id = '$s->{inv}'"),
-		"XX000 chunk 0 of invocation $s->{inv} was not staged", "$tag: the journal keeps the error");
+		"55000 chunk 0 of invocation $s->{inv} was not staged", "$tag: the journal keeps the error");
 	check_after_fault($s, which => 'old', state => 'failed', outcome => '');
 	is(psql_ok("SELECT count(*) FROM pg_stat_activity WHERE backend_type IN ('dpwin coordinator', 'dpwin chunk worker')"),
 		0, "$tag: no dpwin process is left");
