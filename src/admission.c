@@ -42,6 +42,7 @@ static const struct
 	const char *name;
 	const char *purpose;
 }			required_functions[] =
+
 {
 	{"sipHash64Keyed", "the typed multiset digest"},
 	{"formatRow", "the typed multiset digest"},
@@ -68,11 +69,11 @@ typedef struct TargetColumn
 static List *probed_exchange = NIL;
 
 static DpwinRefusal *refuse(int sqlerrcode, char *message, char *detail,
-							 char *hint);
+							char *hint);
 static DpwinRefusal *check_server(ChClient *client, ServerFacts *facts);
 static char *mv_target_condition(const char *database, const char *table);
 static DpwinRefusal *check_ttl(ChClient *client, const char *qname,
-								const char *create_query);
+							   const char *create_query);
 static DpwinRefusal *check_row_policies(ChClient *client, const char *database,
 										const char *table, const char *qname);
 static bool parse_window_type(const char *type, int *precision,
@@ -88,7 +89,7 @@ static void probe_remember(const char *key);
 static void probe_uuids(ChClient *client, const char *database, const char *a,
 						const char *b, char **uuid_a, char **uuid_b);
 static DpwinRefusal *check_database(const char *database, const char *engine,
-									 const char *qname);
+									const char *qname);
 
 
 /* ----------------------------------------------------------------------
@@ -222,7 +223,7 @@ check_server(ChClient *client, ServerFacts *facts)
 	 * message about a setting the user never chose.
 	 */
 	status = dpwin_ch_try(client, sql.data, dpwin_ch_next_query_id(client, "admit-version"),
-					NULL, NULL, &reply);
+						  NULL, NULL, &reply);
 	if (status == CHHTTP_SERVER_ERROR &&
 		reply.exception_code == CH_UNKNOWN_SETTING)
 		return refuse(ERRCODE_FEATURE_NOT_SUPPORTED,
@@ -303,9 +304,9 @@ check_server(ChClient *client, ServerFacts *facts)
 static DpwinRefusal *
 check_database(const char *database, const char *engine, const char *qname)
 {
-	char	   *what = qname
-		? psprintf("ClickHouse database %s of target %s", dpwin_ch_quote_ident(database), qname)
-		: psprintf("ClickHouse database %s", dpwin_ch_quote_ident(database));
+	char	   *what = (qname
+						? psprintf("ClickHouse database %s of target %s", dpwin_ch_quote_ident(database), qname)
+						: psprintf("ClickHouse database %s", dpwin_ch_quote_ident(database)));
 
 	if (engine == NULL)
 		ereport(ERROR,
@@ -399,7 +400,7 @@ check_row_policies(ChClient *client, const char *database, const char *table,
 				   "ORDER BY name",
 				   dpwin_ch_quote_literal(database), dpwin_ch_quote_literal(table));
 	status = dpwin_ch_try(client, sql, dpwin_ch_next_query_id(client, "admit-rowpolicy"),
-					NULL, NULL, &reply);
+						  NULL, NULL, &reply);
 	if (status == CHHTTP_OK)
 	{
 		List	   *rows = dpwin_ch_parse_tsv(reply.body.data);
@@ -425,7 +426,7 @@ check_row_policies(ChClient *client, const char *database, const char *table,
 		char	   *plan;
 
 		plan = dpwin_ch_exec(client,
-					   psprintf("EXPLAIN actions = 1 SELECT * FROM %s", qname));
+							 psprintf("EXPLAIN actions = 1 SELECT * FROM %s", qname));
 		for (char *c = plan; *c; c++)
 			*c = pg_ascii_tolower((unsigned char) *c);
 		if (strstr(plan, "row level filter") != NULL ||
@@ -630,12 +631,12 @@ read_target_facts(ChClient *client, const char *db, const char *tb,
 			case 'R':
 				f->mv_readers = lappend(f->mv_readers,
 										dpwin_ch_qualified_name(dpwin_ch_row_field(row, 1),
-														  dpwin_ch_row_field(row, 2)));
+																dpwin_ch_row_field(row, 2)));
 				break;
 			case 'W':
 				f->mv_writers = lappend(f->mv_writers,
 										dpwin_ch_qualified_name(dpwin_ch_row_field(row, 1),
-														  dpwin_ch_row_field(row, 2)));
+																dpwin_ch_row_field(row, 2)));
 				break;
 			case 'X':
 				f->mutations = lappend(f->mutations,
@@ -811,7 +812,7 @@ check_column_types(const DpwinRoute *route, List *columns, const char *qname,
 	{
 		TargetColumn *c = (TargetColumn *) list_nth(columns, i);
 		char	   *why = dpwin_rb_type_parity(route->column_types[i],
-										 route->column_typmods[i], c->type);
+											   route->column_typmods[i], c->type);
 
 		if (why != NULL)
 			return refuse(ERRCODE_DATATYPE_MISMATCH,
@@ -968,8 +969,8 @@ dpwin_target_probe_exchange(ChClient *client, const char *database,
 
 	/* the same refusals as admission, before anything is created */
 	rows = dpwin_ch_parse_tsv(dpwin_ch_exec(client,
-								psprintf("SELECT engine FROM system.databases WHERE name = %s",
-										 dpwin_ch_quote_literal(database))));
+											psprintf("SELECT engine FROM system.databases WHERE name = %s",
+													 dpwin_ch_quote_literal(database))));
 	refusal = check_database(database,
 							 rows != NIL ? dpwin_ch_row_field((List *) linitial(rows), 0) : NULL,
 							 NULL);
@@ -1004,9 +1005,9 @@ dpwin_target_probe_exchange(ChClient *client, const char *database,
 							client->conf->server_name)));
 
 		status = dpwin_ch_try(client,
-						psprintf("EXCHANGE TABLES %s AND %s", qa, qb),
-						dpwin_ch_next_query_id(client, "probe-exchange"),
-						NULL, NULL, &reply);
+							  psprintf("EXCHANGE TABLES %s AND %s", qa, qb),
+							  dpwin_ch_next_query_id(client, "probe-exchange"),
+							  NULL, NULL, &reply);
 		if (status == CHHTTP_SERVER_ERROR &&
 			reply.exception_code != CH_ACCESS_DENIED)
 			ereport(ERROR,
@@ -1056,10 +1057,10 @@ probe_uuids(ChClient *client, const char *database, const char *a,
 	*uuid_a = NULL;
 	*uuid_b = NULL;
 	rows = dpwin_ch_parse_tsv(dpwin_ch_exec(client,
-								psprintf("SELECT name, toString(uuid) FROM system.tables WHERE database = %s AND name IN (%s, %s)",
-										 dpwin_ch_quote_literal(database),
-										 dpwin_ch_quote_literal(a),
-										 dpwin_ch_quote_literal(b))));
+											psprintf("SELECT name, toString(uuid) FROM system.tables WHERE database = %s AND name IN (%s, %s)",
+													 dpwin_ch_quote_literal(database),
+													 dpwin_ch_quote_literal(a),
+													 dpwin_ch_quote_literal(b))));
 	foreach(lc, rows)
 	{
 		List	   *row = (List *) lfirst(lc);
@@ -1085,9 +1086,9 @@ probe_cleanup(ChClient *client, const char *qa, const char *qb,
 	ChHttpReply reply;
 
 	(void) dpwin_ch_try(client, psprintf("DROP TABLE IF EXISTS %s", qa),
-				  dpwin_ch_next_query_id(client, "probe-drop"), NULL, NULL, &reply);
+						dpwin_ch_next_query_id(client, "probe-drop"), NULL, NULL, &reply);
 	(void) dpwin_ch_try(client, psprintf("DROP TABLE IF EXISTS %s", qb),
-				  dpwin_ch_next_query_id(client, "probe-drop"), NULL, NULL, &reply);
+						dpwin_ch_next_query_id(client, "probe-drop"), NULL, NULL, &reply);
 	MemoryContextSwitchTo(ecxt);
 }
 

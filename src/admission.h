@@ -49,7 +49,7 @@ extern DpwinTargetInfo *dpwin_target_try_admit(ChClient *client,
 											   const DpwinRoute *route,
 											   DpwinRefusal **refusal);
 extern PGDLLEXPORT DpwinTargetInfo *dpwin_target_admit(ChClient *client,
-										   const DpwinRoute *route);
+													   const DpwinRoute *route);
 
 /*
  * Is a target admitted again the one admitted before?  A refusal when its
@@ -70,6 +70,6 @@ extern DpwinRefusal *dpwin_target_check_unchanged(const DpwinTargetInfo *now,
  * table prefix, so that recovery drops the tables of a probe cut short.
  */
 extern PGDLLEXPORT void dpwin_target_probe_exchange(ChClient *client, const char *database,
-													 const char *name_prefix);
+													const char *name_prefix);
 
 #endif							/* DPWIN_ADMISSION_H */

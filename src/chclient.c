@@ -147,7 +147,7 @@ ch_post(ChClient *client, const char *sql, const char *query_id,
 	if (client->http == NULL)
 		elog(ERROR, "ClickHouse client used after close");
 	status = dpwin_chhttp_post(client->http, sql, query_id, CH_REQUEST_SETTINGS,
-						 reader, reader_arg, timeout_ms, reply);
+							   reader, reader_arg, timeout_ms, reply);
 
 	/*
 	 * Remembered for callers that only see the ereport of dpwin_ch_exec() and
@@ -184,7 +184,7 @@ ch_failure_verdict(ChHttpStatus status, const ChHttpReply *reply)
 
 ChHttpStatus
 dpwin_ch_try(ChClient *client, const char *sql, const char *query_id,
-	   ChHttpBodyReader reader, void *reader_arg, ChHttpReply *reply)
+			 ChHttpBodyReader reader, void *reader_arg, ChHttpReply *reply)
 {
 	return ch_post(client, sql, query_id, reader, reader_arg, 0, reply);
 }
@@ -204,7 +204,7 @@ dpwin_ch_exec_id(ChClient *client, const char *sql, const char *query_id)
 	status = dpwin_ch_try(client, sql, query_id, NULL, NULL, &reply);
 	if (status != CHHTTP_OK)
 		dpwin_ch_report(status, &reply,
-				  psprintf("running \"%s\"", ch_describe_sql(sql)));
+						psprintf("running \"%s\"", ch_describe_sql(sql)));
 	return reply.body.data;
 }
 
@@ -387,8 +387,8 @@ void
 dpwin_ch_report(ChHttpStatus status, const ChHttpReply *reply, const char *what)
 {
 	const char *server = reply->server_name != NULL ? reply->server_name : "?";
-	const char *terr = reply->transport_error != NULL ?
-		reply->transport_error : dpwin_chhttp_status_name(status);
+	const char *terr = (reply->transport_error != NULL ?
+						reply->transport_error : dpwin_chhttp_status_name(status));
 	char	   *context = ch_reply_context(reply);
 
 	switch (status)

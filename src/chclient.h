@@ -34,13 +34,13 @@ typedef struct ChClient
 	const DpwinServerConf *conf;
 	char	   *query_id_prefix;	/* e.g. "dpwin-<invocation>-" */
 	uint64		seq;			/* makes each query_id unique */
-	DpwinFailure last_failure;	/* the verdict on the last request: NONE
-								 * when it succeeded (chclient.c,
+	DpwinFailure last_failure;	/* the verdict on the last request: NONE when
+								 * it succeeded (chclient.c,
 								 * ch_failure_verdict) */
 } ChClient;
 
 extern PGDLLEXPORT ChClient *dpwin_ch_client_open(const DpwinServerConf *conf,
-								const char *query_id_prefix);
+												  const char *query_id_prefix);
 extern PGDLLEXPORT void dpwin_ch_client_close(ChClient *client);
 
 /* A fresh unique query_id: prefix + label + sequence number. */
@@ -69,12 +69,12 @@ extern char *dpwin_ch_exec_id(ChClient *client, const char *sql, const char *que
  * streamed from reader when not NULL.
  */
 extern ChHttpStatus dpwin_ch_try(ChClient *client, const char *sql,
-						   const char *query_id, ChHttpBodyReader reader,
-						   void *reader_arg, ChHttpReply *reply);
+								 const char *query_id, ChHttpBodyReader reader,
+								 void *reader_arg, ChHttpReply *reply);
 
 /* ereport for a failed dpwin_ch_try; what names the operation. */
 pg_noreturn extern void dpwin_ch_report(ChHttpStatus status, const ChHttpReply *reply,
-								  const char *what);
+										const char *what);
 
 /* Could retrying this failure succeed (connection error, 5xx, timeout)? */
 extern bool dpwin_ch_status_transient(ChHttpStatus status, const ChHttpReply *reply);

@@ -146,8 +146,8 @@ dpwin_chhttp_open(const DpwinServerConf *conf)
 	}
 
 	/*
-	 * A private child context: deleting it (dpwin_chhttp_close) or resetting or
-	 * deleting the caller's context (an ERROR) runs the callback that
+	 * A private child context: deleting it (dpwin_chhttp_close) or resetting
+	 * or deleting the caller's context (an ERROR) runs the callback that
 	 * releases the curl handle, so the handle cannot outlive its owner.
 	 */
 	mcxt = AllocSetContextCreate(CurrentMemoryContext,
@@ -189,10 +189,11 @@ dpwin_chhttp_open(const DpwinServerConf *conf)
 				 errmsg("could not create a libcurl handle")));
 	}
 
-	/*
+	/*----------
 	 * Headers that never change.  "Expect:" turns off curl's
 	 * "Expect: 100-continue" handshake, which only adds a round trip (or a
 	 * one-second stall against servers that do not answer it).
+	 *----------
 	 */
 	http->text_headers = curl_slist_append(NULL, "Content-Type: text/plain; charset=UTF-8");
 	if (http->text_headers != NULL)
@@ -311,8 +312,8 @@ chhttp_append_param(StringInfo buf, const char *name, const char *value)
  */
 ChHttpStatus
 dpwin_chhttp_post(ChHttp *http, const char *sql, const char *query_id,
-			const char *settings, ChHttpBodyReader reader, void *reader_arg,
-			int timeout_ms, ChHttpReply *reply)
+				  const char *settings, ChHttpBodyReader reader, void *reader_arg,
+				  int timeout_ms, ChHttpReply *reply)
 {
 	ChHttpStatus status;
 
@@ -322,8 +323,8 @@ dpwin_chhttp_post(ChHttp *http, const char *sql, const char *query_id,
 	/*
 	 * A keep-alive connection the server closed (it restarted, say) can look
 	 * alive when libcurl picks it, and then fail before any byte of this
-	 * request left: libcurl reports that as CURLE_SEND_FAIL_REWIND because
-	 * it cannot resend a body it read from our callback.  Nothing reached a
+	 * request left: libcurl reports that as CURLE_SEND_FAIL_REWIND because it
+	 * cannot resend a body it read from our callback.  Nothing reached a
 	 * server, so the request is sent once more, on the fresh handle
 	 * chhttp_post_inner() made; a connection that fails again is reported.
 	 */
@@ -442,9 +443,9 @@ chhttp_post_inner(ChHttp *http, const char *sql, const char *query_id,
 	/*
 	 * Some libcurl releases (8.14, Debian 13's, which PostgreSQL 17 is
 	 * packaged with) fail every later transfer of a handle that could not
-	 * rewind a body, without sending it, even after curl_easy_reset: the
-	 * next request (settling this one's lost reply, say) gets a fresh handle
-	 * and connection.
+	 * rewind a body, without sending it, even after curl_easy_reset: the next
+	 * request (settling this one's lost reply, say) gets a fresh handle and
+	 * connection.
 	 */
 	http->stale_connection = (rc == CURLE_SEND_FAIL_REWIND);
 	if (rc == CURLE_SEND_FAIL_REWIND)
@@ -567,8 +568,8 @@ chhttp_set_options(ChHttp *http, const char *url, bool streamed, int timeout_ms)
 		 * CURLOPT_POSTFIELDS: when a reused keep-alive connection dies
 		 * without an answer, libcurl silently sends a POSTFIELDS request
 		 * again on a fresh connection, so a statement whose reply was lost
-		 * would run twice (a second EXCHANGE undoes the first).  A body
-		 * from a callback cannot be rewound, so libcurl reports
+		 * would run twice (a second EXCHANGE undoes the first).  A body from
+		 * a callback cannot be rewound, so libcurl reports
 		 * CURLE_SEND_FAIL_REWIND instead, a lost reply the caller settles.
 		 */
 		SETOPT(CURLOPT_HTTPHEADER, http->text_headers);
@@ -611,9 +612,9 @@ chhttp_classify_failure(ChHttp *http, ChHttpReply *reply, CURLcode rc,
 									 http->errbuf : curl_easy_strerror(rc));
 
 	/*
-	 * A server that fails after it has sent "200 OK" reports the error at
-	 * the end of the body and then breaks the connection: that is a server
-	 * error with a message, not a lost reply.
+	 * A server that fails after it has sent "200 OK" reports the error at the
+	 * end of the body and then breaks the connection: that is a server error
+	 * with a message, not a lost reply.
 	 */
 	if (http_code >= 200 && (rc == CURLE_PARTIAL_FILE || rc == CURLE_RECV_ERROR) &&
 		chhttp_body_exception(http, reply))
@@ -757,9 +758,9 @@ chhttp_classify_answer(ChHttp *http, ChHttpReply *reply, long http_code)
 	}
 
 	/*
-	 * Status 200 but the query failed after the headers went out: the
-	 * server says so with X-ClickHouse-Exception-Code (a header or a
-	 * trailer) or with an exception block at the end of the body.
+	 * Status 200 but the query failed after the headers went out: the server
+	 * says so with X-ClickHouse-Exception-Code (a header or a trailer) or
+	 * with an exception block at the end of the body.
 	 */
 	if (http->have_exception_header)
 	{
@@ -801,9 +802,10 @@ chhttp_body_exception(ChHttp *http, ChHttpReply *reply)
 
 	if (http->exception_tag[0] != '\0')
 	{
-		/*
+		/*----------
 		 * "__exception__\r\n<tag>\r\n<message><length> <tag>\r\n__exception__\r\n"
 		 * (WriteBufferFromHTTP1ServerResponse::cancelWithException).
+		 *----------
 		 */
 		const char *tag = http->exception_tag;
 		size_t		tlen = strlen(tag);
@@ -1076,7 +1078,7 @@ chhttp_read_cb(char *buffer, size_t size, size_t nitems, void *userdata)
 	{
 		n = Min(max, http->text_len - http->text_pos);
 		if (n > 0)
-			memcpy(buffer, http->text + http->text_pos, n);
+			memcpy(buffer, &http->text[http->text_pos], n);
 		http->text_pos += n;
 		if (n > 0)
 			http->body_sent = true;

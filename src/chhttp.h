@@ -40,8 +40,8 @@ typedef enum ChHttpStatus
 typedef struct ChHttpReply
 {
 	long		http_code;		/* 0 when no answer arrived */
-	int			exception_code; /* X-ClickHouse-Exception-Code (or the code
-								 * of an exception found in the body); -1: an
+	int			exception_code; /* X-ClickHouse-Exception-Code (or the code of
+								 * an exception found in the body); -1: an
 								 * exception without a readable code; 0: none */
 	StringInfoData body;		/* answer or error text, NUL-terminated */
 	char	   *transport_error;	/* palloc'd libcurl message, or NULL */
@@ -89,9 +89,9 @@ extern void dpwin_chhttp_close(ChHttp *http);
  * (CHHTTP_CANCELED); the caller must then CHECK_FOR_INTERRUPTS().
  */
 extern ChHttpStatus dpwin_chhttp_post(ChHttp *http, const char *sql,
-								const char *query_id, const char *settings,
-								ChHttpBodyReader reader, void *reader_arg,
-								int timeout_ms, ChHttpReply *reply);
+									  const char *query_id, const char *settings,
+									  ChHttpBodyReader reader, void *reader_arg,
+									  int timeout_ms, ChHttpReply *reply);
 
 /* Short English name of a status, for messages. */
 extern const char *dpwin_chhttp_status_name(ChHttpStatus status);

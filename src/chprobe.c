@@ -21,26 +21,26 @@ dpwin_chprobe_window_facts(ChClient *client, const DpwinTargetInfo *target,
 	char	   *inwin = dpwin_target_window_predicate(target, window_column, lo, hi);
 
 	/*
-	 * PREWHERE, not WHERE: choosing what to move to PREWHERE costs the
-	 * server about a millisecond per part, 0.25 s on a 300-partition
-	 * target (docs/benchmark.md).
+	 * PREWHERE, not WHERE: choosing what to move to PREWHERE costs the server
+	 * about a millisecond per part, 0.25 s on a 300-partition target
+	 * (docs/benchmark.md).
 	 */
 	*days = dpwin_ch_scalar(client,
-					  psprintf("SELECT toJSONString(CAST((groupArray(d), groupArray(n)) AS Tuple(days Array(String), rows Array(UInt64))))"
-							   " FROM (SELECT toString(toDate32(%s)) AS d, count() AS n FROM %s"
-							   " PREWHERE %s GROUP BY d ORDER BY d)", w, tbl, inwin));
+							psprintf("SELECT toJSONString(CAST((groupArray(d), groupArray(n)) AS Tuple(days Array(String), rows Array(UInt64))))"
+									 " FROM (SELECT toString(toDate32(%s)) AS d, count() AS n FROM %s"
+									 " PREWHERE %s GROUP BY d ORDER BY d)", w, tbl, inwin));
 	*bounds = dpwin_ch_scalar(client,
-						psprintf("SELECT toJSONString(CAST((toString(minOrNull(w)), toString(maxOrNull(w)), countIf(NOT isNull(w)), countIf(isNull(w))) AS"
-								 " Tuple(min Nullable(String), max Nullable(String), window_rows UInt64, null_window_rows UInt64)))"
-								 " FROM (SELECT %s AS w FROM %s WHERE (%s) OR isNull(%s))",
-								 w, tbl, inwin, w));
+							  psprintf("SELECT toJSONString(CAST((toString(minOrNull(w)), toString(maxOrNull(w)), countIf(NOT isNull(w)), countIf(isNull(w))) AS"
+									   " Tuple(min Nullable(String), max Nullable(String), window_rows UInt64, null_window_rows UInt64)))"
+									   " FROM (SELECT %s AS w FROM %s WHERE (%s) OR isNull(%s))",
+									   w, tbl, inwin, w));
 }
 
 int64
 dpwin_chprobe_count(ChClient *client, const char *database, const char *table)
 {
 	char	   *n = dpwin_ch_scalar(client, psprintf("SELECT count() FROM %s",
-											   dpwin_ch_qualified_name(database, table)));
+													 dpwin_ch_qualified_name(database, table)));
 
 	return strtoll(n, NULL, 10);
 }
@@ -57,9 +57,9 @@ dpwin_chprobe_query_ids_visible(ChClient *client)
 	char	   *answer;
 
 	answer = dpwin_ch_exec_id(client,
-						psprintf("SELECT count() FROM system.processes WHERE query_id = %s"
-								 " FORMAT TabSeparated", dpwin_ch_quote_literal(query_id)),
-						query_id);
+							  psprintf("SELECT count() FROM system.processes WHERE query_id = %s"
+									   " FORMAT TabSeparated", dpwin_ch_quote_literal(query_id)),
+							  query_id);
 	return strtol(answer, NULL, 10) == 1;
 }
 

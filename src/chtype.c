@@ -87,9 +87,9 @@ chp_arg(ChParser *ps, ChArg *arg, int depth)
 	chp_skip_space(ps);
 
 	/*
-	 * A quoted string.  Callers sometimes hand over the TabSeparated
-	 * spelling of system.columns.type, where quotes come escaped as \';
-	 * accept that too.
+	 * A quoted string.  Callers sometimes hand over the TabSeparated spelling
+	 * of system.columns.type, where quotes come escaped as \'; accept that
+	 * too.
 	 */
 	if (*ps->p == '\'' || (ps->p[0] == '\\' && ps->p[1] == '\''))
 	{
@@ -253,6 +253,7 @@ static const struct
 	ChKind		kind;
 	int			bytes;
 }			ch_simple_types[] =
+
 {
 	{"Int8", CH_INT, 1}, {"Int16", CH_INT, 2}, {"Int32", CH_INT, 4},
 	{"Int64", CH_INT, 8}, {"Int128", CH_INT, 16}, {"Int256", CH_INT, 32},
@@ -398,8 +399,8 @@ ch_type_from_node(ChNode *n, char **error, const char *whole)
 	else
 	{
 		/*
-		 * Anything else (FixedString, DateTime, Map, Tuple, Enum8, ...) is
-		 * a valid ClickHouse type that no PostgreSQL type maps to; keep its
+		 * Anything else (FixedString, DateTime, Map, Tuple, Enum8, ...) is a
+		 * valid ClickHouse type that no PostgreSQL type maps to; keep its
 		 * name so that parity can say so.
 		 */
 		t->kind = CH_OTHER;
@@ -422,19 +423,19 @@ ch_type_from_node(ChNode *n, char **error, const char *whole)
 
 /* Parse a ClickHouse type; NULL and *error set when it cannot be parsed. */
 ChType *
-dpwin_ch_type_parse(const char *text, char **error)
+dpwin_ch_type_parse(const char *type_text, char **error)
 {
 	ChParser	ps;
 	ChNode	   *n;
 	ChType	   *t;
 
 	*error = NULL;
-	if (text == NULL)
+	if (type_text == NULL)
 	{
 		*error = pstrdup("no ClickHouse type given");
 		return NULL;
 	}
-	ps.p = ps.start = text;
+	ps.p = ps.start = type_text;
 	ps.error = NULL;
 	n = chp_node(&ps, 0);
 	if (n == NULL)
@@ -449,7 +450,7 @@ dpwin_ch_type_parse(const char *text, char **error)
 		*error = ps.error;
 		return NULL;
 	}
-	t = ch_type_from_node(n, error, text);
+	t = ch_type_from_node(n, error, type_text);
 	return t;
 }
 

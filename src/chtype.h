@@ -30,7 +30,8 @@ typedef enum ChKind
 typedef struct ChType
 {
 	ChKind		kind;
-	bool		nullable;		/* Nullable(...), possibly inside LowCardinality */
+	bool		nullable;		/* Nullable(...), possibly inside
+								 * LowCardinality */
 	int			bytes;			/* storage width of ints and decimals */
 	int			precision;		/* Decimal P, DateTime64 p */
 	int			scale;			/* Decimal S */
@@ -40,7 +41,7 @@ typedef struct ChType
 } ChType;
 
 /* Parse a type as system.columns.type prints it; NULL and *error on failure. */
-extern ChType *dpwin_ch_type_parse(const char *text, char **error);
+extern ChType *dpwin_ch_type_parse(const char *type_text, char **error);
 
 /*
  * Resolve domains to their base type.  For an array type, *elem is set to
@@ -54,6 +55,6 @@ extern Oid	dpwin_pg_resolve_type(Oid typid, int32 *typmod, Oid *elem);
  * not part of it: the encoder checks each NULL.
  */
 extern char *dpwin_parity_resolved(Oid base, Oid elem, int32 typmod,
-							 const ChType *t);
+								   const ChType *t);
 
 #endif							/* DPWIN_CHTYPE_H */

@@ -342,9 +342,9 @@ static void
 coordinator_fail(Coordinator *c, ErrorData *edata)
 {
 	DpwinOutcome outcome = c->build.outcome;
-	bool		prepublication = c->state < DPWIN_STATE_PUBLISHING ||
-		((c->state == DPWIN_STATE_PUBLISHING || c->state == DPWIN_STATE_UNKNOWN) &&
-		 outcome == DPWIN_OUTCOME_NOT_PUBLISHED);
+	bool		prepublication = (c->state < DPWIN_STATE_PUBLISHING ||
+								  ((c->state == DPWIN_STATE_PUBLISHING || c->state == DPWIN_STATE_UNKNOWN) &&
+								   outcome == DPWIN_OUTCOME_NOT_PUBLISHED));
 
 	call_set_error(c->call, edata);
 	if (!c->registered)
@@ -381,8 +381,8 @@ coordinator_fail(Coordinator *c, ErrorData *edata)
 
 	/*
 	 * Without the lease the invocation may be running under another
-	 * coordinator (a refused recover() or abandon()): its tables are not
-	 * ours to drop.
+	 * coordinator (a refused recover() or abandon()): its tables are not ours
+	 * to drop.
 	 */
 	if (prepublication && c->lease_held)
 	{
@@ -438,9 +438,9 @@ dpwin_coordinator_main(Datum main_arg)
 
 	/*
 	 * The journal must survive a crash of this server before dpwin acts on
-	 * what it says: the publication intent is committed before the
-	 * EXCHANGE, and an asynchronous commit lost in a crash would leave an
-	 * exchanged target with no intent to reconcile it by.
+	 * what it says: the publication intent is committed before the EXCHANGE,
+	 * and an asynchronous commit lost in a crash would leave an exchanged
+	 * target with no intent to reconcile it by.
 	 */
 	if (synchronous_commit == SYNCHRONOUS_COMMIT_OFF)
 		SetConfigOption("synchronous_commit", "local", PGC_USERSET, PGC_S_OVERRIDE);
@@ -497,4 +497,3 @@ dpwin_coordinator_main(Datum main_arg)
 	dsm_detach(seg);
 	proc_exit(0);
 }
-

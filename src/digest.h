@@ -35,7 +35,7 @@ extern PGDLLEXPORT uint64 dpwin_siphash24(uint64 k0, uint64 k1, const void *data
 
 /* Add one row (its RowBinary bytes) to the digest. */
 extern PGDLLEXPORT void dpwin_digest_add_row(DpwinDigest *d, const DpwinDigestKey *key,
-								 const void *row, size_t len);
+											 const void *row, size_t len);
 
 /* into += from (multiset union). */
 extern void dpwin_digest_merge(DpwinDigest *into, const DpwinDigest *from);
@@ -60,7 +60,7 @@ extern PGDLLEXPORT bool dpwin_digest_key_from_text(const char *text, DpwinDigest
  * dpwin_digest_from_tsv().
  */
 extern PGDLLEXPORT char *dpwin_digest_ch_select_list(const DpwinDigestKey *key,
-										 const char *quoted_columns);
+													 const char *quoted_columns);
 extern bool dpwin_digest_from_tsv(const char *line, DpwinDigest *d);
 
 /* SHA-256 of data as 64 lower-case hex digits (fingerprints, plans). */

@@ -52,7 +52,8 @@ typedef struct DpwinChunkSlot
 	uint64		bytes;
 	DpwinDigest digest;
 	double		seconds;		/* wall time of the verified attempt */
-	DpwinDigest target_digest;	/* SKIP_UNCHANGED: the target's rows of [lo, hi) */
+	/* SKIP_UNCHANGED: the target's rows of [lo, hi) */
+	DpwinDigest target_digest;
 	char		staging_table[NAMEDATALEN * 2];
 } DpwinChunkSlot;
 

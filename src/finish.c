@@ -149,7 +149,7 @@ dpwin_step_published(Coordinator *c)
 {
 	recall_publication(c);
 	c->build.metrics = evidence_metrics(c);
-	return (DpwinStepResult) {DPWIN_STATE_EVIDENCED, commit_evidence};
+	return dpwin_step_result(DPWIN_STATE_EVIDENCED, commit_evidence);
 }
 
 /* The result journaled with the completion (and copied to the caller). */
@@ -158,6 +158,7 @@ record_result(Coordinator *c)
 {
 	StringInfoData details;
 	char	   *metrics = dpwin_evidence_metrics(&c->id);
+
 	initStringInfo(&details);
 	appendStringInfoString(&details, "{");
 	dpwin_json_text(&details, "window_lo", dpwin_timestamp_utc(c->lo), false);
@@ -167,8 +168,8 @@ record_result(Coordinator *c)
 	dpwin_registry_set_result(&c->id, details.data);
 
 	/*
-	 * The caller reads the whole result from the registry; the shared
-	 * segment has a fixed size, and a cut-off copy would not be JSON.
+	 * The caller reads the whole result from the registry; the shared segment
+	 * has a fixed size, and a cut-off copy would not be JSON.
 	 */
 	if ((Size) details.len < sizeof(c->call->details))
 		strlcpy(c->call->details, details.data, sizeof(c->call->details));
@@ -192,5 +193,5 @@ DpwinStepResult
 dpwin_step_evidenced(Coordinator *c)
 {
 	recall_publication(c);
-	return (DpwinStepResult) {DPWIN_STATE_COMPLETED, commit_completion};
+	return dpwin_step_result(DPWIN_STATE_COMPLETED, commit_completion);
 }

@@ -212,7 +212,7 @@ classify_partitions(ChClient *client, const DpwinTargetInfo *target,
 						 force ? 1 : 0,
 						 implicit_setting ? ", optimize_use_implicit_projections = 1" : "");
 		status = dpwin_ch_try(client, query, dpwin_ch_next_query_id(client, "parts"),
-						NULL, NULL, &reply);
+							  NULL, NULL, &reply);
 		if (status == CHHTTP_SERVER_ERROR &&
 			reply.exception_code == CH_UNKNOWN_SETTING && implicit_setting)
 		{
@@ -224,9 +224,9 @@ classify_partitions(ChClient *client, const DpwinTargetInfo *target,
 			reply.exception_code == CH_PROJECTION_NOT_USED && force)
 		{
 			/*
-			 * Parts with lightweight-deleted rows (every refresh whose
-			 * window bound falls inside a partition publishes some), or a
-			 * partition key without the window column.
+			 * Parts with lightweight-deleted rows (every refresh whose window
+			 * bound falls inside a partition publishes some), or a partition
+			 * key without the window column.
 			 */
 			*why_not = psprintf("the server cannot read the minmax index of %s (_minmax_count_projection not used)",
 								dpwin_ch_qualified_name(target->database, target->table));
@@ -237,8 +237,8 @@ classify_partitions(ChClient *client, const DpwinTargetInfo *target,
 	}
 	if (status != CHHTTP_OK)
 		dpwin_ch_report(status, &reply,
-				  psprintf("reading the partitions of %s",
-						   dpwin_ch_qualified_name(target->database, target->table)));
+						psprintf("reading the partitions of %s",
+								 dpwin_ch_qualified_name(target->database, target->table)));
 
 	rows = dpwin_ch_parse_tsv(reply.body.data);
 	foreach(lc, rows)
@@ -287,11 +287,11 @@ all_partitions(ChClient *client, const DpwinTargetInfo *target)
 	ListCell   *lc;
 
 	rows = dpwin_ch_parse_tsv(dpwin_ch_exec(client,
-								psprintf("SELECT partition_id, count(), sum(rows) FROM system.parts"
-										 " WHERE database = %s AND `table` = %s AND active"
-										 " GROUP BY partition_id ORDER BY partition_id",
-										 dpwin_ch_quote_literal(target->database),
-										 dpwin_ch_quote_literal(target->table))));
+											psprintf("SELECT partition_id, count(), sum(rows) FROM system.parts"
+													 " WHERE database = %s AND `table` = %s AND active"
+													 " GROUP BY partition_id ORDER BY partition_id",
+													 dpwin_ch_quote_literal(target->database),
+													 dpwin_ch_quote_literal(target->table))));
 	foreach(lc, rows)
 	{
 		List	   *row = (List *) lfirst(lc);
@@ -372,12 +372,12 @@ read_parts(ChClient *client, const char *database, List *tables, List *only)
 	ListCell   *lc;
 
 	rows = dpwin_ch_parse_tsv(dpwin_ch_exec(client,
-								psprintf("SELECT partition_id, rows, hash_of_all_files FROM system.parts"
-										 " WHERE database = %s AND `table` IN %s AND active%s%s"
-										 " ORDER BY partition_id, rows, hash_of_all_files",
-										 dpwin_ch_quote_literal(database), literal_list(tables),
-										 only != NIL ? " AND partition_id IN " : "",
-										 only != NIL ? literal_list(only) : "")));
+											psprintf("SELECT partition_id, rows, hash_of_all_files FROM system.parts"
+													 " WHERE database = %s AND `table` IN %s AND active%s%s"
+													 " ORDER BY partition_id, rows, hash_of_all_files",
+													 dpwin_ch_quote_literal(database), literal_list(tables),
+													 only != NIL ? " AND partition_id IN " : "",
+													 only != NIL ? literal_list(only) : "")));
 	foreach(lc, rows)
 	{
 		List	   *row = (List *) lfirst(lc);
@@ -481,12 +481,12 @@ count_ranges(ChClient *client, const char *database, const char *table,
 	List	   *row;
 
 	rows = dpwin_ch_parse_tsv(dpwin_ch_exec(client,
-								psprintf("SELECT countIf(%s), count() - countIf(%s) FROM %s%s%s"
-										 " SETTINGS " DPWIN_TARGET_SCAN_SETTINGS,
-										 ranges_sql, ranges_sql,
-										 dpwin_ch_qualified_name(database, table),
-										 skip != NIL ? " WHERE _partition_id NOT IN " : "",
-										 skip != NIL ? literal_list(skip) : "")));
+											psprintf("SELECT countIf(%s), count() - countIf(%s) FROM %s%s%s"
+													 " SETTINGS " DPWIN_TARGET_SCAN_SETTINGS,
+													 ranges_sql, ranges_sql,
+													 dpwin_ch_qualified_name(database, table),
+													 skip != NIL ? " WHERE _partition_id NOT IN " : "",
+													 skip != NIL ? literal_list(skip) : "")));
 	row = rows != NIL ? (List *) linitial(rows) : NIL;
 	if (list_length(row) != 2)
 		ereport(ERROR,
@@ -513,11 +513,11 @@ count_partitions(ChClient *client, const char *database, const char *table,
 	if (only == NIL)
 		return NIL;
 	rows = dpwin_ch_parse_tsv(dpwin_ch_exec(client,
-								psprintf("SELECT _partition_id, count() FROM %s"
-										 " WHERE _partition_id IN %s GROUP BY _partition_id"
-										 " SETTINGS " DPWIN_TARGET_SCAN_SETTINGS,
-										 dpwin_ch_qualified_name(database, table),
-										 literal_list(only))));
+											psprintf("SELECT _partition_id, count() FROM %s"
+													 " WHERE _partition_id IN %s GROUP BY _partition_id"
+													 " SETTINGS " DPWIN_TARGET_SCAN_SETTINGS,
+													 dpwin_ch_qualified_name(database, table),
+													 literal_list(only))));
 	foreach(lc, rows)
 	{
 		List	   *row = (List *) lfirst(lc);
@@ -696,8 +696,8 @@ dpwin_generation_clone(ChClient *client, const DpwinTargetInfo *target,
 	gen->parts_known = true;
 
 	/*
-	 * The target's rows outside the ranges: counted on the window column
-	 * in the partitions that may hold rows inside them, and per partition,
+	 * The target's rows outside the ranges: counted on the window column in
+	 * the partitions that may hold rows inside them, and per partition,
 	 * without reading the column, in those that do not.
 	 */
 	gen->outside = outside;
@@ -729,9 +729,9 @@ apply_deleted_mask(ChClient *client, const DpwinTargetInfo *target,
 	ChHttpStatus status;
 
 	status = dpwin_ch_try(client,
-					psprintf("ALTER TABLE %s APPLY DELETED MASK SETTINGS mutations_sync = 2",
-							 dpwin_ch_qualified_name(target->database, table)),
-					query_id, NULL, NULL, &reply);
+						  psprintf("ALTER TABLE %s APPLY DELETED MASK SETTINGS mutations_sync = 2",
+								   dpwin_ch_qualified_name(target->database, table)),
+						  query_id, NULL, NULL, &reply);
 	if (status == CHHTTP_SERVER_ERROR)
 	{
 		ereport(LOG,
@@ -762,18 +762,18 @@ dpwin_generation_remove_ranges(ChClient *client, const DpwinTargetInfo *target,
 
 	/*
 	 * lightweight_deletes_sync = 2: the statement returns once the rows are
-	 * gone (the server's default, pinned against a profile that changes
-	 * it); a server older than that setting waits by mutations_sync.
+	 * gone (the server's default, pinned against a profile that changes it);
+	 * a server older than that setting waits by mutations_sync.
 	 */
 	for (;;)
 	{
 		query_id = dpwin_ch_next_query_id(client, "delete");
 		status = dpwin_ch_try(client,
-						psprintf("DELETE FROM %s WHERE %s SETTINGS %s = 2",
-								 dpwin_ch_qualified_name(target->database, table),
-								 window_ranges_sql(gen->window_column, gen->ranges),
-								 setting ? "lightweight_deletes_sync" : "mutations_sync"),
-						query_id, NULL, NULL, &reply);
+							  psprintf("DELETE FROM %s WHERE %s SETTINGS %s = 2",
+									   dpwin_ch_qualified_name(target->database, table),
+									   window_ranges_sql(gen->window_column, gen->ranges),
+									   setting ? "lightweight_deletes_sync" : "mutations_sync"),
+							  query_id, NULL, NULL, &reply);
 		if (status == CHHTTP_SERVER_ERROR &&
 			reply.exception_code == CH_UNKNOWN_SETTING && setting)
 		{
@@ -827,11 +827,11 @@ dpwin_generation_attach_staged(ChClient *client, const DpwinTargetInfo *target,
 		List	   *sources = NIL;
 
 		rows = dpwin_ch_parse_tsv(dpwin_ch_exec(client,
-									psprintf("SELECT DISTINCT `table`, partition_id FROM system.parts"
-											 " WHERE database = %s AND `table` IN %s AND active"
-											 " ORDER BY `table`, partition_id",
-											 dpwin_ch_quote_literal(target->database),
-											 literal_list(staging_tables))));
+												psprintf("SELECT DISTINCT `table`, partition_id FROM system.parts"
+														 " WHERE database = %s AND `table` IN %s AND active"
+														 " ORDER BY `table`, partition_id",
+														 dpwin_ch_quote_literal(target->database),
+														 literal_list(staging_tables))));
 		foreach(lc, rows)
 		{
 			List	   *row = (List *) lfirst(lc);
@@ -846,8 +846,8 @@ dpwin_generation_attach_staged(ChClient *client, const DpwinTargetInfo *target,
 	}
 
 	/*
-	 * The staged parts, file for file; after a merge in the generation,
-	 * the rows inside the ranges by digest.
+	 * The staged parts, file for file; after a merge in the generation, the
+	 * rows inside the ranges by digest.
 	 */
 	gen_parts = read_parts(client, target->database, list_make1(gen->table), NIL);
 	if (parts_differ(staged_parts, gen_parts, true) != NIL)
@@ -866,11 +866,11 @@ dpwin_generation_attach_staged(ChClient *client, const DpwinTargetInfo *target,
 	}
 
 	/*
-	 * The partitions cloned whole, that no staged part joined and whose
-	 * parts are still the target's file for file, hold the target's rows:
-	 * they are not counted again.  The rest of the generation is counted
-	 * on the window column: the staged rows inside the ranges, and outside
-	 * them the target's kept rows but those of the partitions left out.
+	 * The partitions cloned whole, that no staged part joined and whose parts
+	 * are still the target's file for file, hold the target's rows: they are
+	 * not counted again.  The rest of the generation is counted on the window
+	 * column: the staged rows inside the ranges, and outside them the
+	 * target's kept rows but those of the partitions left out.
 	 */
 	foreach(lc, gen->outside)
 	{

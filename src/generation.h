@@ -43,7 +43,8 @@ typedef struct DpwinGeneration
 	bool		deleted;		/* a DELETE removed ranges from the clone */
 	List	   *mixed;			/* partitions cloned via the scratch table */
 	char	   *scratch;		/* where the DELETE runs, until attached */
-	List	   *outside;		/* partitions cloned whole: no row in the ranges */
+	List	   *outside;		/* partitions cloned whole: no row in the
+								 * ranges */
 	List	   *outside_rows;	/* their rows in the target (PartitionMeta) */
 	int64		target_kept_rows;	/* target rows outside the ranges */
 	int64		attached_parts; /* staged parts attached */

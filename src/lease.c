@@ -103,10 +103,10 @@ lease_holder_text(int32 target_id)
 	int			looks = 0;
 
 	/*
-	 * A runner records itself in dpwin.lease right after taking the lock,
-	 * and a runner that loses a race for the lease by a moment looks before
-	 * the winner's record is committed: look again for a little while (each
-	 * look with a fresh snapshot) so that the winner's invocation is named.
+	 * A runner records itself in dpwin.lease right after taking the lock, and
+	 * a runner that loses a race for the lease by a moment looks before the
+	 * winner's record is committed: look again for a little while (each look
+	 * with a fresh snapshot) so that the winner's invocation is named.
 	 */
 look_again:
 	if (dpwin_catalog_exec(psprintf("SELECT l.pid, a.backend_type, a.application_name,"

@@ -18,7 +18,7 @@ typedef struct DpwinProgressSlot
 	pg_uuid_t	invocation_id;
 	int32		route_id;
 	int			coordinator_pid;
-	char		phase[NAMEDATALEN];	/* written by the coordinator only */
+	char		phase[NAMEDATALEN]; /* written by the coordinator only */
 	int			chunks_total;
 	pg_atomic_uint32 chunks_done;
 	pg_atomic_uint64 rows;

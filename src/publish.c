@@ -97,8 +97,8 @@ dpwin_step_verified(Coordinator *c)
 
 	/*
 	 * Is the target still the table that was cloned?  Checked again right
-	 * before the exchange (dpwin_step_publishing), this check lets a
-	 * changed target fail the invocation before any intent exists.
+	 * before the exchange (dpwin_step_publishing), this check lets a changed
+	 * target fail the invocation before any intent exists.
 	 */
 	refusal = dpwin_generation_check_target(c->client, c->target, c->build.gen,
 											&c->ext.key,
@@ -126,7 +126,7 @@ dpwin_step_verified(Coordinator *c)
 	/* The intent, naming the statement, is durable before it can run. */
 	c->build.exchange_query_id = MemoryContextStrdup(c->cxt,
 													 dpwin_ch_next_query_id(c->client, "exchange"));
-	return (DpwinStepResult) {DPWIN_STATE_PUBLISHING, commit_intent};
+	return dpwin_step_result(DPWIN_STATE_PUBLISHING, commit_intent);
 }
 
 /* The outcome of an exchange, read from the tables' UUIDs. */
@@ -281,11 +281,11 @@ dpwin_step_publishing(Coordinator *c)
 	c->build.pub = pub;
 
 	/*
-	 * Recovery reads the UUIDs first: an already published pair is
-	 * recognised before any admission, so that a later legitimate schema
-	 * change cannot hide it, and a pair not yet exchanged is checked again
-	 * against the target.  A first run has just built and checked the
-	 * generation (dpwin_step_verified) and sent no EXCHANGE yet.
+	 * Recovery reads the UUIDs first: an already published pair is recognised
+	 * before any admission, so that a later legitimate schema change cannot
+	 * hide it, and a pair not yet exchanged is checked again against the
+	 * target.  A first run has just built and checked the generation
+	 * (dpwin_step_verified) and sent no EXCHANGE yet.
 	 */
 	if (c->recovering)
 	{
@@ -332,27 +332,27 @@ dpwin_step_publishing(Coordinator *c)
 			c->times.publish = dpwin_seconds_since(started);
 
 			/*
-			 * Published: the outcome commits with the state, and
-			 * cancellation stays held off until the process exits, so
-			 * evidence and state follow the exchange without interruption.
-			 * The old table gets its backup name in the next step.
+			 * Published: the outcome commits with the state, and cancellation
+			 * stays held off until the process exits, so evidence and state
+			 * follow the exchange without interruption.  The old table gets
+			 * its backup name in the next step.
 			 */
-			return (DpwinStepResult) {DPWIN_STATE_PUBLISHED,
-			dpwin_invocation_record_outcome};
+			return dpwin_step_result(DPWIN_STATE_PUBLISHED,
+									 dpwin_invocation_record_outcome);
 		case DPWIN_OUTCOME_PENDING:
 			report_pending(c, query_id, status);
 			break;
 		case DPWIN_OUTCOME_NOT_PUBLISHED:
 
 			/*
-			 * The target is untouched: fail like any error before
-			 * publication (coordinator_fail() journals the outcome).
+			 * The target is untouched: fail like any error before publication
+			 * (coordinator_fail() journals the outcome).
 			 */
 			c->build.outcome = DPWIN_OUTCOME_NOT_PUBLISHED;
 			RESUME_CANCEL_INTERRUPTS();
 			if (status != CHHTTP_OK)
 				dpwin_ch_report(status, &reply, c->recovering ? "retrying the exchange" :
-						  "exchanging the target with its new generation");
+								"exchanging the target with its new generation");
 			ereport(ERROR,
 					(errcode(ERRCODE_SYSTEM_ERROR),
 					 errmsg("EXCHANGE reported success but the target's UUID did not change"),

@@ -131,9 +131,9 @@ admit_window_call(FunctionCallInfo fcinfo, TimestampTz *interval_end)
 												  route->chunk_us));
 
 	/*
-	 * The route binds its name to its source configuration: a source that
-	 * was renamed or whose columns changed type since the route was
-	 * declared is not silently followed.
+	 * The route binds its name to its source configuration: a source that was
+	 * renamed or whose columns changed type since the route was declared is
+	 * not silently followed.
 	 */
 	if (strcmp(dpwin_route_fingerprint(route), route->config_fingerprint) != 0)
 		ereport(ERROR,
@@ -295,7 +295,7 @@ dpwin_reconcile(PG_FUNCTION_ARGS)
 	SPI_finish();
 
 	client = dpwin_ch_client_open(dpwin_server_conf(route->server_name, GetUserId()),
-							psprintf("dpwin-%s-reconcile-", dpwin_uuid_text(id)));
+								  psprintf("dpwin-%s-reconcile-", dpwin_uuid_text(id)));
 	target_uuid = dpwin_target_table_uuid(client, route->target_database,
 										  route->target_table);
 	if (pub)
@@ -308,8 +308,8 @@ dpwin_reconcile(PG_FUNCTION_ARGS)
 
 		/*
 		 * A settled intent need not match the tables any more: a failed
-		 * invocation dropped its generation, and a later refresh replaced
-		 * the generation this one published.
+		 * invocation dropped its generation, and a later refresh replaced the
+		 * generation this one published.
 		 */
 		if (outcome == DPWIN_OUTCOME_UNKNOWN &&
 			pub->outcome == DPWIN_OUTCOME_NOT_PUBLISHED &&
@@ -393,15 +393,15 @@ dpwin_drop_backups(PG_FUNCTION_ARGS)
 	/* SETOF text is not a row type: take the executor's one-column desc */
 	InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
 	client = dpwin_ch_client_open(dpwin_server_conf(route->server_name, GetUserId()),
-							psprintf("dpwin-route%d-drop-backups-", route->route_id));
+								  psprintf("dpwin-route%d-drop-backups-", route->route_id));
 	backups = dpwin_target_list_tables(client, route->target_database,
 									   dpwin_backup_prefix(route->route_id));
 
 	/*
 	 * Newest first, in the order the journal published them: names embed
 	 * interval_end, which says nothing about age when a window is refreshed
-	 * twice or an older one after a newer one.  Backups the journal does
-	 * not know come last, by name.
+	 * twice or an older one after a newer one.  Backups the journal does not
+	 * know come last, by name.
 	 */
 	list_sort(backups, cmp_desc);
 	SPI_connect();

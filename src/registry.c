@@ -266,9 +266,11 @@ dpwin_registry_load(const pg_uuid_t *id, bool missing_ok)
 void
 dpwin_registry_create(const DpwinInvocation *inv, List *chunks)
 {
-	Oid			types[12] = {UUIDOID, INT4OID, INT4OID, TIMESTAMPTZOID,
+	Oid			types[12] = {
+		UUIDOID, INT4OID, INT4OID, TIMESTAMPTZOID,
 		TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, TEXTOID, TEXTOID, INT8OID,
-	OIDOID, TEXTOID};
+		OIDOID, TEXTOID
+	};
 	Datum		args[12];
 	ListCell   *lc;
 
@@ -563,8 +565,10 @@ dpwin_publication_intent(const pg_uuid_t *id, int32 target_id, int64 epoch,
 						 const DpwinPublication *pub,
 						 const char *exchange_query_id)
 {
-	Oid			types[8] = {UUIDOID, INT4OID, UUIDOID, TEXTOID, UUIDOID, TEXTOID,
-	INT8OID, TEXTOID};
+	Oid			types[8] = {
+		UUIDOID, INT4OID, UUIDOID, TEXTOID, UUIDOID, TEXTOID,
+		INT8OID, TEXTOID
+	};
 	Datum		args[8];
 
 	dpwin_lease_check_epoch(target_id, epoch);
@@ -687,8 +691,8 @@ dpwin_evidence_write(const pg_uuid_t *id, int32 route_id, int32 target_id,
 
 	/*
 	 * The route's evidence function runs in this same transaction, with the
-	 * caller's privileges, so that its record and dpwin's commit together
-	 * or not at all.
+	 * caller's privileges, so that its record and dpwin's commit together or
+	 * not at all.
 	 */
 	if (inserted > 0 && OidIsValid(evidence_function))
 	{
@@ -696,6 +700,7 @@ dpwin_evidence_write(const pg_uuid_t *id, int32 route_id, int32 target_id,
 												  CStringGetDatum(metrics_json));
 
 		FmgrInfo	flinfo;
+
 		LOCAL_FCINFO(fcinfo, 2);
 
 		/* Its result, even a NULL one (a void SQL function), is ignored. */
@@ -821,8 +826,10 @@ dpwin_evidence_metrics(const pg_uuid_t *id)
 void
 dpwin_verification_record(const DpwinVerification *v)
 {
-	Oid			types[11] = {UUIDOID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID,
-		TIMESTAMPTZOID, TEXTOID, UUIDOID, TEXTOID, INT4OID, OIDOID, TIMESTAMPTZOID};
+	Oid			types[11] = {
+		UUIDOID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID,
+		TIMESTAMPTZOID, TEXTOID, UUIDOID, TEXTOID, INT4OID, OIDOID, TIMESTAMPTZOID
+	};
 	Datum		args[11];
 
 	args[0] = UUIDPGetDatum(uuid_copy(&v->id));

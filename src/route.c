@@ -76,7 +76,8 @@ typedef struct RouteSpec
 	int32		batch_rows;
 	int64		max_encoded_bytes;
 	Oid			evidence_function;	/* InvalidOid: none */
-	char	   *evidence_missing;	/* stored signature that no longer resolves */
+	char	   *evidence_missing;	/* stored signature that no longer
+									 * resolves */
 	Oid			owner;
 	char	   *config_fingerprint;
 	bool		skip_unchanged;
@@ -957,12 +958,13 @@ spec_to_args(const RouteSpec *spec, const DpwinRoute *r, Oid *types,
 	args[12] = Int32GetDatum(r->batch_rows);
 	types[13] = INT8OID;
 	args[13] = Int64GetDatum(r->max_encoded_bytes);
+
 	/*
 	 * Stored by signature (a text column), so that a dump and pg_upgrade
 	 * carry it: the assignment prints the regprocedure, and the route
 	 * functions run with search_path pg_catalog, pg_temp, so what is not in
-	 * pg_catalog prints schema-qualified, as the 0.1.0 to 0.2.0 update
-	 * script stores it.
+	 * pg_catalog prints schema-qualified, as the 0.1.0 to 0.2.0 update script
+	 * stores it.
 	 */
 	types[14] = REGPROCEDUREOID;
 	args[14] = ObjectIdGetDatum(r->evidence_function);

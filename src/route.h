@@ -36,9 +36,10 @@ typedef struct DpwinRoute
 	int			batch_rows;
 	int64		max_encoded_bytes;
 	Oid			evidence_function;	/* InvalidOid when none */
-	bool		skip_unchanged; /* stage only chunks that differ from the target */
+	bool		skip_unchanged; /* stage only chunks that differ from the
+								 * target */
 	Oid			owner;
-	char	   *config_fingerprint;	/* as stored by create/alter_route */
+	char	   *config_fingerprint; /* as stored by create/alter_route */
 } DpwinRoute;
 
 /*

@@ -352,7 +352,7 @@ enc_float4(RbEncoder *enc, const RbCol *col, Datum value, StringInfo out)
 static void
 enc_float4_as_8(RbEncoder *enc, const RbCol *col, Datum value, StringInfo out)
 {
-	float8		f = (float8) DatumGetFloat4(value);	/* exact */
+	float8		f = (float8) DatumGetFloat4(value); /* exact */
 	uint64		bits;
 
 	memcpy(&bits, &f, 8);
@@ -472,7 +472,7 @@ enc_datetime64(RbEncoder *enc, const RbCol *col, Datum value, StringInfo out)
 	if (TIMESTAMP_NOT_FINITE(ts))
 		rb_value_error(enc, col, value, ERRCODE_DATETIME_VALUE_OUT_OF_RANGE,
 					   psprintf("is infinite and cannot be written as %s", col->ch->text));
-	us = ts + RB_PG_TO_UNIX_US;	/* cannot overflow for finite values */
+	us = ts + RB_PG_TO_UNIX_US; /* cannot overflow for finite values */
 	if (us < RB_DT64_MIN_US || us > RB_DT64_MAX_US)
 		rb_value_error(enc, col, value, ERRCODE_DATETIME_VALUE_OUT_OF_RANGE,
 					   psprintf("is outside the range of %s (1900-01-01 00:00:00 .. 2299-12-31 23:59:59.999999 UTC)",
@@ -892,8 +892,8 @@ init_scalar_col(RbCol *c, Oid typid, int32 typmod, const ChType *t)
 
 RbEncoder *
 dpwin_rb_encoder_create(int ncols, char *const *names, const Oid *typids,
-				  const int32 *typmods, const bool *pg_notnull,
-				  char *const *ch_types, int window_index)
+						const int32 *typmods, const bool *pg_notnull,
+						char *const *ch_types, int window_index)
 {
 	RbEncoder  *enc = palloc0(sizeof(RbEncoder));
 
@@ -948,7 +948,7 @@ dpwin_rb_encoder_create(int ncols, char *const *names, const Oid *typids,
 
 void
 dpwin_rb_encode_row(RbEncoder *enc, const Datum *values, const bool *isnull,
-			  StringInfo out)
+					StringInfo out)
 {
 	enc->cur_values = values;
 	enc->cur_isnull = isnull;

@@ -38,9 +38,9 @@ extern bool dpwin_rb_type_supported(Oid typid);
  * dpwin_rb_type_parity().  Allocated in CurrentMemoryContext.
  */
 extern PGDLLEXPORT RbEncoder *dpwin_rb_encoder_create(int ncols, char *const *names,
-									const Oid *typids, const int32 *typmods,
-									const bool *pg_notnull,
-									char *const *ch_types, int window_index);
+													  const Oid *typids, const int32 *typmods,
+													  const bool *pg_notnull,
+													  char *const *ch_types, int window_index);
 
 /*
  * Append the RowBinary encoding of one row to out.  Values are Datums of
@@ -63,6 +63,6 @@ extern PGDLLEXPORT RbEncoder *dpwin_rb_encoder_create(int ncols, char *const *na
  * error, out may hold a partial row.
  */
 extern PGDLLEXPORT void dpwin_rb_encode_row(RbEncoder *enc, const Datum *values,
-						  const bool *isnull, StringInfo out);
+											const bool *isnull, StringInfo out);
 
 #endif							/* DPWIN_ROWBINARY_H */

@@ -40,7 +40,7 @@ dpwin_step_planned(Coordinator *c)
 	c->schema_fingerprint = c->target->schema_fingerprint;
 	dpwin_target_probe_exchange(c->client, c->route->target_database,
 								dpwin_invocation_table_prefix(c->route->route_id, &c->id));
-	return (DpwinStepResult) {DPWIN_STATE_EXTRACTING, commit_schema};
+	return dpwin_step_result(DPWIN_STATE_EXTRACTING, commit_schema);
 }
 
 /*
@@ -137,7 +137,7 @@ dpwin_step_extracting(Coordinator *c)
 	else
 		c->times.extract = dpwin_extraction_run(&c->ext, &job, DPWIN_EXTRACT_STAGE,
 												overlap_clone, c);
-	return (DpwinStepResult) {DPWIN_STATE_STAGED, commit_snapshot};
+	return dpwin_step_result(DPWIN_STATE_STAGED, commit_snapshot);
 }
 
 /*
@@ -149,5 +149,5 @@ DpwinStepResult
 dpwin_step_staged(Coordinator *c)
 {
 	dpwin_extraction_tally(&c->ext, &c->id, true);
-	return (DpwinStepResult) {DPWIN_STATE_VERIFIED, NULL};
+	return dpwin_step_result(DPWIN_STATE_VERIFIED, NULL);
 }

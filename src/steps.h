@@ -36,6 +36,17 @@ typedef struct DpwinStepResult
 	DpwinCommitWith with;		/* commits with the change; NULL: nothing */
 } DpwinStepResult;
 
+/* A step's result (a function: pg_bsd_indent mangles compound literals). */
+static inline DpwinStepResult
+dpwin_step_result(DpwinState next, DpwinCommitWith with)
+{
+	DpwinStepResult result;
+
+	result.next = next;
+	result.with = with;
+	return result;
+}
+
 /* stage.c */
 extern DpwinStepResult dpwin_step_planned(Coordinator *c);
 extern DpwinStepResult dpwin_step_extracting(Coordinator *c);

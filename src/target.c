@@ -53,8 +53,8 @@ dpwin_target_create_like(ChClient *client, const DpwinTargetInfo *target,
 	dpwin_target_create_unchecked(client, target, name);
 
 	/*
-	 * CREATE TABLE AS copies the target as it is now; make sure that is
-	 * still what admission saw, or the generation would not match it.
+	 * CREATE TABLE AS copies the target as it is now; make sure that is still
+	 * what admission saw, or the generation would not match it.
 	 */
 	dpwin_target_check_like(client, target, name);
 }
@@ -81,10 +81,10 @@ dpwin_target_check_like(ChClient *client, const DpwinTargetInfo *target,
 	bool		same;
 
 	rows = dpwin_ch_parse_tsv(dpwin_ch_exec(client,
-								psprintf("SELECT * FROM (SELECT 'T', engine_full, toUInt64(0) AS pos FROM system.tables WHERE database = %s AND name = %s\n"
-										 "UNION ALL SELECT name, type, position FROM system.columns WHERE database = %s AND `table` = %s)"
-										 " ORDER BY pos",
-										 ldb, lname, ldb, lname)));
+											psprintf("SELECT * FROM (SELECT 'T', engine_full, toUInt64(0) AS pos FROM system.tables WHERE database = %s AND name = %s\n"
+													 "UNION ALL SELECT name, type, position FROM system.columns WHERE database = %s AND `table` = %s)"
+													 " ORDER BY pos",
+													 ldb, lname, ldb, lname)));
 	foreach(lc, rows)
 	{
 		List	   *row = (List *) lfirst(lc);
@@ -155,7 +155,7 @@ dpwin_target_drop_table(ChClient *client, const char *database,
 						const char *name)
 {
 	dpwin_ch_exec(client, psprintf("DROP TABLE IF EXISTS %s",
-							 dpwin_ch_qualified_name(database, name)));
+								   dpwin_ch_qualified_name(database, name)));
 }
 
 char *
@@ -165,9 +165,9 @@ dpwin_target_table_uuid(ChClient *client, const char *database,
 	List	   *rows;
 
 	rows = dpwin_ch_parse_tsv(dpwin_ch_exec(client,
-								psprintf("SELECT toString(uuid) FROM system.tables WHERE database = %s AND name = %s",
-										 dpwin_ch_quote_literal(database),
-										 dpwin_ch_quote_literal(name))));
+											psprintf("SELECT toString(uuid) FROM system.tables WHERE database = %s AND name = %s",
+													 dpwin_ch_quote_literal(database),
+													 dpwin_ch_quote_literal(name))));
 	if (rows == NIL)
 		return NULL;
 	if (list_length(rows) != 1)
@@ -183,8 +183,8 @@ dpwin_target_rename(ChClient *client, const char *database,
 					const char *from, const char *to)
 {
 	dpwin_ch_exec(client, psprintf("RENAME TABLE %s TO %s",
-							 dpwin_ch_qualified_name(database, from),
-							 dpwin_ch_qualified_name(database, to)));
+								   dpwin_ch_qualified_name(database, from),
+								   dpwin_ch_qualified_name(database, to)));
 }
 
 List *
@@ -196,9 +196,9 @@ dpwin_target_list_tables(ChClient *client, const char *database,
 	ListCell   *lc;
 
 	rows = dpwin_ch_parse_tsv(dpwin_ch_exec(client,
-								psprintf("SELECT name FROM system.tables WHERE database = %s AND startsWith(name, %s) ORDER BY name",
-										 dpwin_ch_quote_literal(database),
-										 dpwin_ch_quote_literal(prefix))));
+											psprintf("SELECT name FROM system.tables WHERE database = %s AND startsWith(name, %s) ORDER BY name",
+													 dpwin_ch_quote_literal(database),
+													 dpwin_ch_quote_literal(prefix))));
 	foreach(lc, rows)
 		names = lappend(names, pstrdup(dpwin_ch_row_field((List *) lfirst(lc), 0)));
 	return names;
@@ -240,8 +240,8 @@ dpwin_target_digest_like(ChClient *client, const DpwinTargetInfo *target,
 
 	/*
 	 * The check rides on the digest, whose answer it ends: the copy's
-	 * structure is fixed once created, so checking it after the INSERTs
-	 * finds what checking it right after CREATE would have.
+	 * structure is fixed once created, so checking it after the INSERTs finds
+	 * what checking it right after CREATE would have.
 	 */
 	answer = dpwin_ch_exec(client,
 						   psprintf("SELECT %s, %s FROM %s",
@@ -316,10 +316,10 @@ dpwin_target_exchange(ChClient *client, const DpwinTargetInfo *target,
 					  ChHttpReply *reply)
 {
 	return dpwin_ch_try(client,
-				  psprintf("EXCHANGE TABLES %s AND %s",
-						   dpwin_ch_qualified_name(target->database, target->table),
-						   dpwin_ch_qualified_name(target->database, generation)),
-				  query_id, NULL, NULL, reply);
+						psprintf("EXCHANGE TABLES %s AND %s",
+								 dpwin_ch_qualified_name(target->database, target->table),
+								 dpwin_ch_qualified_name(target->database, generation)),
+						query_id, NULL, NULL, reply);
 }
 
 /*
@@ -364,11 +364,11 @@ dpwin_target_chunk_digests(ChClient *client, const DpwinTargetInfo *target,
 	/*
 	 * One statement, so that every chunk is digested from one generation of
 	 * the table.  The chunks are a window's (one width, end to end, the last
-	 * one possibly shorter): a row's chunk is a division of its
-	 * microseconds, exact because the window column is DateTime64(p <= 6)
-	 * (admission), where searching the bounds would cost as much as the
-	 * digest itself.  The alias is prefixed so that it cannot shadow a
-	 * column.
+	 * one possibly shorter): a row's chunk is a division of its microseconds,
+	 * exact because the window column is DateTime64(p <= 6) (admission),
+	 * where searching the bounds would cost as much as the digest itself.
+	 *
+	 * The alias is prefixed so that it cannot shadow a column.
 	 */
 	if (!chunks_uniform(chunks))
 		elog(ERROR, "chunk digests need the chunks of one window");

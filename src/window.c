@@ -114,8 +114,8 @@ dpwin_window_chunks(TimestampTz interval_end, int64 lookback_us,
 				 errhint("Use a longer chunk interval.")));
 
 	/*
-	 * Chunk i is [lo + i*chunk, min(lo + (i+1)*chunk, end)).  i*chunk is
-	 * less than lookback, so lo + i*chunk stays inside the window; only
+	 * Chunk i is [lo + i*chunk, min(lo + (i+1)*chunk, end)).  i*chunk is less
+	 * than lookback, so lo + i*chunk stays inside the window; only
 	 * (i+1)*chunk of the last chunk can exceed the int64 range.
 	 */
 	for (int64 i = 0; i < nchunks; i++)

@@ -118,7 +118,7 @@ worker_post(WorkerState *ws, const char *staging, const char *data, size_t len,
 				   ws->insert_suffix);
 	ws->last_query_id = dpwin_ch_next_query_id(ws->client, "ins");
 	status = dpwin_ch_try(ws->client, sql, ws->last_query_id, buffer_reader, &reader,
-					&reply);
+						  &reply);
 	if (status != CHHTTP_OK)
 		dpwin_ch_report(status, &reply, psprintf("inserting rows of chunk %d", chunk_no));
 }
@@ -307,10 +307,10 @@ worker_attempt(WorkerState *ws, DpwinChunkSlot *slot, int attempt)
 	dpwin_target_drop_table(ws->client, ws->route->target_database, staging);
 
 	/*
-	 * The check that the copy is the target as admitted goes with the
-	 * digest (one statement less per chunk); an attempt that fails before
-	 * then checks it on its own, so that a changed target still fails it
-	 * with the same error.
+	 * The check that the copy is the target as admitted goes with the digest
+	 * (one statement less per chunk); an attempt that fails before then
+	 * checks it on its own, so that a changed target still fails it with the
+	 * same error.
 	 */
 	dpwin_target_create_unchecked(ws->client, &ws->target, staging);
 	worker_read_checked(ws, slot, staging, &local, &rows, &bytes);
@@ -319,7 +319,10 @@ worker_attempt(WorkerState *ws, DpwinChunkSlot *slot, int attempt)
 	dpwin_target_digest_like(ws->client, &ws->target, staging, &sh->key, &remote);
 	if (!dpwin_digest_equal(&local, &remote))
 	{
-		/* a copy that does not verify is made again (docs/design.md, "Failures") */
+		/*
+		 * a copy that does not verify is made again (docs/design.md,
+		 * "Failures")
+		 */
 		ws->failure = DPWIN_FAILURE_TRANSIENT;
 		ereport(ERROR,
 				(errcode(ERRCODE_DATA_EXCEPTION),
@@ -611,14 +614,14 @@ worker_setup(WorkerState *ws, MemoryContext worker_cxt)
 	ws->insert_suffix = psprintf(" (%s) FORMAT RowBinary", cols.data);
 
 	ws->encoder = dpwin_rb_encoder_create(ws->route->ncolumns, ws->route->columns,
-									ws->route->column_types,
-									ws->route->column_typmods,
-									ws->route->column_notnull,
-									ws->target.column_types,
-									ws->route->window_index);
+										  ws->route->column_types,
+										  ws->route->column_typmods,
+										  ws->route->column_notnull,
+										  ws->target.column_types,
+										  ws->route->window_index);
 	ws->client = dpwin_ch_client_open(conf, psprintf("dpwin-%s-w%d-",
-											   dpwin_uuid_text(&sh->invocation_id),
-											   MyProcPid));
+													 dpwin_uuid_text(&sh->invocation_id),
+													 MyProcPid));
 	dpwin_xact_commit(worker_cxt);
 }
 
