@@ -11,12 +11,13 @@ use warnings;
 use Exporter 'import';
 use File::Basename qw(dirname);
 use File::Spec;
-use File::Temp qw(tempfile);
-use IPC::Run qw(run timeout);
+use HTTP::Tiny;
+use MIME::Base64 qw(encode_base64);
+use POSIX ();
 use Time::HiRes qw(usleep time);
 
 our @EXPORT = qw(psql psql_ok psql_err ch ch_ok ch_control ch_log_since
-  ch_log_seq sandbox_root unique_name wait_until repo_root);
+  ch_log_seq sandbox_root unique_name wait_until repo_root run_captured);
 
 my $repo_root = File::Spec->rel2abs(dirname(__FILE__) . '/../..');
 
@@ -44,6 +45,64 @@ BEGIN
 	}
 	die "the sandbox is not running: start it with test/sandbox.sh start\n"
 	  unless $ENV{DPWIN_CH_URL} && $ENV{PGHOST};
+
+	# The client programs themselves first in PATH, of the newest version
+	# installed (the one Debian's pg_wrapper would choose), rather than the
+	# wrapper: it is a Perl script that costs about 70 ms of CPU a call,
+	# more than psql itself, and the suite's polls call psql many times a
+	# second.
+	my ($bin) = map { $_->[1] } sort { $b->[0] <=> $a->[0] }
+	  map { m{/(\d+)/bin$} ? [ $1, $_ ] : () } grep { -x "$_/psql" } glob('/usr/lib/postgresql/*/bin');
+	$ENV{PATH} = "$bin:$ENV{PATH}" if $bin && ($ENV{PATH} // '') !~ m{^\Q$bin\E:};
+}
+
+# run_captured(\@cmd, $stdin, $timeout_s) -> ($rc, $stdout, $stderr): run a
+# command with $stdin as its input and its output captured, killed after
+# $timeout_s (then this dies).  A plain fork and exec with anonymous
+# temporary files: IPC::Run's run() costs about 35 ms of CPU a call, which
+# the polls of a side-by-side suite on two cores cannot afford.
+sub run_captured
+{
+	my ($cmd, $in, $timeout) = @_;
+	open(my $out_fh, '+>', undef) or die "cannot make a temporary file: $!";
+	open(my $err_fh, '+>', undef) or die "cannot make a temporary file: $!";
+	pipe(my $rd, my $wr) or die "pipe: $!";
+	STDOUT->flush;
+	STDERR->flush;
+	my $pid = fork // die "fork: $!";
+	if ($pid == 0)
+	{
+		close $wr;
+		open(STDIN, '<&', $rd) && open(STDOUT, '>&', $out_fh) && open(STDERR, '>&', $err_fh)
+		  or POSIX::_exit(126);
+		no warnings 'exec';
+		exec { $cmd->[0] } @$cmd;
+		POSIX::_exit(127);
+	}
+	close $rd;
+	my $timed_out = 0;
+	{
+		local $SIG{ALRM} = sub { $timed_out = 1; kill 'KILL', $pid };
+		# a command that exits unread (psql that cannot connect to a server
+		# in crash recovery) must not kill the test with SIGPIPE
+		local $SIG{PIPE} = 'IGNORE';
+		alarm($timeout);
+		print $wr $in if defined $in && length $in;
+		close $wr;
+		while (waitpid($pid, 0) == -1 && $!{EINTR}) { }
+		alarm(0);
+	}
+	my $rc = $? >> 8 || ($? & 127 ? 1 : 0);
+	die "timeout: @$cmd ran for more than ${timeout}s\n" if $timed_out;
+	my ($out, $err) = ('', '');
+	seek($out_fh, 0, 0);
+	seek($err_fh, 0, 0);
+	{
+		local $/;
+		$out = <$out_fh> // '';
+		$err = <$err_fh> // '';
+	}
+	return ($rc, $out, $err);
 }
 
 # psql($sql, %opt) -> ($rc, $stdout, $stderr).  Unaligned, tuples only, stops
@@ -56,16 +115,9 @@ sub psql
 	push @cmd, '-U', $opt{user} if $opt{user};
 	push @cmd, '-d', $opt{db} if $opt{db};
 	push @cmd, '-F', $opt{sep} // '|';
-	my ($out, $err) = ('', '');
-	# psql exits unread when it cannot connect (a server in crash recovery):
-	# writing its input must not kill the test with SIGPIPE
-	my $ok = eval {
-		local $SIG{PIPE} = 'IGNORE';
-		run \@cmd, '<', \$sql, '>', \$out, '2>', \$err, timeout($opt{timeout} // 300);
-	};
-	die $@ if $@ && $@ !~ /Broken pipe/;
+	my ($rc, $out, $err) = run_captured(\@cmd, $sql, $opt{timeout} // 300);
 	chomp $out;
-	return ($ok ? 0 : ($? >> 8 || 1), $out, $err);
+	return ($rc, $out, $err);
 }
 
 # psql_ok($sql): the output; dies with psql's error on failure.
@@ -88,46 +140,51 @@ sub psql_err
 	return defined $state ? "$state: $msg" : $err;
 }
 
+# One HTTP client per process (a forked process makes its own), without
+# keep-alive, so that every request is a connection of its own, as curl's
+# were.
+my ($http, $http_pid) = (undef, 0);
+
+sub http
+{
+	($http, $http_pid) = (HTTP::Tiny->new(keep_alive => 0, timeout => 130), $$)
+	  unless $http && $http_pid == $$;
+	return $http;
+}
+
 # ch($sql, %opt) -> ($http_status, $body, $headers).  Options: data (body to
-# post after the query, which then goes in the `query` URL parameter),
-# params (hashref of URL settings), timeout.
+# post after the query, which then goes in the `query` URL parameter, sent
+# chunked), params (hashref of URL settings), timeout (s, of inactivity).
+# A request that reaches no server has status 0 and the error as its body.
 sub ch
 {
 	my ($sql, %opt) = @_;
 	my %p = %{ $opt{params} // {} };
-	my $in;
+	my %req = (headers =>
+		  { Authorization => 'Basic ' . encode_base64("$ENV{DPWIN_CH_USER}:$ENV{DPWIN_CH_PASSWORD}", '') });
 	if (defined $opt{data})
 	{
 		$p{query} = $sql;
-		$in = $opt{data};
+		my $sent = 0;
+		my $data = $opt{data};
+		$req{content} = sub { return $sent++ ? undef : $data };
 	}
 	else
 	{
-		$in = $sql;
+		$req{content} = $sql;
 	}
 	my $url = "$ENV{DPWIN_CH_URL}/";
 	$url .= '?' . join('&', map { uri_escape($_) . '=' . uri_escape($p{$_}) } sort keys %p)
 	  if %p;
-	# The process id in the name: forked processes that share a seeded
-	# rand() (test/chaos.sh) would otherwise draw the same names.
-	my ($hfh, $hfile) = tempfile("dpwin_ch_$$\_XXXXXXXX", TMPDIR => 1, UNLINK => 1);
-	close $hfh;
-	my @cmd = ('curl', '-sS', '-o', '-', '-D', $hfile, '-w', '\n%{http_code}',
-		'-u', "$ENV{DPWIN_CH_USER}:$ENV{DPWIN_CH_PASSWORD}",
-		'--max-time', $opt{timeout} // 120, '-X', 'POST',
-		'--data-binary', '@-');
-	push @cmd, '-H', 'Transfer-Encoding: chunked' if defined $opt{data};
-	push @cmd, $url;
-	my ($out, $err) = ('', '');
-	run \@cmd, '<', \$in, '>', \$out, '2>', \$err, timeout(($opt{timeout} // 120) + 10);
-	my ($body, $code) = $out =~ /\A(.*)\n(\d{3})\z/s;
-	local $/;
-	open my $h, '<', $hfile or die;
-	my $headers = <$h>;
-	close $h;
-	# removed now: a process that polls (the chaos reader) would fill /tmp
-	unlink $hfile;
-	return ($code // 0, $body // $out, $headers // '');
+	my $h = http();
+	local $h->{timeout} = $opt{timeout} // 120;
+	my $r = $h->request('POST', $url, \%req);
+	return (0, $r->{content} // '', '') if $r->{status} == 599;
+	my $headers = join('', map {
+		my $k = $_;
+		map { "$k: $_\r\n" } (ref $r->{headers}{$k} ? @{ $r->{headers}{$k} } : $r->{headers}{$k})
+	} sort keys %{ $r->{headers} });
+	return ($r->{status}, $r->{content} // '', $headers);
 }
 
 # Percent-encode a URL parameter (as UTF-8 bytes).
@@ -152,11 +209,11 @@ sub ch_ok
 sub ch_control
 {
 	my ($method, $path) = @_;
-	my ($out, $err) = ('', '');
-	run [ 'curl', '-sS', '-X', $method, "$ENV{DPWIN_CH_CONTROL_URL}$path" ],
-	  '>', \$out, '2>', \$err, timeout(30)
-	  or die "control request $method $path failed: $err";
-	return $out;
+	my $h = http();
+	local $h->{timeout} = 30;
+	my $r = $h->request($method, "$ENV{DPWIN_CH_CONTROL_URL}$path");
+	die "control request $method $path failed: $r->{content}" if $r->{status} == 599;
+	return $r->{content} // '';
 }
 
 # The endpoint's query log: the highest sequence number so far, and the
