@@ -21,8 +21,9 @@
 #   DPWIN_TAP_EVERY, DPWIN_TAP_SHARED
 #                instead of all of test/t: the TAP files every major runs,
 #                and those shared out among the majors side by side (the
-#                major of rank k of n runs every n-th from the k-th);
-#                every file of test/t must be in one of them
+#                major of rank k of n runs every n-th from the k-th, or,
+#                where DPWIN_TAP_SHARED is n groups parted by "|", the
+#                k-th group); every file of test/t must be in one of them
 #   DPWIN_SANDBOX_DIR, DPWIN_PGPORT, DPWIN_CH_PORT, DPWIN_CH_CONTROL_PORT
 #                as for test/sandbox.sh; with several majors, the major
 #                of rank i (from 0) gets the folder "$DPWIN_SANDBOX_DIR-M"
@@ -100,6 +101,7 @@ fi
 resolve_taps() {
 	local t matches
 	for t in $1; do
+		[ "$t" != '|' ] || { echo '|'; continue; }
 		matches=(test/t/"$t"_*.t)
 		if [ ${#matches[@]} -ne 1 ] || [ ! -f "${matches[0]}" ]; then
 			echo "check: '$t' names no single TAP file of test/t" >&2
@@ -117,7 +119,7 @@ if [ -n "${DPWIN_TAP_EVERY:-}${DPWIN_TAP_SHARED:-}" ] && [ $# -eq 0 ]; then
 	# A lookup table, not `printf | grep -q`: under pipefail, grep -q
 	# leaving early can fail printf with SIGPIPE and the file look missing.
 	declare -A listed=()
-	for t in "${tap_every[@]}" "${tap_shared[@]}"; do listed[$t]=1; done
+	for t in ${tap_every[@]+"${tap_every[@]}"} ${tap_shared[@]+"${tap_shared[@]}"}; do listed[$t]=1; done
 	for t in test/t/*.t; do
 		if [ -z "${listed[$t]:-}" ]; then
 			echo "check: $t is in neither DPWIN_TAP_EVERY nor DPWIN_TAP_SHARED" >&2
@@ -172,9 +174,22 @@ run_tap() {
 		local part=${DPWIN_TAP_PART:-0/1} i
 		local k=${part%/*} n=${part#*/}
 		chosen=(${tap_every[@]+"${tap_every[@]}"})
-		for i in "${!tap_shared[@]}"; do
-			[ $((i % n)) != "$k" ] || chosen+=("${tap_shared[$i]}")
-		done
+		if printf '%s\n' ${tap_shared[@]+"${tap_shared[@]}"} | grep -xF '|' >/dev/null; then
+			# n groups parted by "|": the k-th is this major's
+			local group=0 t
+			for t in "${tap_shared[@]}"; do
+				if [ "$t" = '|' ]; then group=$((group + 1)); continue; fi
+				[ "$n" != 1 ] && [ "$group" != "$k" ] || chosen+=("$t")
+			done
+			if [ "$n" != 1 ] && [ "$group" != $((n - 1)) ]; then
+				echo "check: DPWIN_TAP_SHARED has $((group + 1)) groups for $n majors" >&2
+				return 1
+			fi
+		else
+			for i in "${!tap_shared[@]}"; do
+				[ $((i % n)) != "$k" ] || chosen+=("${tap_shared[$i]}")
+			done
+		fi
 		mapfile -t chosen < <(printf '%s\n' "${chosen[@]}" | sort)
 		echo "check: PostgreSQL $major runs ${#chosen[@]} of the TAP files (DPWIN_TAP_EVERY, DPWIN_TAP_SHARED part $part)"
 	elif [ "$major" != 15 ] && [ ${#tap_other[@]} -gt 0 ]; then
