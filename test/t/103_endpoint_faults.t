@@ -111,7 +111,15 @@ both_modes(sub {
 		my $s = scenario("restart_xtr_$m");
 		my $stg = qr/^INSERT INTO `\Q$db\E`\.`\Q$s->{prefix}\Estg_/;
 		fault(pattern => "INSERT INTO `$db`.`$s->{prefix}stg_", mode => 'hold', count => 2);
-		my $h = bg_psql(refresh_sql($s->{route}, $E2, $s->{inv}));
+		# The interrupted chunks are retried after dpwin.retry_backoff and
+		# twice that: the default (0.5 s and 1 s) is shorter than the
+		# endpoint's restart on a loaded machine, so the retries could run
+		# out before it is back.  10 s and 20 s outlast any restart.
+		my $h = do
+		{
+			local $ENV{PGOPTIONS} = '-c dpwin.retry_backoff=10s';
+			bg_psql(refresh_sql($s->{route}, $E2, $s->{inv}));
+		};
 		ok(wait_running($stg, 2, phase => 'holding'), "$s->{tag}: two staging INSERTs are held on the server");
 		sandbox_cmd('restart-ch');
 		my ($rc, $out, $err) = bg_finish($h);
