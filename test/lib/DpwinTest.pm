@@ -17,7 +17,7 @@ use POSIX ();
 use Time::HiRes qw(usleep time);
 
 our @EXPORT = qw(psql psql_ok psql_err ch ch_ok ch_control ch_log_since
-  ch_log_seq sandbox_root unique_name wait_until repo_root run_captured);
+  ch_log_seq sandbox_root unique_name wait_until repo_root);
 
 my $repo_root = File::Spec->rel2abs(dirname(__FILE__) . '/../..');
 
