@@ -86,8 +86,6 @@ static char *names_list(List *names);
 static void probe_cleanup(ChClient *client, const char *qa, const char *qb,
 						  MemoryContext cxt);
 static void probe_remember(const char *key);
-static void probe_uuids(ChClient *client, const char *database, const char *a,
-						const char *b, char **uuid_a, char **uuid_b);
 static DpwinRefusal *check_database(const char *database, const char *engine,
 									const char *qname);
 
@@ -207,6 +205,14 @@ check_server(ChClient *client, ServerFacts *facts)
 	const char *present;
 	List	   *missing = NIL;
 
+	/* accepted earlier in this run: the server does not change under it */
+	if (client->server_version != NULL)
+	{
+		facts->version = client->server_version;
+		facts->has_projections_table = client->server_has_projections;
+		return NULL;
+	}
+
 	initStringInfo(&sql);
 	appendStringInfoString(&sql,
 						   "SELECT version(), "
@@ -291,6 +297,9 @@ check_server(ChClient *client, ServerFacts *facts)
 							   client->conf->server_name, facts->version),
 					  psprintf("Missing: %s.", names_list(missing)),
 					  pstrdup("Upgrade the ClickHouse server."));
+	client->server_version = MemoryContextStrdup(GetMemoryChunkContext(client),
+												 facts->version);
+	client->server_has_projections = facts->has_projections_table;
 	return NULL;
 }
 
@@ -392,15 +401,19 @@ check_row_policies(ChClient *client, const char *database, const char *table,
 				   const char *qname)
 {
 	ChHttpReply reply;
-	ChHttpStatus status;
+	ChHttpStatus status = CHHTTP_SERVER_ERROR;
 	char	   *sql;
 
-	sql = psprintf("SELECT name FROM system.row_policies "
-				   "WHERE database = %s AND (`table` = %s OR `table` = '') "
-				   "ORDER BY name",
-				   dpwin_ch_quote_literal(database), dpwin_ch_quote_literal(table));
-	status = dpwin_ch_try(client, sql, dpwin_ch_next_query_id(client, "admit-rowpolicy"),
-						  NULL, NULL, &reply);
+	/* refused earlier in this run: go straight to the plan */
+	if (!client->row_policies_denied)
+	{
+		sql = psprintf("SELECT name FROM system.row_policies "
+					   "WHERE database = %s AND (`table` = %s OR `table` = '') "
+					   "ORDER BY name",
+					   dpwin_ch_quote_literal(database), dpwin_ch_quote_literal(table));
+		status = dpwin_ch_try(client, sql, dpwin_ch_next_query_id(client, "admit-rowpolicy"),
+							  NULL, NULL, &reply);
+	}
 	if (status == CHHTTP_OK)
 	{
 		List	   *rows = dpwin_ch_parse_tsv(reply.body.data);
@@ -417,9 +430,13 @@ check_row_policies(ChClient *client, const char *database, const char *table,
 						  pstrdup("Drop the row policies on the target, or refresh another table."));
 		return NULL;
 	}
-	if (status != CHHTTP_SERVER_ERROR ||
-		reply.exception_code != CH_ACCESS_DENIED)
-		dpwin_ch_report(status, &reply, "reading system.row_policies");
+	if (!client->row_policies_denied)
+	{
+		if (status != CHHTTP_SERVER_ERROR ||
+			reply.exception_code != CH_ACCESS_DENIED)
+			dpwin_ch_report(status, &reply, "reading system.row_policies");
+		client->row_policies_denied = true;
+	}
 
 	/* No SHOW ROW POLICIES: does a row-level filter apply to us? */
 	{
@@ -940,7 +957,7 @@ dpwin_target_check_unchanged(const DpwinTargetInfo *now, const char *uuid,
 
 void
 dpwin_target_probe_exchange(ChClient *client, const char *database,
-							const char *name_prefix)
+							const char *name_prefix, bool admitted)
 {
 	ServerFacts facts;
 	DpwinRefusal *refusal;
@@ -963,19 +980,21 @@ dpwin_target_probe_exchange(ChClient *client, const char *database,
 			return;
 	}
 
-	refusal = check_server(client, &facts);
-	if (refusal != NULL)
-		dpwin_refusal_raise(refusal);
-
 	/* the same refusals as admission, before anything is created */
-	rows = dpwin_ch_parse_tsv(dpwin_ch_exec(client,
-											psprintf("SELECT engine FROM system.databases WHERE name = %s",
-													 dpwin_ch_quote_literal(database))));
-	refusal = check_database(database,
-							 rows != NIL ? dpwin_ch_row_field((List *) linitial(rows), 0) : NULL,
-							 NULL);
-	if (refusal != NULL)
-		dpwin_refusal_raise(refusal);
+	if (!admitted)
+	{
+		refusal = check_server(client, &facts);
+		if (refusal != NULL)
+			dpwin_refusal_raise(refusal);
+		rows = dpwin_ch_parse_tsv(dpwin_ch_exec(client,
+												psprintf("SELECT engine FROM system.databases WHERE name = %s",
+														 dpwin_ch_quote_literal(database))));
+		refusal = check_database(database,
+								 rows != NIL ? dpwin_ch_row_field((List *) linitial(rows), 0) : NULL,
+								 NULL);
+		if (refusal != NULL)
+			dpwin_refusal_raise(refusal);
+	}
 
 	if (!pg_strong_random(rnd, sizeof(rnd)))
 		elog(ERROR, "could not generate a random name for the EXCHANGE probe");
@@ -997,7 +1016,7 @@ dpwin_target_probe_exchange(ChClient *client, const char *database,
 
 		dpwin_ch_exec(client, psprintf("CREATE TABLE %s (x UInt8) ENGINE = MergeTree ORDER BY tuple()", qa));
 		dpwin_ch_exec(client, psprintf("CREATE TABLE %s (x UInt8) ENGINE = MergeTree ORDER BY tuple()", qb));
-		probe_uuids(client, database, name_a, name_b, &uuid_a, &uuid_b);
+		dpwin_target_table_uuids(client, database, name_a, name_b, &uuid_a, &uuid_b);
 		if (uuid_a == NULL || uuid_b == NULL)
 			ereport(ERROR,
 					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
@@ -1019,7 +1038,7 @@ dpwin_target_probe_exchange(ChClient *client, const char *database,
 		else if (status != CHHTTP_OK)
 			dpwin_ch_report(status, &reply, "probing EXCHANGE TABLES");
 
-		probe_uuids(client, database, name_a, name_b, &after_a, &after_b);
+		dpwin_target_table_uuids(client, database, name_a, name_b, &after_a, &after_b);
 		if (after_a == NULL || after_b == NULL ||
 			strcmp(after_a, uuid_b) != 0 || strcmp(after_b, uuid_a) != 0)
 			ereport(ERROR,
@@ -1031,8 +1050,7 @@ dpwin_target_probe_exchange(ChClient *client, const char *database,
 							   name_a, after_a ? after_a : "(missing)",
 							   name_b, after_b ? after_b : "(missing)")));
 
-		dpwin_target_drop_table(client, database, name_a);
-		dpwin_target_drop_table(client, database, name_b);
+		dpwin_target_drop_tables(client, database, list_make2(name_a, name_b));
 		dropped = true;
 	}
 	PG_CATCH();
@@ -1044,32 +1062,6 @@ dpwin_target_probe_exchange(ChClient *client, const char *database,
 	PG_END_TRY();
 
 	probe_remember(key);
-}
-
-/* The uuids of db.a and db.b in one request (NULL for a missing table). */
-static void
-probe_uuids(ChClient *client, const char *database, const char *a,
-			const char *b, char **uuid_a, char **uuid_b)
-{
-	List	   *rows;
-	ListCell   *lc;
-
-	*uuid_a = NULL;
-	*uuid_b = NULL;
-	rows = dpwin_ch_parse_tsv(dpwin_ch_exec(client,
-											psprintf("SELECT name, toString(uuid) FROM system.tables WHERE database = %s AND name IN (%s, %s)",
-													 dpwin_ch_quote_literal(database),
-													 dpwin_ch_quote_literal(a),
-													 dpwin_ch_quote_literal(b))));
-	foreach(lc, rows)
-	{
-		List	   *row = (List *) lfirst(lc);
-
-		if (strcmp(dpwin_ch_row_field(row, 0), a) == 0)
-			*uuid_a = pstrdup(dpwin_ch_row_field(row, 1));
-		else if (strcmp(dpwin_ch_row_field(row, 0), b) == 0)
-			*uuid_b = pstrdup(dpwin_ch_row_field(row, 1));
-	}
 }
 
 /*

@@ -68,8 +68,12 @@ extern DpwinRefusal *dpwin_target_check_unchanged(const DpwinTargetInfo *now,
  * afterwards); a clear error when it does not, or when the server is too
  * old for Atomic/EXCHANGE/DateTime64.  A refresh passes its invocation's
  * table prefix, so that recovery drops the tables of a probe cut short.
+ * admitted: the caller has just admitted a target in this database on
+ * this client (dpwin_target_admit), which checked the server and the
+ * database's engine; the probe then does not ask again.
  */
 extern PGDLLEXPORT void dpwin_target_probe_exchange(ChClient *client, const char *database,
-													const char *name_prefix);
+													const char *name_prefix,
+													bool admitted);
 
 #endif							/* DPWIN_ADMISSION_H */

@@ -37,6 +37,17 @@ typedef struct ChClient
 	DpwinFailure last_failure;	/* the verdict on the last request: NONE when
 								 * it succeeded (chclient.c,
 								 * ch_failure_verdict) */
+
+	/*
+	 * What admission learned of the server over this client, so that a
+	 * re-admission in the same run asks only about the target
+	 * (admission.c): the version it accepted (NULL before), whether
+	 * system.projections exists, and whether system.row_policies was
+	 * refused to this user.
+	 */
+	char	   *server_version;
+	bool		server_has_projections;
+	bool		row_policies_denied;
 } ChClient;
 
 extern PGDLLEXPORT ChClient *dpwin_ch_client_open(const DpwinServerConf *conf,

@@ -32,6 +32,7 @@ typedef enum ChHttpStatus
  * The ClickHouse exception codes (the server's ErrorCodes.cpp) that dpwin
  * reacts to, as ChHttpReply.exception_code carries them.
  */
+#define CH_SYNTAX_ERROR			62
 #define CH_UNKNOWN_SETTING		115
 #define CH_READONLY				164
 #define CH_ACCESS_DENIED		497

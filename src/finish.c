@@ -104,8 +104,15 @@ keep_backup(Coordinator *c)
 			return;
 		c->build.pub = pub;
 	}
-	old = dpwin_target_table_uuid(c->client, c->route->target_database,
-								  pub->generation_table);
+	/*
+	 * The process that exchanged has just read it (one round trip less); a
+	 * recovering one reads it now.
+	 */
+	old = c->build.replaced_uuid;
+	c->build.replaced_uuid = NULL;
+	if (old == NULL)
+		old = dpwin_target_table_uuid(c->client, c->route->target_database,
+									  pub->generation_table);
 	if (old && strcmp(old, pub->target_uuid_before) == 0)
 		dpwin_target_rename(c->client, c->route->target_database,
 							pub->generation_table, pub->backup_table);

@@ -72,6 +72,8 @@ typedef struct PartitionMeta
 	PartClass	class;
 } PartitionMeta;
 
+static bool id_member(List *ids, const char *id);
+
 /* "('a', 'b', ...)" */
 static char *
 literal_list(List *items)
@@ -362,28 +364,42 @@ attach_partitions(ChClient *client, const char *database, List *ids,
 
 /*
  * The active parts of the tables as sorted "partition\trows\thash"
- * strings, optionally only of the partitions in `only` (NIL: all).
+ * strings, optionally only of the partitions in `only` (NIL: all).  With
+ * sources and ids, also each (table, partition) that has parts, once, in
+ * the same statement.
  */
 static List *
-read_parts(ChClient *client, const char *database, List *tables, List *only)
+read_parts(ChClient *client, const char *database, List *tables, List *only,
+		   List **sources, List **ids)
 {
 	List	   *rows;
 	List	   *result = NIL;
+	List	   *pairs = NIL;
 	ListCell   *lc;
 
 	rows = dpwin_ch_parse_tsv(dpwin_ch_exec(client,
-											psprintf("SELECT partition_id, rows, hash_of_all_files FROM system.parts"
+											psprintf("SELECT partition_id, rows, hash_of_all_files, `table` FROM system.parts"
 													 " WHERE database = %s AND `table` IN %s AND active%s%s"
-													 " ORDER BY partition_id, rows, hash_of_all_files",
+													 " ORDER BY partition_id, rows, hash_of_all_files, `table`",
 													 dpwin_ch_quote_literal(database), literal_list(tables),
 													 only != NIL ? " AND partition_id IN " : "",
 													 only != NIL ? literal_list(only) : "")));
 	foreach(lc, rows)
 	{
 		List	   *row = (List *) lfirst(lc);
+		char	   *pair;
 
 		result = lappend(result, psprintf("%s\t%s\t%s", dpwin_ch_row_field(row, 0),
 										  dpwin_ch_row_field(row, 1), dpwin_ch_row_field(row, 2)));
+		if (sources == NULL)
+			continue;
+		pair = psprintf("%s\t%s", dpwin_ch_row_field(row, 3), dpwin_ch_row_field(row, 0));
+		if (!id_member(pairs, pair))
+		{
+			pairs = lappend(pairs, pair);
+			*sources = lappend(*sources, pstrdup(dpwin_ch_row_field(row, 3)));
+			*ids = lappend(*ids, pstrdup(dpwin_ch_row_field(row, 0)));
+		}
 	}
 	return result;
 }
@@ -661,12 +677,10 @@ dpwin_generation_clone(ChClient *client, const DpwinTargetInfo *target,
 	 * where a merge on either side has already changed them, the rows are.
 	 */
 	gen->target_parts = read_parts(client, target->database,
-								   list_make1(target->table), NIL);
-	differ = string_values(parts_differ(cloned == NIL ? NIL :
+								   list_make1(target->table), NIL, NULL, NULL);
+	differ = string_values(parts_differ(parts_of(gen->target_parts, cloned),
 										read_parts(client, target->database,
-												   list_make1(target->table), cloned),
-										read_parts(client, target->database,
-												   clone_tables, NIL),
+												   clone_tables, NIL, NULL, NULL),
 										false));
 	if (differ != NIL)
 	{
@@ -823,23 +837,10 @@ dpwin_generation_attach_staged(ChClient *client, const DpwinTargetInfo *target,
 
 	if (staging_tables != NIL)
 	{
-		List	   *rows;
 		List	   *sources = NIL;
 
-		rows = dpwin_ch_parse_tsv(dpwin_ch_exec(client,
-												psprintf("SELECT DISTINCT `table`, partition_id FROM system.parts"
-														 " WHERE database = %s AND `table` IN %s AND active"
-														 " ORDER BY `table`, partition_id",
-														 dpwin_ch_quote_literal(target->database),
-														 literal_list(staging_tables))));
-		foreach(lc, rows)
-		{
-			List	   *row = (List *) lfirst(lc);
-
-			sources = lappend(sources, pstrdup(dpwin_ch_row_field(row, 0)));
-			ids = lappend(ids, pstrdup(dpwin_ch_row_field(row, 1)));
-		}
-		staged_parts = read_parts(client, target->database, staging_tables, NIL);
+		staged_parts = read_parts(client, target->database, staging_tables, NIL,
+								  &sources, &ids);
 		gen->attached_parts = list_length(staged_parts);
 		if (ids != NIL)
 			attach_partitions(client, target->database, ids, sources, gen->table);
@@ -849,7 +850,7 @@ dpwin_generation_attach_staged(ChClient *client, const DpwinTargetInfo *target,
 	 * The staged parts, file for file; after a merge in the generation, the
 	 * rows inside the ranges by digest.
 	 */
-	gen_parts = read_parts(client, target->database, list_make1(gen->table), NIL);
+	gen_parts = read_parts(client, target->database, list_make1(gen->table), NIL, NULL, NULL);
 	if (parts_differ(staged_parts, gen_parts, true) != NIL)
 	{
 		DpwinDigest g;
@@ -923,7 +924,7 @@ dpwin_generation_check_target(ChClient *client, const DpwinTargetInfo *target,
 	{
 		differ = string_values(parts_differ(gen->target_parts,
 											read_parts(client, target->database,
-													   list_make1(target->table), NIL),
+													   list_make1(target->table), NIL, NULL, NULL),
 											false));
 		if (differ == NIL)
 			return NULL;
@@ -951,7 +952,7 @@ dpwin_generation_check_target(ChClient *client, const DpwinTargetInfo *target,
 List *
 dpwin_generation_target_parts(ChClient *client, const DpwinTargetInfo *target)
 {
-	return read_parts(client, target->database, list_make1(target->table), NIL);
+	return read_parts(client, target->database, list_make1(target->table), NIL, NULL, NULL);
 }
 
 bool

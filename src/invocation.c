@@ -112,14 +112,12 @@ void
 dpwin_invocation_drop_own_tables(Coordinator *c)
 {
 	List	   *tables;
-	ListCell   *lc;
 
 	if (c->client == NULL || c->route == NULL)
 		return;
 	tables = dpwin_target_list_tables(c->client, c->route->target_database,
 									  dpwin_invocation_table_prefix(c->route->route_id, &c->id));
-	foreach(lc, tables)
-		dpwin_target_drop_table(c->client, c->route->target_database, lfirst(lc));
+	dpwin_target_drop_tables(c->client, c->route->target_database, tables);
 }
 
 /* The immutable plan, as jsonb text. */

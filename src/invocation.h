@@ -33,6 +33,8 @@ typedef struct DpwinBuild
 	DpwinGeneration *gen;		/* how it was built (generation.c) */
 	DpwinPublication *pub;		/* the intent, once known */
 	char	   *exchange_query_id;	/* the intent's EXCHANGE */
+	char	   *replaced_uuid;	/* the table under the generation's name, as
+								 * the exchange's reconciliation read it */
 	char	   *metrics;		/* the evidence, as jsonb text */
 	int64		kept_rows;
 	int64		final_rows;

@@ -134,10 +134,9 @@ static DpwinOutcome
 reconcile(Coordinator *c, const DpwinPublication *pub,
 		  char **target_uuid, char **generation_uuid)
 {
-	*target_uuid = dpwin_target_table_uuid(c->client, c->route->target_database,
-										   c->route->target_table);
-	*generation_uuid = dpwin_target_table_uuid(c->client, c->route->target_database,
-											   pub->generation_table);
+	dpwin_target_table_uuids(c->client, c->route->target_database,
+							 c->route->target_table, pub->generation_table,
+							 target_uuid, generation_uuid);
 	return dpwin_publication_judge(pub, *target_uuid, *generation_uuid);
 }
 
@@ -329,6 +328,8 @@ dpwin_step_publishing(Coordinator *c)
 	{
 		case DPWIN_OUTCOME_PUBLISHED:
 			c->build.outcome = DPWIN_OUTCOME_PUBLISHED;
+			c->build.replaced_uuid = generation_uuid ?
+				MemoryContextStrdup(c->cxt, generation_uuid) : NULL;
 			c->times.publish = dpwin_seconds_since(started);
 
 			/*

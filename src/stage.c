@@ -38,8 +38,6 @@ dpwin_step_planned(Coordinator *c)
 {
 	c->target = dpwin_extraction_admit(c->client, c->route, c->cxt, NULL);
 	c->schema_fingerprint = c->target->schema_fingerprint;
-	dpwin_target_probe_exchange(c->client, c->route->target_database,
-								dpwin_invocation_table_prefix(c->route->route_id, &c->id));
 	return dpwin_step_result(DPWIN_STATE_EXTRACTING, commit_schema);
 }
 
@@ -66,8 +64,26 @@ prepare_skipping(Coordinator *c)
 }
 
 /*
- * Clone the target while the workers read the source.  This is only a
- * head start: when it fails (a lost connection, a restarted server) the
+ * Does EXCHANGE TABLES work in the target's database?  Asked once the
+ * target is admitted and before anything is published: a refresh asks
+ * while its workers read the source (off their critical path), and fails
+ * with the probe's error if the answer is no.
+ */
+static void
+probe_exchange(Coordinator *c)
+{
+	MemoryContext cxt = MemoryContextSwitchTo(c->cxt);
+
+	dpwin_target_probe_exchange(c->client, c->route->target_database,
+								dpwin_invocation_table_prefix(c->route->route_id, &c->id),
+								true);
+	MemoryContextSwitchTo(cxt);
+}
+
+/*
+ * While the workers read the source: the EXCHANGE probe, whose error fails
+ * the refresh, then the clone of the target.  The clone is only a head
+ * start: when it fails (a lost connection, a restarted server) the
  * workers go on, and the build step clones again once they are done.  A
  * subtransaction of the snapshot's transaction contains the error; a
  * cancellation is not contained.
@@ -79,6 +95,7 @@ overlap_clone(void *arg)
 	MemoryContext cxt = CurrentMemoryContext;
 	ResourceOwner owner = CurrentResourceOwner;
 
+	probe_exchange(c);
 	BeginInternalSubTransaction(NULL);
 	/* what the clone learns outlives the snapshot's transaction */
 	MemoryContextSwitchTo(c->cxt);
@@ -124,7 +141,10 @@ dpwin_step_extracting(Coordinator *c)
 
 	if (c->route->skip_unchanged)
 	{
-		List	   *parts = prepare_skipping(c);
+		List	   *parts;
+
+		probe_exchange(c);
+		parts = prepare_skipping(c);
 
 		c->times.extract = dpwin_extraction_run(&c->ext, &job,
 												DPWIN_EXTRACT_SKIP_UNCHANGED,

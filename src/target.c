@@ -158,6 +158,44 @@ dpwin_target_drop_table(ChClient *client, const char *database,
 								   dpwin_ch_qualified_name(database, name)));
 }
 
+/*
+ * One statement for the whole list: a refresh's clean-up drops every
+ * staging table at once instead of one round trip each.  Servers before
+ * 24.1 take one table per DROP and reject the list as a syntax error;
+ * they get one statement per table, as before.
+ */
+void
+dpwin_target_drop_tables(ChClient *client, const char *database, List *names)
+{
+	StringInfoData sql;
+	ListCell   *lc;
+	ChHttpReply reply;
+	ChHttpStatus status;
+
+	if (names == NIL)
+		return;
+	if (list_length(names) == 1)
+	{
+		dpwin_target_drop_table(client, database, linitial(names));
+		return;
+	}
+	initStringInfo(&sql);
+	appendStringInfoString(&sql, "DROP TABLE IF EXISTS ");
+	foreach(lc, names)
+		appendStringInfo(&sql, "%s%s", foreach_current_index(lc) > 0 ? ", " : "",
+						 dpwin_ch_qualified_name(database, lfirst(lc)));
+	status = dpwin_ch_try(client, sql.data, dpwin_ch_next_query_id(client, "drop"),
+						  NULL, NULL, &reply);
+	if (status == CHHTTP_SERVER_ERROR &&
+		reply.exception_code == CH_SYNTAX_ERROR)
+	{
+		foreach(lc, names)
+			dpwin_target_drop_table(client, database, lfirst(lc));
+	}
+	else if (status != CHHTTP_OK)
+		dpwin_ch_report(status, &reply, "dropping tables");
+}
+
 char *
 dpwin_target_table_uuid(ChClient *client, const char *database,
 						const char *name)
@@ -176,6 +214,32 @@ dpwin_target_table_uuid(ChClient *client, const char *database,
 				 errmsg("ClickHouse returned %d rows for the UUID of %s",
 						list_length(rows), dpwin_ch_qualified_name(database, name))));
 	return pstrdup(dpwin_ch_row_field((List *) linitial(rows), 0));
+}
+
+void
+dpwin_target_table_uuids(ChClient *client, const char *database,
+						 const char *a, const char *b,
+						 char **uuid_a, char **uuid_b)
+{
+	List	   *rows;
+	ListCell   *lc;
+
+	*uuid_a = NULL;
+	*uuid_b = NULL;
+	rows = dpwin_ch_parse_tsv(dpwin_ch_exec(client,
+											psprintf("SELECT name, toString(uuid) FROM system.tables WHERE database = %s AND name IN (%s, %s)",
+													 dpwin_ch_quote_literal(database),
+													 dpwin_ch_quote_literal(a),
+													 dpwin_ch_quote_literal(b))));
+	foreach(lc, rows)
+	{
+		List	   *row = (List *) lfirst(lc);
+
+		if (strcmp(dpwin_ch_row_field(row, 0), a) == 0)
+			*uuid_a = pstrdup(dpwin_ch_row_field(row, 1));
+		else if (strcmp(dpwin_ch_row_field(row, 0), b) == 0)
+			*uuid_b = pstrdup(dpwin_ch_row_field(row, 1));
+	}
 }
 
 void

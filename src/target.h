@@ -65,9 +65,18 @@ extern void dpwin_target_check_like(ChClient *client,
 extern void dpwin_target_drop_table(ChClient *client, const char *database,
 									const char *name);
 
+/* The same for a list of names, in one statement where the server can. */
+extern void dpwin_target_drop_tables(ChClient *client, const char *database,
+									 List *names);
+
 /* Does db.name exist?  Its uuid (palloc'd) or NULL. */
 extern char *dpwin_target_table_uuid(ChClient *client, const char *database,
 									 const char *name);
+
+/* The same for db.a and db.b, in one statement. */
+extern void dpwin_target_table_uuids(ChClient *client, const char *database,
+									 const char *a, const char *b,
+									 char **uuid_a, char **uuid_b);
 
 /*
  * Statements that select rows of a target-shaped table by the window

@@ -304,9 +304,12 @@ worker_attempt(WorkerState *ws, DpwinChunkSlot *slot, int attempt)
 					  sh->target_id, sh->lease_epoch);
 	dpwin_xact_commit(ws->chunk_cxt);
 
-	dpwin_target_drop_table(ws->client, ws->route->target_database, staging);
-
 	/*
+	 * The name is new: it carries the invocation, the chunk and the attempt,
+	 * and no attempt runs twice, so there is nothing to drop before the
+	 * CREATE (a failed attempt's table is dropped by its fence, a lost
+	 * process's by recovery).
+	 *
 	 * The check that the copy is the target as admitted goes with the digest
 	 * (one statement less per chunk); an attempt that fails before then
 	 * checks it on its own, so that a changed target still fails it with the

@@ -273,7 +273,6 @@ my @CASES = (
 	[ kill_completed => sub {
 		my $s = new_s('kcmp');
 		my $stg = "$s->{prefix}stg_0_0";
-		fault(pattern => "DROP TABLE IF EXISTS `$db`.`$stg`", mode => 'delay', ms => 1, count => 1);
 		fault(pattern => "DROP TABLE IF EXISTS `$db`.`$stg`", mode => 'hold', count => 1);
 		my $h = start_e2($s);
 		wait_state($s, 'completed');

@@ -121,13 +121,13 @@ create_event_source();
 	my $seq = ch_log_seq();
 	like(psql_ok(refresh_row_sql($route, $E, $inv)), qr/\|completed\|/, 'backoff: the refresh completes');
 	my @log = ch_log_since($seq);
-	# attempt n fails at its INSERT; attempt n+1 begins with dropping its
+	# attempt n fails at its INSERT; attempt n+1 begins with creating its
 	# staging table
 	my @gaps;
 	for my $a (0, 1)
 	{
 		my ($fail) = grep { $_->{query} =~ /^INSERT INTO `\Q$db\E`\.`\Q$stg$a\E` / } @log;
-		my ($next) = grep { $_->{query} =~ /^DROP TABLE IF EXISTS `\Q$db\E`\.`\Q$stg\E${\ ($a + 1)}`$/ } @log;
+		my ($next) = grep { $_->{query} =~ /^CREATE TABLE `\Q$db\E`\.`\Q$stg\E${\ ($a + 1)}` / } @log;
 		push @gaps, $fail && $next ? $next->{ms} - $fail->{ms} : -1;
 	}
 	is(psql_ok("SELECT attempt || ' ' || state FROM dpwin.chunk WHERE invocation_id = '$inv' AND chunk_no = 1"),

@@ -45,7 +45,7 @@ create_event_source();
 		'backoff: the refresh completes');
 	my @log = ch_log_since($seq);
 	my ($fail) = grep { $_->{query} =~ /^INSERT INTO `\Q$db\E`\.`\Q${stg}0\E` / } @log;
-	my ($next) = grep { $_->{query} =~ /^DROP TABLE IF EXISTS `\Q$db\E`\.`\Q${stg}1\E`$/ } @log;
+	my ($next) = grep { $_->{query} =~ /^CREATE TABLE `\Q$db\E`\.`\Q${stg}1\E` / } @log;
 	my $gap = $fail && $next ? $next->{ms} - $fail->{ms} : -1;
 	# (the server's default is 500 ms; the next doubling, 2400 ms, bounds it)
 	ok($gap >= 1200 && $gap < 2400, "backoff: the retry came $gap ms after the failure (the session's 1200 ms, < 2400)");

@@ -55,7 +55,7 @@ psql_ok("CREATE TABLE $schema.ev_switch (fail boolean NOT NULL);
 	my @x = exchanges($seq, $t);
 	is(scalar(@x), 1, 'reply lost: exactly one EXCHANGE reached the server');
 	is($x[0]{status}, 'lost', 'reply lost: and its reply was lost');
-	ok((grep { $_->{query} =~ /system\.tables WHERE database = '\Q$db\E' AND name = '\Q$t\E'/ && $_->{seq} > $x[0]{seq} }
+	ok((grep { $_->{query} =~ /system\.tables WHERE database = '\Q$db\E' AND name IN \('\Q$t\E', / && $_->{seq} > $x[0]{seq} }
 		  ch_log_since($seq)), 'reply lost: the target UUID was read back after the exchange');
 	is_deeply(ch_rows($t), after_refresh($pre, $E), 'reply lost: the target is the new generation');
 	my ($gen_uuid, $outcome, $backup) = split /\|/,
@@ -169,6 +169,10 @@ for my $case ([ 'ddl', 'ADD COLUMN extra Nullable(Int32)' ],
 	my $held = hold_second_copy(generation_name($route, $inv));
 	my $h = bg_psql(refresh_sql($route, $inv));
 	ok(wait_build_check($seq, $t, $held), "schema changed ($tag): the build checked the kept rows");
+	# the change must meet the re-admission, not a chunk worker's copy
+	ok(wait_until(sub { psql_ok("SELECT chunks > 0 AND chunks_verified = chunks FROM dpwin.invocations"
+				  . " WHERE invocation_id = '$inv'") eq 't' }, 60),
+		"schema changed ($tag): every chunk is verified");
 	ch_ok("ALTER TABLE `$db`.`$t` $ddl");
 	is(release($held), 1, "schema changed ($tag): the DELETE is released after the change");
 	my $create = ch_ok("SELECT create_table_query FROM system.tables WHERE database = '$db' AND name = '$t'");

@@ -161,7 +161,7 @@ sub stuck_in_publishing
 {
 	my ($route, $t, $inv, $label) = @_;
 	fault(pattern => "EXCHANGE TABLES `$db`.`$t` AND", mode => 'error', code => 241, count => 1);
-	fault(pattern => "SELECT toString(uuid) FROM system.tables WHERE database = '$db' AND name = '$t'",
+	fault(pattern => "SELECT name, toString(uuid) FROM system.tables WHERE database = '$db' AND name IN ('$t', ",
 		mode => 'error', code => 241, count => 1);
 	my ($rc, $out, $err) = psql(refresh_sql($route, $inv));
 	like($err, qr/HINT:.*dpwin\.recover\('\Q$inv\E'\)/, "$label: the refresh fails, its hint is the recover call");

@@ -179,7 +179,7 @@ for my $case ([ 'unpartitioned', 'ORDER BY id' ],
 	psql_ok("UPDATE $db.src SET v = v || ' 4' WHERE id % 2 = 0");
 	my $inv = new_uuid();
 	fault(pattern => "EXCHANGE TABLES `$db`.`$t` AND", mode => 'error', code => 241, count => 1);
-	fault(pattern => "SELECT toString(uuid) FROM system.tables WHERE database = '$db' AND name = '$t'",
+	fault(pattern => "SELECT name, toString(uuid) FROM system.tables WHERE database = '$db' AND name IN ('$t', ",
 		mode => 'error', code => 241, count => 1);
 	psql(refresh_row_sql($route, $E, $inv));
 	is(psql_ok("SELECT state FROM dpwin.invocations WHERE invocation_id = '$inv'"), 'publishing',

@@ -32,8 +32,9 @@ crash_setup($db);
 {
 	my $s = scenario('max_age');
 	my $stg = "INSERT INTO `$db`.`$s->{prefix}stg_";
-	# Admission's first statement, run again right after the extraction.
-	my $readmit = "SELECT version(), (SELECT count() FROM system.tables WHERE database = 'system'";
+	# The re-admission's first statement, right after the extraction (the
+	# server's version is read once per run).
+	my $readmit = "SELECT 'D', engine, '', '', '', '', '' FROM system.databases WHERE name = '$db'";
 	my $seq = ch_log_seq();
 	fault(pattern => $stg, mode => 'hold', count => 2);
 	fault(pattern => $readmit, mode => 'idle_close', ms => 6000, count => 1);

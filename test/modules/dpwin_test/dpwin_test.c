@@ -321,7 +321,7 @@ dpwin__probe_exchange(PG_FUNCTION_ARGS)
 	DpwinRoute *route;
 	ChClient   *client = open_client_for_route(route_name, &route);
 
-	dpwin_target_probe_exchange(client, route->target_database, "_dpwin_");
+	dpwin_target_probe_exchange(client, route->target_database, "_dpwin_", false);
 	dpwin_ch_client_close(client);
 	PG_RETURN_VOID();
 }
