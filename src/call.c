@@ -103,6 +103,12 @@ dpwin_run_coordinator(DpwinCallShared *call)
 				 errmsg("%s", call->message),
 				 call->detail[0] ? errdetail("%s", call->detail) : 0,
 				 call->hint[0] ? errhint("%s", call->hint) : 0));
+
+	/* settled, with something left for the caller to do */
+	if (call->message[0] != '\0')
+		ereport(WARNING,
+				(errmsg("%s", call->message),
+				 call->hint[0] ? errhint("%s", call->hint) : 0));
 }
 
 /*

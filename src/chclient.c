@@ -594,6 +594,40 @@ ch_settle_remaining(TimestampTz deadline)
 }
 
 /*
+ * Send a statement that may safely run more than once, again after each
+ * transient failure until the deadline.  A bounded statement gets a
+ * request timeout that ends near the deadline (at least
+ * CH_SETTLE_LOOKUP_MIN_MS); an unbounded one the client's own.  Returns
+ * the last status.
+ */
+static ChHttpStatus
+ch_try_until(ChClient *client, const char *sql, const char *tag,
+			 TimestampTz deadline, bool bounded, ChHttpReply *reply)
+{
+	int			wait_ms = 100;
+
+	for (;;)
+	{
+		ChHttpStatus status;
+		int			timeout_ms = 0;
+
+		if (bounded)
+		{
+			timeout_ms = Max(ch_settle_remaining(deadline), CH_SETTLE_LOOKUP_MIN_MS);
+			if (client->conf->request_timeout_ms > 0)
+				timeout_ms = Min(timeout_ms, client->conf->request_timeout_ms);
+		}
+		status = ch_post(client, sql, dpwin_ch_next_query_id(client, tag),
+						 NULL, NULL, timeout_ms, reply);
+		if (status == CHHTTP_OK || !dpwin_ch_status_transient(status, reply) ||
+			GetCurrentTimestamp() >= deadline)
+			return status;
+		ch_settle_sleep(Min(wait_ms, ch_settle_remaining(deadline)));
+		wait_ms = Min(wait_ms * 2, 1000);
+	}
+}
+
+/*
  * Run one settling statement, retrying transient failures until the
  * deadline; ereports when it cannot get an answer.
  */
@@ -601,27 +635,23 @@ static char *
 ch_settle_exec(ChClient *client, const char *sql, const char *what,
 			   TimestampTz deadline)
 {
-	int			wait_ms = 100;
+	ChHttpReply reply;
+	ChHttpStatus status;
 
-	for (;;)
-	{
-		ChHttpReply reply;
-		ChHttpStatus status;
-		int			timeout_ms = Max(ch_settle_remaining(deadline),
-									 CH_SETTLE_LOOKUP_MIN_MS);
+	status = ch_try_until(client, sql, "settle", deadline, true, &reply);
+	if (status != CHHTTP_OK)
+		dpwin_ch_report(status, &reply, what);
+	return reply.body.data;
+}
 
-		if (client->conf->request_timeout_ms > 0)
-			timeout_ms = Min(timeout_ms, client->conf->request_timeout_ms);
-		status = ch_post(client, sql, dpwin_ch_next_query_id(client, "settle"),
-						 NULL, NULL, timeout_ms, &reply);
-		if (status == CHHTTP_OK)
-			return reply.body.data;
-		if (!dpwin_ch_status_transient(status, &reply) ||
-			GetCurrentTimestamp() >= deadline)
-			dpwin_ch_report(status, &reply, what);
-		ch_settle_sleep(Min(wait_ms, ch_settle_remaining(deadline)));
-		wait_ms = Min(wait_ms * 2, 1000);
-	}
+ChHttpStatus
+dpwin_ch_try_idempotent(ChClient *client, const char *sql, const char *tag,
+						ChHttpReply *reply)
+{
+	return ch_try_until(client, sql, tag,
+						TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+													CH_SETTLE_TIMEOUT_MS),
+						false, reply);
 }
 
 /* A non-negative decimal integer, nothing else. */

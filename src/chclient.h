@@ -83,6 +83,14 @@ extern ChHttpStatus dpwin_ch_try(ChClient *client, const char *sql,
 								 const char *query_id, ChHttpBodyReader reader,
 								 void *reader_arg, ChHttpReply *reply);
 
+/*
+ * Same, for a statement that may run twice with the effect of once (DROP
+ * TABLE IF EXISTS): a transient failure, a lost reply included, is sent
+ * again, with a fresh query_id tagged `tag`, for up to the settling limit.
+ */
+extern ChHttpStatus dpwin_ch_try_idempotent(ChClient *client, const char *sql,
+											const char *tag, ChHttpReply *reply);
+
 /* ereport for a failed dpwin_ch_try; what names the operation. */
 pg_noreturn extern void dpwin_ch_report(ChHttpStatus status, const ChHttpReply *reply,
 										const char *what);

@@ -101,6 +101,8 @@ expire_snapshot(Coordinator *c)
  * (what admission learned, the snapshot, the publication intent and
  * outcome, evidence, the route's state).
  */
+static void clean_up_final(Coordinator *c);
+
 static void
 coordinator_run(Coordinator *c)
 {
@@ -120,7 +122,41 @@ coordinator_run(Coordinator *c)
 	}
 
 	/* Staging tables are not needed any more; backups stay. */
-	dpwin_invocation_drop_own_tables(c);
+	clean_up_final(c);
+}
+
+/*
+ * The clean-up of an invocation in a final state.  What it settled stays
+ * settled if ClickHouse refuses the DROP: the caller gets the invocation's
+ * row and a warning that says how to drop what is left.
+ */
+static void
+clean_up_final(Coordinator *c)
+{
+	PG_TRY();
+	{
+		dpwin_invocation_drop_own_tables(c);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(c->cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		snprintf(c->call->message, sizeof(c->call->message),
+				 "staging tables of invocation %s were not dropped: %s",
+				 dpwin_uuid_text(&c->id), edata->message);
+		snprintf(c->call->hint, sizeof(c->call->hint),
+				 "SELECT * FROM dpwin.recover('%s') drops them.",
+				 dpwin_uuid_text(&c->id));
+		ereport(WARNING,
+				(errcode(edata->sqlerrcode),
+				 errmsg("%s", c->call->message),
+				 errhint("%s", c->call->hint)));
+		FreeErrorData(edata);
+	}
+	PG_END_TRY();
 }
 
 /* ----------------------------------------------------------------

@@ -162,7 +162,11 @@ dpwin_target_drop_table(ChClient *client, const char *database,
  * One statement for the whole list: a refresh's clean-up drops every
  * staging table at once instead of one round trip each.  Servers before
  * 24.1 take one table per DROP and reject the list as a syntax error;
- * they get one statement per table, as before.
+ * they get one statement per table, as before.  The clean-up often runs
+ * on a connection that sat idle while the target was published, and a
+ * DROP ... IF EXISTS may run twice: a lost reply or another transient
+ * failure is sent again (docs/design.md, "The conversation with
+ * ClickHouse").
  */
 void
 dpwin_target_drop_tables(ChClient *client, const char *database, List *names)
@@ -174,23 +178,17 @@ dpwin_target_drop_tables(ChClient *client, const char *database, List *names)
 
 	if (names == NIL)
 		return;
-	if (list_length(names) == 1)
-	{
-		dpwin_target_drop_table(client, database, linitial(names));
-		return;
-	}
 	initStringInfo(&sql);
 	appendStringInfoString(&sql, "DROP TABLE IF EXISTS ");
 	foreach(lc, names)
 		appendStringInfo(&sql, "%s%s", foreach_current_index(lc) > 0 ? ", " : "",
 						 dpwin_ch_qualified_name(database, lfirst(lc)));
-	status = dpwin_ch_try(client, sql.data, dpwin_ch_next_query_id(client, "drop"),
-						  NULL, NULL, &reply);
+	status = dpwin_ch_try_idempotent(client, sql.data, "drop", &reply);
 	if (status == CHHTTP_SERVER_ERROR &&
-		reply.exception_code == CH_SYNTAX_ERROR)
+		reply.exception_code == CH_SYNTAX_ERROR && list_length(names) > 1)
 	{
 		foreach(lc, names)
-			dpwin_target_drop_table(client, database, lfirst(lc));
+			dpwin_target_drop_tables(client, database, list_make1(lfirst(lc)));
 	}
 	else if (status != CHHTTP_OK)
 		dpwin_ch_report(status, &reply, "dropping tables");

@@ -20,7 +20,7 @@ use POSIX qw(floor);
 
 my @kinds = (
 	[ 'admission: server, target, policies, plan' => qr/^(SELECT version\(\)|SELECT 'D', engine|SELECT name FROM system\.row_policies|EXPLAIN )/ ],
-	[ 'admission: EXCHANGE probe' => qr/_dpwin_probe_|^SELECT engine FROM system\.databases/ ],
+	[ 'admission: EXCHANGE probe' => qr/_dpwin_(?:[0-9]+_[0-9a-f]{12}_)?probe_|^SELECT engine FROM system\.databases/ ],
 	[ 'staging table DROP, CREATE' => qr/^(DROP|CREATE) TABLE .*_stg_/ ],
 	[ 'staging table description' => qr/^SELECT \* FROM \(SELECT 'T', engine_full.*_stg_/ ],
 	[ 'staging INSERT' => qr/^INSERT INTO .*_stg_/ ],
@@ -29,7 +29,7 @@ my @kinds = (
 	[ 'build: attach staged parts' => qr/ATTACH PARTITION .*_stg_/ ],
 	[ 'lightweight DELETE of the window in the generation' => qr/^DELETE FROM|APPLY DELETED MASK/ ],
 	[ 'checks: parts, counts' => qr/hash_of_all_files|partition_id, count\(\), sum\(rows\)|_partition_id, count\(\)|^SELECT countIf|^SELECT DISTINCT `table`, partition_id/ ],
-	[ 'EXCHANGE and its UUID checks' => qr/^EXCHANGE TABLES|^SELECT toString\(uuid\)/ ],
+	[ 'EXCHANGE and its UUID checks' => qr/^EXCHANGE TABLES|^SELECT (?:name, )?toString\(uuid\)/ ],
 	[ 'backup RENAME' => qr/^RENAME TABLE/ ],
 	[ 'evidence' => qr/toJSONString/ ],
 	[ 'clean-up' => qr/^SELECT name FROM system\.tables .*startsWith|^DROP TABLE IF EXISTS/ ],
@@ -67,7 +67,7 @@ for my $file (@ARGV)
 		# netcheck.sh's SELECT 1 when it ran alongside
 		next if $text =~ / SYNC$/ || $text eq 'SELECT 1';
 		my $k = kind_of($text, $after);
-		$after = 1 if $text =~ /^EXCHANGE TABLES/ && $text !~ /_dpwin_probe_/;
+		$after = 1 if $text =~ /^EXCHANGE TABLES/ && $text !~ /_probe_[0-9a-f]{16}_a`/;
 		$a{$k}++;
 		push @st, [ $arr, $ans, $k ];
 	}

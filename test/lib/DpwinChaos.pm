@@ -488,19 +488,24 @@ sub settle
 		}
 		fail_("recover() did not converge: " . join(', ', map { "$_ " . inv_state($_) } @open)) if $round == 4;
 	}
-	# tables of failed invocations: abandon()
+	# tables left: abandon() a failed invocation's, recover() a completed
+	# one's (its clean-up was refused after the publication, with a warning
+	# that names recover())
 	my $left = ch_ok("SELECT name FROM system.tables WHERE database = '$db' AND startsWith(name, '_dpwin_')"
 		  . " AND NOT startsWith(name, '_dpwin_backup_') FORMAT TSVRaw");
 	if ($left ne '')
 	{
-		for my $inv (split /\n/, psql_ok("SELECT invocation_id FROM dpwin.invocation WHERE state = 'failed'"
+		for my $row (split /\n/, psql_ok("SELECT invocation_id || ' ' || state FROM dpwin.invocation"
+			  . " WHERE state IN ('failed', 'completed')"
 			  . " AND route_id = (SELECT route_id FROM dpwin.route WHERE route_name = '${db}_$sh')"))
 		{
+			my ($inv, $state) = split / /, $row;
 			(my $hex = $inv) =~ s/-//g;
 			$hex = substr($hex, 0, 12);
 			next unless $left =~ /_\Q$hex\E_/;
-			my ($rc) = psql("SELECT state FROM dpwin.abandon('$inv')");
-			$stat{abandoned}++ if $rc == 0;
+			my $f = $state eq 'failed' ? 'abandon' : 'recover';
+			my ($rc) = psql("SELECT state FROM dpwin.$f('$inv')");
+			$stat{$f eq 'abandon' ? 'abandoned' : 'cleaned up'}++ if $rc == 0;
 		}
 	}
 }

@@ -7,7 +7,10 @@
 #     the changed target kept, no EXCHANGE;
 #   - evidence failing after publication: data visible, state published;
 #     recovery finishes without a snapshot or re-extraction;
-#   - abandon before and after a publication intent; reconcile reports.
+#   - abandon before and after a publication intent; reconcile reports;
+#   - the clean-up's DROP after the publication: a lost reply is sent
+#     again; a refusal leaves the window published, warns, and recover()
+#     drops the tables.
 # Every data check compares the full multiset of rows.
 use strict;
 use warnings;
@@ -280,6 +283,44 @@ for my $case ([ 'ddl', 'ADD COLUMN extra Nullable(Int32)' ],
 	like(psql_err("SELECT * FROM dpwin.abandon('$inv2')"), qr/^55000: .*publication intent/,
 		'abandon: refused for a completed (published) invocation');
 	is_deeply(ch_rows($t), after_refresh($pre, $E), 'abandon: a later refresh publishes');
+}
+
+# --- the clean-up after the publication: reply lost, then refused -----------------
+
+{
+	my ($route, $t) = new_event_route('clean');
+	my $pre = ch_rows($t);
+	my $inv = new_uuid();
+	my $prefix = invocation_prefix(route_id($route), $inv);
+	my $seq = ch_log_seq();
+	# The clean-up's DROP names every staging table in one statement; its
+	# connection is closed unanswered, and the DROP is sent again.
+	fault(pattern => "DROP TABLE IF EXISTS `$db`.`${prefix}stg_", mode => 'idle_close', ms => 0, count => 1);
+	my ($inv1, $state) = split /\|/, psql_ok(refresh_sql($route, $inv));
+	is($state, 'completed', 'clean-up reply lost: the refresh completes');
+	my @drops = grep { $_->{query} =~ /^DROP TABLE IF EXISTS `\Q$db\E`\.`\Q${prefix}\Estg_/ } ch_log_since($seq);
+	is(join(' ', map { $_->{status} } @drops), 'idle-closed 200',
+		'clean-up reply lost: the DROP was closed unanswered, then sent again and ran');
+	is_deeply(own_tables($route, $inv), [], 'clean-up reply lost: no staging table is left');
+	is_deeply(ch_rows($t), after_refresh($pre, $E), 'clean-up reply lost: the target is the new generation');
+
+	# Refused: the window stays published, the caller gets its row and a
+	# warning that names recover(), which drops what is left.
+	my $inv2 = new_uuid();
+	my $prefix2 = invocation_prefix(route_id($route), $inv2);
+	fault(pattern => "DROP TABLE IF EXISTS `$db`.`${prefix2}stg_", mode => 'error', code => 497, count => 1);
+	my ($rc, $out, $err) = psql(refresh_sql($route, $inv2));
+	is($rc, 0, 'clean-up refused: the refresh does not fail');
+	like($out, qr/^\Q$inv2\E\|completed\|/, 'clean-up refused: it returns the completed row');
+	like($err, qr/WARNING:  staging tables of invocation \Q$inv2\E were not dropped: ClickHouse error 497/,
+		'clean-up refused: a warning names the invocation and the server\'s refusal');
+	like($err, qr/HINT:  SELECT \* FROM dpwin\.recover\('\Q$inv2\E'\) drops them\./,
+		'clean-up refused: its hint names recover()');
+	is(invocation_field($inv2, 'state'), 'completed', 'clean-up refused: journaled completed');
+	is(scalar(grep { /_stg_/ } @{ own_tables($route, $inv2) }), 4, 'clean-up refused: the four staging tables are left');
+	is_deeply(ch_rows($t), after_refresh($pre, $E), 'clean-up refused: the target is the new generation');
+	is(psql_ok("SELECT state FROM dpwin.recover('$inv2')"), 'completed', 'clean-up refused: recover() says completed');
+	is_deeply(own_tables($route, $inv2), [], 'clean-up refused: and dropped the staging tables');
 }
 
 # --- clean up -------------------------------------------------------------
