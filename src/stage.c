@@ -81,12 +81,14 @@ probe_exchange(Coordinator *c)
 }
 
 /*
- * While the workers read the source: the EXCHANGE probe, whose error fails
- * the refresh, then the clone of the target.  The clone is only a head
- * start: when it fails (a lost connection, a restarted server) the
- * workers go on, and the build step clones again once they are done.  A
- * subtransaction of the snapshot's transaction contains the error; a
- * cancellation is not contained.
+ * While the workers read the source: the EXCHANGE probe, then the clone of
+ * the target.  Both are only a head start.  When they fail for a reason
+ * that may pass (a lost connection, a restarted server, a refused
+ * statement) the workers go on: the probe is asked again once they are
+ * done, and the build step clones again.  A probe that says EXCHANGE
+ * TABLES does not work (ERRCODE_FEATURE_NOT_SUPPORTED) fails the refresh
+ * at once, and so does a cancellation.  A subtransaction of the snapshot's
+ * transaction contains the error.
  */
 static void
 overlap_clone(void *arg)
@@ -95,12 +97,12 @@ overlap_clone(void *arg)
 	MemoryContext cxt = CurrentMemoryContext;
 	ResourceOwner owner = CurrentResourceOwner;
 
-	probe_exchange(c);
 	BeginInternalSubTransaction(NULL);
 	/* what the clone learns outlives the snapshot's transaction */
 	MemoryContextSwitchTo(c->cxt);
 	PG_TRY();
 	{
+		probe_exchange(c);
 		dpwin_build_prepare_generation(c, dpwin_build_window_ranges(c));
 		ReleaseCurrentSubTransaction();
 	}
@@ -115,10 +117,10 @@ overlap_clone(void *arg)
 		MemoryContextSwitchTo(cxt);
 		CurrentResourceOwner = owner;
 		if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED || QueryCancelPending ||
-			ProcDiePending)
+			ProcDiePending || edata->sqlerrcode == ERRCODE_FEATURE_NOT_SUPPORTED)
 			ReThrowError(edata);
 		ereport(LOG,
-				(errmsg("dpwin: invocation %s clones its target after extraction: %s",
+				(errmsg("dpwin: invocation %s probes and clones its target after extraction: %s",
 						dpwin_uuid_text(&c->id), edata->message)));
 		c->build.gen = NULL;
 	}
@@ -155,8 +157,12 @@ dpwin_step_extracting(Coordinator *c)
 			dpwin_build_check_skipped_rows(c);
 	}
 	else
+	{
 		c->times.extract = dpwin_extraction_run(&c->ext, &job, DPWIN_EXTRACT_STAGE,
 												overlap_clone, c);
+		/* nothing to ask when the probe answered during the extraction */
+		probe_exchange(c);
+	}
 	return dpwin_step_result(DPWIN_STATE_STAGED, commit_snapshot);
 }
 

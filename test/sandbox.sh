@@ -216,11 +216,26 @@ dpwin.max_workers = 16
 EOF
 }
 
+# The server's port lies in the kernel's range of ephemeral ports: for a
+# moment a client connection of the machine may hold it, and the
+# postmaster exits ("Address already in use").  It is started again then,
+# up to three times; any other failure shows the log's last lines.
 start_pg() {
+	local try mark
 	if pg_running; then
 		log "PostgreSQL already running"
 	else
-		as_pg "$PGBIN/pg_ctl -D '$SB/pg' -l '$SB/run/postgresql.log' -w -t 60 start >/dev/null"
+		for try in 1 2 3; do
+			mark=$(wc -c <"$SB/run/postgresql.log" 2>/dev/null || echo 0)
+			as_pg "$PGBIN/pg_ctl -D '$SB/pg' -l '$SB/run/postgresql.log' -w -t 60 start >/dev/null" && break
+			tail -c +$((mark + 1)) "$SB/run/postgresql.log" 2>/dev/null | tail -5 >&2 || true
+			if [ "$try" = 3 ] ||
+				! tail -c +$((mark + 1)) "$SB/run/postgresql.log" 2>/dev/null | grep -q 'Address already in use'; then
+				return 1
+			fi
+			log "port $PGPORT_ is in use for a moment: starting PostgreSQL again"
+			sleep 1
+		done
 	fi
 	psql -X -h "$SB/run" -p "$PGPORT_" -U $PGUSER_ -d postgres -qAtc \
 		"SELECT 1 FROM pg_database WHERE datname = '$PGDB'" | grep -q 1 ||

@@ -12,8 +12,9 @@
 # TIMELINE_RUNS [3] measured ones, and prints for the median one:
 #   - every statement the endpoint received, with its arrival time in ms
 #     from the psql call (the endpoint's query log, docs/endpoint.md);
-#   - the phases that follow from it: start (psql, admission on the
-#     PostgreSQL side), admission (the statements before the first
+#   - the phases that follow from it: start (from the call reaching the
+#     session to the first statement: the coordinator's start, the plan,
+#     the snapshot), admission (the statements before the first
 #     staging table), extraction (to the last staging digest), build and
 #     checks (to the EXCHANGE), and the rest (backup, evidence, cleanup).
 # `skip_30` (`skip_300`) as a target measures a `skip_unchanged` refresh of
@@ -36,7 +37,6 @@ log() { printf 'timeline: %s\n' "$*" >&2; }
 
 # shellcheck source=test/bench/lib.sh
 . "$ROOT/test/bench/lib.sh"
-now_ms() { date +%s%3N; }
 
 route() {
 	local source=$1 lookback=$2 skip=$3
@@ -52,12 +52,20 @@ end=$(pgq "SELECT to_char(max(w)::date + 1, 'YYYY-MM-DD') FROM bench_$TAG.events
 
 # One measured refresh: prints "wall_ms<TAB>phases" and leaves the
 # endpoint's log lines it caused in $1.
+# The times are the session's own clock (the machine's) around the call, as
+# the benchmark reads them: psql's start and connection are not the call's.
 measure() {
-	local lines=$1 k t0 t1 phases
+	local lines=$1 k t0 t1 phases out
 	k=$(curl -sS "$DPWIN_CH_CONTROL_URL/log" | tail -1 | cut -f1)
-	t0=$(now_ms)
-	phases=$(pgq "SELECT details->'evidence'->'phases' FROM dpwin_refresh('tl', '$end 00:00:00+00')")
-	t1=$(now_ms)
+	out=$(psql -X -q -A -t -v ON_ERROR_STOP=1 <<-EOF
+		SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+		SELECT details->'evidence'->'phases' FROM dpwin_refresh('tl', '$end 00:00:00+00');
+		SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+	EOF
+	)
+	t0=$(sed -n 1p <<<"$out")
+	phases=$(sed -n 2p <<<"$out")
+	t1=$(sed -n 3p <<<"$out")
 	curl -sS "$DPWIN_CH_CONTROL_URL/log?since=${k:-0}" |
 		awk -F'\t' -v t0="$t0" '{ printf "%d\t%s\t%s\n", $2 - t0, $5, $6 }' >"$lines"
 	printf '%d\t%s\n' $((t1 - t0)) "$phases"

@@ -10,7 +10,9 @@
 #   - abandon before and after a publication intent; reconcile reports;
 #   - the clean-up's DROP after the publication: a lost reply is sent
 #     again; a refusal leaves the window published, warns, and recover()
-#     drops the tables.
+#     drops the tables;
+#   - the EXCHANGE probe during the extraction: a failure that may pass is
+#     asked again after it; "EXCHANGE does not work" fails at once.
 # Every data check compares the full multiset of rows.
 use strict;
 use warnings;
@@ -321,6 +323,41 @@ for my $case ([ 'ddl', 'ADD COLUMN extra Nullable(Int32)' ],
 	is_deeply(ch_rows($t), after_refresh($pre, $E), 'clean-up refused: the target is the new generation');
 	is(psql_ok("SELECT state FROM dpwin.recover('$inv2')"), 'completed', 'clean-up refused: recover() says completed');
 	is_deeply(own_tables($route, $inv2), [], 'clean-up refused: and dropped the staging tables');
+}
+
+# --- the EXCHANGE probe fails while the workers read the source ---------------------
+
+{
+	my ($route, $t) = new_event_route('probe');
+	my $pre = ch_rows($t);
+	my $inv = new_uuid();
+	my $prefix = invocation_prefix(route_id($route), $inv);
+	my $seq = ch_log_seq();
+	# A failure that may pass: the probe is asked again once the workers
+	# are done, and the refresh completes.
+	fault(pattern => "CREATE TABLE `$db`.`${prefix}probe_", mode => 'error', code => 241, count => 1);
+	my ($inv1, $state) = split /\|/, psql_ok(refresh_sql($route, $inv));
+	is($state, 'completed', 'probe refused during the extraction: the refresh completes');
+	my @log = ch_log_since($seq);
+	my @creates = grep { $log[$_]{query} =~ /^CREATE TABLE `\Q$db\E`\.`\Q${prefix}\Eprobe_[0-9a-f]+_a`/ } 0 .. $#log;
+	is(join(' ', map { $log[$_]{status} } @creates), '500 200', 'probe refused: its first CREATE failed, a second one ran');
+	my ($last_digest) = reverse grep { $log[$_]{query} =~ /^SELECT count\(\), sum\(sipHash64Keyed.* FROM `\Q$db\E`\.`\Q${prefix}\Estg_/s } 0 .. $#log;
+	ok(defined $last_digest && $creates[1] > $last_digest, 'probe refused: it was asked again after the last chunk was verified');
+	is_deeply(own_tables($route, $inv), [], 'probe refused: no probe or staging table is left');
+	is_deeply(ch_rows($t), after_refresh($pre, $E), 'probe refused: the target is the new generation');
+
+	# EXCHANGE TABLES does not work: the refresh fails at once, before any
+	# chunk is verified.
+	my $inv2 = new_uuid();
+	my $prefix2 = invocation_prefix(route_id($route), $inv2);
+	$seq = ch_log_seq();
+	fault(pattern => "EXCHANGE TABLES `$db`.`${prefix2}probe_", mode => 'error', code => 48, count => 1);
+	like(psql_err(refresh_sql($route, $inv2)), qr/^0A000: ClickHouse database `\Q$db\E` on server "sandbox_ch" does not support EXCHANGE TABLES/,
+		'probe says no: the refresh fails with 0A000');
+	is(invocation_field($inv2, 'state'), 'failed', 'probe says no: failed');
+	is(scalar(grep { $_->{query} =~ /^EXCHANGE TABLES `\Q$db\E`\.`\Q${prefix2}\Eprobe_/ } ch_log_since($seq)), 1,
+		'probe says no: the probe was not asked again');
+	is_deeply(ch_rows($t), after_refresh($pre, $E), 'probe says no: the target is untouched');
 }
 
 # --- clean up -------------------------------------------------------------
