@@ -96,36 +96,6 @@ expire_snapshot(Coordinator *c)
  * ---------------------------------------------------------------- */
 
 /*
- * Run the steps from the current state to a final one, journaling each
- * step's change of state with what the step says must commit with it
- * (what admission learned, the snapshot, the publication intent and
- * outcome, evidence, the route's state).
- */
-static void clean_up_final(Coordinator *c);
-
-static void
-coordinator_run(Coordinator *c)
-{
-	while (!dpwin_state_is_final(c->state))
-	{
-		DpwinState	from = c->state;
-		DpwinStepResult result;
-
-		if (steps[from].run == NULL)
-			elog(ERROR, "dpwin: no step for state %s", dpwin_state_name(from));
-		if (c->progress_slot >= 0)
-			dpwin_progress_phase(c->progress_slot, steps[from].phase);
-		result = steps[from].run(c);
-		if (result.next == from)
-			elog(ERROR, "dpwin: step of state %s did not advance", dpwin_state_name(from));
-		dpwin_invocation_transition(c, result.next, result.with, NULL, 0);
-	}
-
-	/* Staging tables are not needed any more; backups stay. */
-	clean_up_final(c);
-}
-
-/*
  * The clean-up of an invocation in a final state.  What it settled stays
  * settled if ClickHouse refuses the DROP: the caller gets the invocation's
  * row and a warning that says how to drop what is left.
@@ -157,6 +127,34 @@ clean_up_final(Coordinator *c)
 		FreeErrorData(edata);
 	}
 	PG_END_TRY();
+}
+
+/*
+ * Run the steps from the current state to a final one, journaling each
+ * step's change of state with what the step says must commit with it
+ * (what admission learned, the snapshot, the publication intent and
+ * outcome, evidence, the route's state).
+ */
+static void
+coordinator_run(Coordinator *c)
+{
+	while (!dpwin_state_is_final(c->state))
+	{
+		DpwinState	from = c->state;
+		DpwinStepResult result;
+
+		if (steps[from].run == NULL)
+			elog(ERROR, "dpwin: no step for state %s", dpwin_state_name(from));
+		if (c->progress_slot >= 0)
+			dpwin_progress_phase(c->progress_slot, steps[from].phase);
+		result = steps[from].run(c);
+		if (result.next == from)
+			elog(ERROR, "dpwin: step of state %s did not advance", dpwin_state_name(from));
+		dpwin_invocation_transition(c, result.next, result.with, NULL, 0);
+	}
+
+	/* Staging tables are not needed any more; backups stay. */
+	clean_up_final(c);
 }
 
 /* ----------------------------------------------------------------

@@ -256,11 +256,18 @@ dpwin_target_list_tables(ChClient *client, const char *database,
 	List	   *rows;
 	List	   *names = NIL;
 	ListCell   *lc;
+	ChHttpReply reply;
+	ChHttpStatus status;
 
-	rows = dpwin_ch_parse_tsv(dpwin_ch_exec(client,
-											psprintf("SELECT name FROM system.tables WHERE database = %s AND startsWith(name, %s) ORDER BY name",
-													 dpwin_ch_quote_literal(database),
-													 dpwin_ch_quote_literal(prefix))));
+	/* a lookup: sent again after a transient failure, like the DROP after it */
+	status = dpwin_ch_try_idempotent(client,
+									 psprintf("SELECT name FROM system.tables WHERE database = %s AND startsWith(name, %s) ORDER BY name",
+											  dpwin_ch_quote_literal(database),
+											  dpwin_ch_quote_literal(prefix)),
+									 "list", &reply);
+	if (status != CHHTTP_OK)
+		dpwin_ch_report(status, &reply, "listing tables");
+	rows = dpwin_ch_parse_tsv(reply.body.data);
 	foreach(lc, rows)
 		names = lappend(names, pstrdup(dpwin_ch_row_field((List *) lfirst(lc), 0)));
 	return names;

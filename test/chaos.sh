@@ -6,7 +6,8 @@
 # (test/sandbox.sh start first).  Prints the seed, the counts and a last
 # line "N passed, M failed"; exits 1 if any trial failed.
 #
-#   test/chaos.sh [--seed N] [--length SECONDS]     (default: a new seed, 120 s)
+#   test/chaos.sh [--seed N] [--length SECONDS] [--shapes day,month,flat]
+#                 (default: a new seed, 120 s, every shape)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 eval "$(test/sandbox.sh env)"

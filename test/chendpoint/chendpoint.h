@@ -272,6 +272,7 @@ struct request {
 	/* Outcome. */
 	struct engine_result res;
 	int failed;
+	int cut_by_shutdown;	/* the endpoint began to stop while it ran */
 	int err_code;
 	char *err_msg;
 	char *out_format;	/* format of the result, NULL if none */

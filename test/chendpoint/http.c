@@ -566,8 +566,13 @@ answer(struct MHD_Connection *c, struct request *r)
 		r->answered = 1;
 		return MHD_NO;
 	}
-	/* A server going down drops its connections, not answering them. */
-	if (r->failed && atomic_load(&g.shutting_down)) {
+	/*
+	 * A server going down drops its connections, not answering them:
+	 * those of statements that failed meanwhile, and of those that were
+	 * still running when it began to stop (their results may be cut).
+	 */
+	if ((r->failed || r->cut_by_shutdown) &&
+	    atomic_load(&g.shutting_down)) {
 		engine_result_free(&r->res);
 		log_request(r, "shutdown");
 		r->answered = 1;

@@ -265,6 +265,14 @@ execute(struct request *r, const char *query, size_t len)
 			engine_result_free(&r->res);
 		}
 	}
+	/*
+	 * The shutdown cancels what is running, and the engine may hand back
+	 * what a cancelled SELECT had read so far (even nothing) as a result
+	 * without an error: a statement that was still in the engine when the
+	 * endpoint began to stop is never answered (answer() drops it).
+	 */
+	if (atomic_load(&g.shutting_down))
+		r->cut_by_shutdown = 1;
 	atomic_fetch_sub(&g.executing, 1);
 	/* Closing the session takes the statement off system.processes. */
 	engine_close(ec);

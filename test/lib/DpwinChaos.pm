@@ -50,11 +50,12 @@ my %ROUTE_OPT = (day => "interval '6 hours', parallelism => 2",
 	month => "interval '4 hours', parallelism => 3",
 	flat => "interval '8 hours', parallelism => 2");
 my @SHAPES = sort keys %ENGINE;
+my @TRIAL_SHAPES = @SHAPES;		# --shapes: the targets the trials hit
 my @FINAL = qw(completed failed snapshot_expired abandoned);
 my @LEGAL = qw(planned extracting staged verified publishing unknown published evidenced completed failed
   snapshot_expired abandoned);
 
-my (%stat, @failures, %rs_high);
+my (%stat, @failures, %rs_high, @trial_started);
 my $trial_no = 0;
 
 sub say_ { print STDOUT "@_\n"; }
@@ -129,6 +130,26 @@ sub ch_rows_of
 		  . " ifNull(v, 'NULL')) FROM `$db`.`tgt_$sh` FORMAT TSVRaw");
 	return undef unless $code == 200;
 	return [ sort grep { $_ ne '' } split /\n/, $body ];
+}
+
+# The reader's poll: the rows, and the names of the parts they came from
+# after the UUID the target's name had as the statement began.
+sub ch_rows_and_parts_of
+{
+	my ($sh) = @_;
+	my ($code, $body) = ch("SELECT concat(toString(id), '|', ifNull(toString(toUnixTimestamp64Micro(w)), 'NULL'), '|',"
+		  . " ifNull(v, 'NULL')), _part, (SELECT toString(uuid) FROM system.tables"
+		  . " WHERE database = '$db' AND name = 'tgt_$sh') FROM `$db`.`tgt_$sh` FORMAT TSVRaw");
+	return () unless $code == 200;
+	my (@rows, %parts, $uuid);
+	for (grep { $_ ne '' } split /\n/, $body)
+	{
+		my ($r, $p, $u) = split /\t/;
+		push @rows, $r;
+		$parts{$p} = 1;
+		$uuid = $u;
+	}
+	return ([ sort @rows ], [ ($uuid // 'empty'), sort keys %parts ]);
 }
 
 sub micros_of
@@ -228,7 +249,9 @@ sub reader
 	{
 		for my $sh (@SHAPES)
 		{
-			my $rows = eval { ch_rows_of($sh) };
+			my $t0 = time;
+			my ($rows, $parts) = eval { ch_rows_and_parts_of($sh) };
+			my $t1 = time;
 			if (!$rows) { $down++; sleep 0.2; next }
 			$polls++;
 			my $keep = grep { /\|keep$/ } @$rows;
@@ -243,7 +266,7 @@ sub reader
 			{
 				$bad++;
 				open my $fh, '>>', "$file.bad";
-				print $fh "tgt_$sh: @issues\n";
+				printf $fh "%d\t%d\t%s\ttgt_$sh: @issues\n", $t0 * 1000, $t1 * 1000, join(' ', @$parts);
 				close $fh;
 			}
 		}
@@ -373,7 +396,7 @@ sub statement_pattern
 sub trial
 {
 	my ($typical) = @_;
-	my $sh = $SHAPES[ int(rand(@SHAPES)) ];
+	my $sh = $TRIAL_SHAPES[ int(rand(@TRIAL_SHAPES)) ];
 	my $e = $DAYS[ int(rand(@DAYS)) ];
 	my $kind = $KINDS[ int(rand(@KINDS)) ];
 	my $route = "${db}_$sh";
@@ -536,6 +559,30 @@ sub check_journal
 	$rs_high{$sh} = $rs if $rs > ($rs_high{$sh} // 0);
 }
 
+# The endpoint's query log (it survives restarts in the sandbox's file)
+# from 5 s before a bad poll to its end: the last 40 statements that
+# changed the target of shape $sh or its route's tables, and when they
+# arrived.
+sub statements_around
+{
+	my ($from, $to, $sh) = @_;
+	my $rid = psql_ok("SELECT route_id FROM dpwin.route WHERE route_name = '${db}_$sh'");
+	my $file = "$ENV{DPWIN_SANDBOX_DIR}/ch_queries.log";
+	open my $fh, '<', $file or return ("no query log at the sandbox");
+	my @out;
+	while (my $l = <$fh>)
+	{
+		my (undef, $ms, $qid, undef, $status, $query) = split /\t/, $l, 6;
+		next unless defined $query && $ms =~ /^\d+$/ && $ms >= $from - 5000 && $ms <= $to;
+		next unless $query =~ /^\s*(ALTER|EXCHANGE|RENAME|DROP|CREATE|DELETE|INSERT)/i
+		  && $query =~ /`tgt_$sh`|`_dpwin_(backup_)?${rid}_/;
+		chomp $query;
+		push @out, sprintf('%+6d ms %s %s %.160s', $ms - $from, $status, $qid, $query);
+	}
+	close $fh;
+	return @out > 40 ? @out[-40 .. -1] : @out;
+}
+
 # ---- the run -------------------------------------------------------------------------
 
 sub main
@@ -544,11 +591,16 @@ sub main
 	while (@_)
 	{
 		my $a = shift;
-		if ($a =~ /^--(seed|length)$/) { $o{$1} = shift }
-		elsif ($a =~ /^--(seed|length)=(.*)$/) { $o{$1} = $2 }
-		else { die "usage: test/chaos.sh [--seed N] [--length SECONDS]\n" }
+		if ($a =~ /^--(seed|length|shapes)$/) { $o{$1} = shift }
+		elsif ($a =~ /^--(seed|length|shapes)=(.*)$/) { $o{$1} = $2 }
+		else { die "usage: test/chaos.sh [--seed N] [--length SECONDS] [--shapes day,month,flat]\n" }
 	}
 	die "--seed and --length are whole numbers\n" unless "$o{seed}$o{length}" =~ /^\d+$/;
+	if (defined $o{shapes})
+	{
+		@TRIAL_SHAPES = split /,/, $o{shapes};
+		die "--shapes names day, month or flat\n" if !@TRIAL_SHAPES || grep { !$ENGINE{$_} } @TRIAL_SHAPES;
+	}
 	$| = 1;
 	say_("chaos: seed $o{seed}, length $o{length} s");
 	srand($o{seed});
@@ -569,6 +621,7 @@ sub main
 	while (time < $until)
 	{
 		$trial_no++;
+		push @trial_started, [ $trial_no, time ];
 		set_query_ids(rand() < 0.5 ? 'visible' : 'hidden') if $trial_no % 5 == 1;
 		my $kind = eval { trial($typical) };
 		if (!defined $kind)
@@ -595,7 +648,21 @@ sub main
 		open my $fh, '<', "$dir/reader.bad";
 		my @l = <$fh>;
 		close $fh;
-		fail_("the reader saw " . scalar(@l) . " bad polls, first: $l[0]");
+		my ($from, $to, $parts, $what) = split /\t/, $l[0], 4;
+		chomp $what;
+		my $during = (grep { $_->[1] * 1000 <= $from } @trial_started)[-1];
+		my ($uuid, @parts) = split / /, $parts;
+		fail_("the reader saw " . scalar(@l) . " bad polls, first: $what"
+			  . " (during trial " . ($during ? $during->[0] : 'none') . ", target UUID $uuid, parts: @parts)");
+		# whose generation, or whose old target, the poll read
+		say_("  that UUID is $_")
+		  for $uuid !~ /^[0-9a-f-]{36}$/ ? () : split /\n/, psql_ok(
+			"SELECT CASE WHEN p.generation_uuid = '$uuid' THEN 'the generation' ELSE 'the target before' END"
+			  . " || ' of invocation ' || p.invocation_id || ' (' || i.state || ', window ' || i.window_hi || ')'"
+			  . " FROM dpwin.publication p JOIN dpwin.invocations i USING (invocation_id)"
+			  . " WHERE '$uuid' IN (p.generation_uuid, p.target_uuid_before)");
+		my ($sh) = $what =~ /^tgt_(\w+):/;
+		say_("  $_") for statements_around($from, $to, $sh);
 	}
 	# the end: every window refreshed cleanly equals the source
 	set_query_ids('visible');

@@ -29,6 +29,14 @@ my $E = '2026-09-09 00:00:00+00';
 
 sub refresh_sql { my ($route, $inv) = @_; return refresh_row_sql($route, $E, $inv); }
 
+# A new invocation id for $route, and the prefix of its tables.
+sub new_invocation
+{
+	my ($route) = @_;
+	my $inv = new_uuid();
+	return ($inv, invocation_prefix(route_id($route), $inv));
+}
+
 # --- setup ---------------------------------------------------------------
 
 ch_control('POST', '/faults/clear');
@@ -257,14 +265,13 @@ for my $case ([ 'ddl', 'ADD COLUMN extra Nullable(Int32)' ],
 {
 	my ($route, $t) = new_event_route('aband');
 	my $pre = ch_rows($t);
-	my $inv = new_uuid();
+	my ($inv, $prefix) = new_invocation($route);
 	my $gen = generation_name($route, $inv);
-	my $prefix = invocation_prefix(route_id($route), $inv);
 	# The build fails attaching the staged parts (the statement names a
 	# partition id, then a staging table), and the clean-up cannot list the
 	# tables: the invocation fails with its tables left behind.
 	fault(pattern => "' FROM `$db`.`${prefix}stg_", mode => 'error', code => 241, count => 1);
-	fault(pattern => "startsWith(name, '$prefix')", mode => 'error', code => 241, count => 1);
+	fault(pattern => "startsWith(name, '$prefix')", mode => 'error', code => 497, count => 1);
 	like(psql_err(refresh_sql($route, $inv)), qr/^HV000: ClickHouse error 241 while attaching partitions/,
 		'abandon: the refresh failed in the build');
 	is(invocation_field($inv, 'state'), 'failed', 'abandon: failed');
@@ -292,14 +299,18 @@ for my $case ([ 'ddl', 'ADD COLUMN extra Nullable(Int32)' ],
 {
 	my ($route, $t) = new_event_route('clean');
 	my $pre = ch_rows($t);
-	my $inv = new_uuid();
-	my $prefix = invocation_prefix(route_id($route), $inv);
+	my ($inv, $prefix) = new_invocation($route);
 	my $seq = ch_log_seq();
-	# The clean-up's DROP names every staging table in one statement; its
-	# connection is closed unanswered, and the DROP is sent again.
+	# The clean-up lists the invocation's tables, then names every one in
+	# one DROP; both connections are closed unanswered, and each statement
+	# is sent again.
+	fault(pattern => "startsWith(name, '$prefix')", mode => 'idle_close', ms => 0, count => 1);
 	fault(pattern => "DROP TABLE IF EXISTS `$db`.`${prefix}stg_", mode => 'idle_close', ms => 0, count => 1);
 	my ($inv1, $state) = split /\|/, psql_ok(refresh_sql($route, $inv));
 	is($state, 'completed', 'clean-up reply lost: the refresh completes');
+	my @lists = grep { $_->{query} =~ /startsWith\(name, '\Q$prefix\E'\)/ } ch_log_since($seq);
+	is(join(' ', map { $_->{status} } @lists), 'idle-closed 200',
+		'clean-up reply lost: the listing was closed unanswered, then sent again');
 	my @drops = grep { $_->{query} =~ /^DROP TABLE IF EXISTS `\Q$db\E`\.`\Q${prefix}\Estg_/ } ch_log_since($seq);
 	is(join(' ', map { $_->{status} } @drops), 'idle-closed 200',
 		'clean-up reply lost: the DROP was closed unanswered, then sent again and ran');
@@ -308,8 +319,7 @@ for my $case ([ 'ddl', 'ADD COLUMN extra Nullable(Int32)' ],
 
 	# Refused: the window stays published, the caller gets its row and a
 	# warning that names recover(), which drops what is left.
-	my $inv2 = new_uuid();
-	my $prefix2 = invocation_prefix(route_id($route), $inv2);
+	my ($inv2, $prefix2) = new_invocation($route);
 	fault(pattern => "DROP TABLE IF EXISTS `$db`.`${prefix2}stg_", mode => 'error', code => 497, count => 1);
 	my ($rc, $out, $err) = psql(refresh_sql($route, $inv2));
 	is($rc, 0, 'clean-up refused: the refresh does not fail');
@@ -330,8 +340,7 @@ for my $case ([ 'ddl', 'ADD COLUMN extra Nullable(Int32)' ],
 {
 	my ($route, $t) = new_event_route('probe');
 	my $pre = ch_rows($t);
-	my $inv = new_uuid();
-	my $prefix = invocation_prefix(route_id($route), $inv);
+	my ($inv, $prefix) = new_invocation($route);
 	my $seq = ch_log_seq();
 	# A failure that may pass: the probe is asked again once the workers
 	# are done, and the refresh completes.
@@ -348,8 +357,7 @@ for my $case ([ 'ddl', 'ADD COLUMN extra Nullable(Int32)' ],
 
 	# EXCHANGE TABLES does not work: the refresh fails at once, before any
 	# chunk is verified.
-	my $inv2 = new_uuid();
-	my $prefix2 = invocation_prefix(route_id($route), $inv2);
+	my ($inv2, $prefix2) = new_invocation($route);
 	$seq = ch_log_seq();
 	fault(pattern => "EXCHANGE TABLES `$db`.`${prefix2}probe_", mode => 'error', code => 48, count => 1);
 	like(psql_err(refresh_sql($route, $inv2)), qr/^0A000: ClickHouse database `\Q$db\E` on server "sandbox_ch" does not support EXCHANGE TABLES/,
