@@ -226,7 +226,7 @@ start_pg() {
 		log "PostgreSQL already running"
 	else
 		for try in 1 2 3; do
-			mark=$(wc -c <"$SB/run/postgresql.log" 2>/dev/null || echo 0)
+			mark=$({ wc -c <"$SB/run/postgresql.log"; } 2>/dev/null || echo 0)
 			as_pg "$PGBIN/pg_ctl -D '$SB/pg' -l '$SB/run/postgresql.log' -w -t 60 start >/dev/null" && break
 			tail -c +$((mark + 1)) "$SB/run/postgresql.log" 2>/dev/null | tail -5 >&2 || true
 			if [ "$try" = 3 ] ||
