@@ -123,17 +123,9 @@ sub teardown
 
 # ---- rows and generations ------------------------------------------------------
 
-sub ch_rows_of
-{
-	my ($sh) = @_;
-	my ($code, $body) = ch("SELECT concat(toString(id), '|', ifNull(toString(toUnixTimestamp64Micro(w)), 'NULL'), '|',"
-		  . " ifNull(v, 'NULL')) FROM `$db`.`tgt_$sh` FORMAT TSVRaw");
-	return undef unless $code == 200;
-	return [ sort grep { $_ ne '' } split /\n/, $body ];
-}
-
-# The reader's poll: the rows, and the names of the parts they came from
-# after the UUID the target's name had as the statement began.
+# The target's rows (undef if it cannot be read), the UUID its name had
+# as the statement began ('empty' when no row came back), and the names
+# of the parts the rows came from.
 sub ch_rows_and_parts_of
 {
 	my ($sh) = @_;
@@ -149,8 +141,10 @@ sub ch_rows_and_parts_of
 		$parts{$p} = 1;
 		$uuid = $u;
 	}
-	return ([ sort @rows ], [ ($uuid // 'empty'), sort keys %parts ]);
+	return ([ sort @rows ], $uuid // 'empty', [ sort keys %parts ]);
 }
+
+sub ch_rows_of { my ($rows) = ch_rows_and_parts_of(@_); return $rows; }
 
 sub micros_of
 {
@@ -250,7 +244,7 @@ sub reader
 		for my $sh (@SHAPES)
 		{
 			my $t0 = time;
-			my ($rows, $parts) = eval { ch_rows_and_parts_of($sh) };
+			my ($rows, $uuid, $parts) = eval { ch_rows_and_parts_of($sh) };
 			my $t1 = time;
 			if (!$rows) { $down++; sleep 0.2; next }
 			$polls++;
@@ -266,7 +260,7 @@ sub reader
 			{
 				$bad++;
 				open my $fh, '>>', "$file.bad";
-				printf $fh "%d\t%d\t%s\ttgt_$sh: @issues\n", $t0 * 1000, $t1 * 1000, join(' ', @$parts);
+				printf $fh "%d\t%d\t%s\t%s\ttgt_$sh: @issues\n", $t0 * 1000, $t1 * 1000, $uuid, "@$parts";
 				close $fh;
 			}
 		}
@@ -648,12 +642,11 @@ sub main
 		open my $fh, '<', "$dir/reader.bad";
 		my @l = <$fh>;
 		close $fh;
-		my ($from, $to, $parts, $what) = split /\t/, $l[0], 4;
+		my ($from, $to, $uuid, $parts, $what) = split /\t/, $l[0], 5;
 		chomp $what;
 		my $during = (grep { $_->[1] * 1000 <= $from } @trial_started)[-1];
-		my ($uuid, @parts) = split / /, $parts;
 		fail_("the reader saw " . scalar(@l) . " bad polls, first: $what"
-			  . " (during trial " . ($during ? $during->[0] : 'none') . ", target UUID $uuid, parts: @parts)");
+			  . " (during trial " . ($during ? $during->[0] : 'none') . ", target UUID $uuid, parts: $parts)");
 		# whose generation, or whose old target, the poll read
 		say_("  that UUID is $_")
 		  for $uuid !~ /^[0-9a-f-]{36}$/ ? () : split /\n/, psql_ok(
