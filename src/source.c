@@ -17,6 +17,7 @@
 #include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "lib/stringinfo.h"
+#include "nodes/params.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
@@ -43,17 +44,27 @@ dpwin_snapshot_close(void)
 	CommitTransactionCommand();
 }
 
-Portal
-dpwin_source_open(const DpwinRoute *route, const char *snapshot_name,
-				  TimestampTz lo, TimestampTz hi)
+/*
+ * Run the chunk's SELECT into `dest` under the exported snapshot.  The
+ * executor hands each row to dest->receiveSlot as it produces it, so no
+ * batch of rows is ever copied into an SPI tuple table and deformed again:
+ * the receiver reads the scan's own slot (docs/design.md, "Extraction").
+ * The plan is prepared without CURSOR_OPT_PARALLEL_OK, so that a chunk is
+ * read by its worker alone and never asks for parallel workers of its own.
+ */
+uint64
+dpwin_source_read(const DpwinRoute *route, const char *snapshot_name,
+				  TimestampTz lo, TimestampTz hi, DestReceiver *dest)
 {
 	StringInfoData sql;
 	Oid			argtypes[2] = {TIMESTAMPTZOID, TIMESTAMPTZOID};
-	Datum		args[2];
 	char	   *nspname;
 	char	   *relname;
 	SPIPlanPtr	plan;
-	Portal		portal;
+	ParamListInfo params;
+	SPIExecuteOptions options;
+	int			rc;
+	uint64		rows;
 
 	StartTransactionCommand();
 	XactIsoLevel = XACT_REPEATABLE_READ;
@@ -85,32 +96,27 @@ dpwin_source_open(const DpwinRoute *route, const char *snapshot_name,
 	if (plan == NULL)
 		elog(ERROR, "SPI_prepare failed for \"%s\": %s", sql.data,
 			 SPI_result_code_string(SPI_result));
-	args[0] = TimestampTzGetDatum(lo);
-	args[1] = TimestampTzGetDatum(hi);
-	portal = SPI_cursor_open(NULL, plan, args, NULL, true);
-	if (portal == NULL)
-		elog(ERROR, "SPI_cursor_open failed: %s",
-			 SPI_result_code_string(SPI_result));
-	return portal;
-}
 
-uint64
-dpwin_source_fetch(Portal portal, int batch_rows)
-{
-	if (SPI_tuptable)
+	params = makeParamList(2);
+	for (int i = 0; i < 2; i++)
 	{
-		SPI_freetuptable(SPI_tuptable);
-		SPI_tuptable = NULL;
+		params->params[i].value = TimestampTzGetDatum(i == 0 ? lo : hi);
+		params->params[i].isnull = false;
+		params->params[i].pflags = PARAM_FLAG_CONST;
+		params->params[i].ptype = TIMESTAMPTZOID;
 	}
-	SPI_cursor_fetch(portal, true, batch_rows);
-	return SPI_processed;
-}
+	memset(&options, 0, sizeof(options));
+	options.params = params;
+	options.read_only = true;
+	options.dest = dest;
+	rc = SPI_execute_plan_extended(plan, &options);
+	if (rc < 0)
+		elog(ERROR, "SPI_execute_plan_extended failed for \"%s\": %s", sql.data,
+			 SPI_result_code_string(rc));
+	rows = SPI_processed;
 
-void
-dpwin_source_close(Portal portal)
-{
-	SPI_cursor_close(portal);
 	SPI_finish();
 	PopActiveSnapshot();
 	CommitTransactionCommand();
+	return rows;
 }

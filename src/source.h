@@ -2,8 +2,8 @@
  *
  * source.h
  *	  The PostgreSQL side of extraction: one exported snapshot held by the
- *	  coordinator, imported by every chunk worker for every chunk, and an
- *	  SPI cursor over one chunk's half-open range.
+ *	  coordinator, imported by every chunk worker for every chunk, and a
+ *	  query over one chunk's half-open range run into a receiver.
  *
  *-------------------------------------------------------------------------
  */
@@ -23,14 +23,13 @@ extern char *dpwin_snapshot_export(void);
 extern void dpwin_snapshot_close(void);
 
 /*
- * Worker: start a REPEATABLE READ transaction that imports the snapshot
- * before taking any other, connect SPI and open a cursor over
- * window_column >= lo AND window_column < hi of the route's columns.
- * Rows come from dpwin_source_fetch() in batches until it returns 0.
+ * Worker: in a REPEATABLE READ transaction that imports the snapshot
+ * before taking any other, run SELECT of the route's columns WHERE
+ * window_column >= lo AND window_column < hi into `dest`, row by row, and
+ * commit.  Returns the number of rows `dest` received.  An error raised by
+ * `dest` leaves the transaction for the caller to abort.
  */
-extern Portal dpwin_source_open(const DpwinRoute *route, const char *snapshot_name,
-								TimestampTz lo, TimestampTz hi);
-extern uint64 dpwin_source_fetch(Portal portal, int batch_rows);
-extern void dpwin_source_close(Portal portal);
+extern uint64 dpwin_source_read(const DpwinRoute *route, const char *snapshot_name,
+								TimestampTz lo, TimestampTz hi, DestReceiver *dest);
 
 #endif							/* DPWIN_SOURCE_H */

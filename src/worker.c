@@ -62,6 +62,12 @@ typedef struct WorkerState
 	MemoryContext chunk_cxt;	/* reset for every attempt */
 	MemoryContext batch_cxt;	/* reset for every batch of rows */
 
+	/*
+	 * The request body being encoded.  It lives as long as the worker, so
+	 * that it grows to its working size once, not again for every chunk.
+	 */
+	StringInfoData body;
+
 	/* per attempt */
 	char	   *last_query_id;	/* may need settling after a failure */
 	DpwinFailure failure;		/* the worker's own verdict on its failure */
@@ -124,6 +130,104 @@ worker_post(WorkerState *ws, const char *staging, const char *data, size_t len,
 }
 
 /*
+ * Receives one chunk's rows from the executor (dpwin_source_read()): each
+ * row is encoded from the scan's slot, digested, and appended to the
+ * request body, which is POSTed whenever it outgrows max_encoded_bytes.
+ */
+typedef struct ChunkReceiver
+{
+	DestReceiver pub;			/* must be first */
+	WorkerState *ws;
+	DpwinChunkSlot *slot;
+	const char *staging;		/* NULL: digest only */
+	DpwinDigest *digest;
+	StringInfo	buf;			/* the worker's request body */
+	uint64		rows;
+	uint64		bytes;
+	int			in_batch;		/* rows since the last batch boundary */
+} ChunkReceiver;
+
+/*
+ * Every batch_rows rows: count them in the progress slot, free what their
+ * encoding allocated, and stop if another chunk failed.
+ */
+static void
+chunk_batch_boundary(ChunkReceiver *r)
+{
+	WorkerState *ws = r->ws;
+
+	if (r->in_batch > 0)
+	{
+		MemoryContextReset(ws->batch_cxt);
+		dpwin_progress_add(ws->sh->progress_slot, 0, r->in_batch, 0);
+		r->in_batch = 0;
+	}
+	CHECK_FOR_INTERRUPTS();
+	if (pg_atomic_read_u32(&ws->sh->stop))
+		ereport(ERROR,
+				(errcode(ERRCODE_QUERY_CANCELED),
+				 errmsg("extraction stopped after a failure in another chunk")));
+}
+
+static bool
+chunk_receive_slot(TupleTableSlot *tslot, DestReceiver *self)
+{
+	ChunkReceiver *r = (ChunkReceiver *) self;
+	WorkerState *ws = r->ws;
+	DpwinRoute *route = ws->route;
+	StringInfo	buf = r->buf;
+	int			row_start = buf->len;
+	size_t		row_len;
+	MemoryContext oldcxt;
+
+	slot_getallattrs(tslot);
+	oldcxt = MemoryContextSwitchTo(ws->batch_cxt);
+	dpwin_rb_encode_row(ws->encoder, tslot->tts_values, tslot->tts_isnull, buf);
+	row_len = buf->len - row_start;
+	if (row_len > (size_t) route->max_encoded_bytes)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("a row of chunk %d encodes to %zu bytes, more than max_encoded_bytes (%lld)",
+						r->slot->chunk_no, row_len,
+						(long long) route->max_encoded_bytes),
+				 errdetail("Row with %s = %s.", route->window_column,
+						   tslot->tts_isnull[route->window_index] ? "NULL" :
+						   dpwin_timestamp_utc(DatumGetTimestampTz(tslot->tts_values[route->window_index]))),
+				 errhint("Raise the route's max_encoded_bytes with dpwin.alter_route().")));
+	dpwin_digest_add_row(r->digest, &ws->sh->key, buf->data + row_start, row_len);
+	r->rows++;
+	r->bytes += row_len;
+	MemoryContextSwitchTo(oldcxt);
+
+	if (r->staging == NULL)
+		resetStringInfo(buf);
+	/* Keep every request body within max_encoded_bytes. */
+	else if (buf->len > route->max_encoded_bytes)
+	{
+		oldcxt = MemoryContextSwitchTo(ws->chunk_cxt);
+		worker_post(ws, r->staging, buf->data, row_start, r->slot->chunk_no);
+		memmove(buf->data, buf->data + row_start, row_len);
+		buf->len = row_len;
+		buf->data[buf->len] = '\0';
+		MemoryContextSwitchTo(oldcxt);
+	}
+
+	if (++r->in_batch >= route->batch_rows)
+		chunk_batch_boundary(r);
+	return true;
+}
+
+static void
+chunk_receive_startup(DestReceiver *self, int operation, TupleDesc typeinfo)
+{
+}
+
+static void
+chunk_receive_nothing(DestReceiver *self)
+{
+}
+
+/*
  * Read chunk `slot` under the exported snapshot, encode its rows and
  * digest them into *digest; with a staging table, stream them into it in
  * request bodies of at most max_encoded_bytes.
@@ -132,78 +236,31 @@ static void
 worker_read_chunk(WorkerState *ws, DpwinChunkSlot *slot, const char *staging,
 				  DpwinDigest *digest, uint64 *rows, uint64 *bytes)
 {
-	DpwinExtractShared *sh = ws->sh;
-	DpwinRoute *route = ws->route;
-	Portal		portal;
-	StringInfoData buf;
-	Datum	   *values;
-	bool	   *nulls;
-	MemoryContext oldcxt;
+	ChunkReceiver r;
 
-	initStringInfo(&buf);
-	values = palloc(sizeof(Datum) * route->ncolumns);
-	nulls = palloc(sizeof(bool) * route->ncolumns);
-	portal = dpwin_source_open(route, sh->snapshot_name, slot->lo, slot->hi);
+	memset(&r, 0, sizeof(r));
+	r.pub.receiveSlot = chunk_receive_slot;
+	r.pub.rStartup = chunk_receive_startup;
+	r.pub.rShutdown = chunk_receive_nothing;
+	r.pub.rDestroy = chunk_receive_nothing;
+	r.pub.mydest = DestNone;
+	r.ws = ws;
+	r.slot = slot;
+	r.staging = staging;
+	r.digest = digest;
+	r.buf = &ws->body;
+	resetStringInfo(r.buf);
 	MemoryContextSwitchTo(ws->chunk_cxt);
-	for (;;)
-	{
-		uint64		n;
 
-		CHECK_FOR_INTERRUPTS();
-		if (pg_atomic_read_u32(&sh->stop))
-			ereport(ERROR,
-					(errcode(ERRCODE_QUERY_CANCELED),
-					 errmsg("extraction stopped after a failure in another chunk")));
-
-		n = dpwin_source_fetch(portal, route->batch_rows);
-		if (n == 0)
-			break;
-
-		oldcxt = MemoryContextSwitchTo(ws->batch_cxt);
-		for (uint64 i = 0; i < n; i++)
-		{
-			int			row_start = buf.len;
-			size_t		row_len;
-
-			heap_deform_tuple(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
-							  values, nulls);
-			dpwin_rb_encode_row(ws->encoder, values, nulls, &buf);
-			row_len = buf.len - row_start;
-			if (row_len > (size_t) route->max_encoded_bytes)
-				ereport(ERROR,
-						(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-						 errmsg("a row of chunk %d encodes to %zu bytes, more than max_encoded_bytes (%lld)",
-								slot->chunk_no, row_len,
-								(long long) route->max_encoded_bytes),
-						 errdetail("Row with %s = %s.", route->window_column,
-								   nulls[route->window_index] ? "NULL" :
-								   dpwin_timestamp_utc(DatumGetTimestampTz(values[route->window_index]))),
-						 errhint("Raise the route's max_encoded_bytes with dpwin.alter_route().")));
-			dpwin_digest_add_row(digest, &sh->key, buf.data + row_start, row_len);
-			(*rows)++;
-			*bytes += row_len;
-
-			if (staging == NULL)
-				resetStringInfo(&buf);
-			/* Keep every request body within max_encoded_bytes. */
-			else if (buf.len > route->max_encoded_bytes)
-			{
-				MemoryContextSwitchTo(ws->chunk_cxt);
-				worker_post(ws, staging, buf.data, row_start, slot->chunk_no);
-				memmove(buf.data, buf.data + row_start, row_len);
-				buf.len = row_len;
-				buf.data[buf.len] = '\0';
-				MemoryContextSwitchTo(ws->batch_cxt);
-			}
-		}
-		MemoryContextSwitchTo(oldcxt);
-		MemoryContextReset(ws->batch_cxt);
-		dpwin_progress_add(sh->progress_slot, 0, n, 0);
-	}
-	if (staging != NULL && buf.len > 0)
-		worker_post(ws, staging, buf.data, buf.len, slot->chunk_no);
-	dpwin_source_close(portal);
+	chunk_batch_boundary(&r);
+	dpwin_source_read(ws->route, ws->sh->snapshot_name, slot->lo, slot->hi,
+					  &r.pub);
 	MemoryContextSwitchTo(ws->chunk_cxt);
+	chunk_batch_boundary(&r);
+	if (staging != NULL && r.buf->len > 0)
+		worker_post(ws, staging, r.buf->data, r.buf->len, slot->chunk_no);
+	*rows += r.rows;
+	*bytes += r.bytes;
 }
 
 /*
@@ -590,6 +647,7 @@ worker_setup(WorkerState *ws, MemoryContext worker_cxt)
 
 	dpwin_xact_begin("dpwin: chunk worker setup");
 	MemoryContextSwitchTo(worker_cxt);
+	initStringInfo(&ws->body);
 	ws->route = dpwin_route_load_by_id(sh->route_id);
 	conf = dpwin_server_conf(ws->route->server_name, GetUserId());
 
