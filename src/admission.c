@@ -65,6 +65,20 @@ typedef struct TargetColumn
 	char	   *default_kind;
 } TargetColumn;
 
+/* What read_target_facts() learned of the target. */
+typedef struct TargetFacts
+{
+	char	   *db_engine;		/* NULL: no such database */
+	List	   *table_row;		/* system.tables row; NIL: no such table */
+	List	   *columns;		/* TargetColumn, sorted by position */
+	List	   *mv_readers;		/* qualified names */
+	List	   *mv_writers;
+	List	   *mutations;		/* "id (command)" */
+	List	   *projections;	/* quoted names */
+	bool		policies_read;	/* system.row_policies was readable */
+	List	   *row_policies;	/* names of the policies found there */
+} TargetFacts;
+
 /* Servers (url + database) whose EXCHANGE already worked in this backend. */
 static List *probed_exchange = NIL;
 
@@ -74,8 +88,8 @@ static DpwinRefusal *check_server(ChClient *client, ServerFacts *facts);
 static char *mv_target_condition(const char *database, const char *table);
 static DpwinRefusal *check_ttl(ChClient *client, const char *qname,
 							   const char *create_query);
-static DpwinRefusal *check_row_policies(ChClient *client, const char *database,
-										const char *table, const char *qname);
+static DpwinRefusal *check_row_policies(ChClient *client, const TargetFacts *f,
+										const char *qname);
 static bool parse_window_type(const char *type, int *precision,
 							  bool *nullable, char **tz);
 static char *schema_fingerprint(int ncolumns, char **names, char **types,
@@ -391,70 +405,40 @@ check_ttl(ChClient *client, const char *qname, const char *create_query)
 }
 
 /*
- * Row policies on the table or its database.  Reading system.row_policies
- * needs SHOW ROW POLICIES; without it, ask the planner whether a row-level
- * filter applies to our own reads, which is what would silently drop rows
- * from the generation.
+ * Row policies on the table or its database, as read_target_facts() found
+ * them in system.row_policies.  Reading that table needs SHOW ROW POLICIES;
+ * without it, ask the planner whether a row-level filter applies to our
+ * own reads, which is what would silently drop rows from the generation.
  */
 static DpwinRefusal *
-check_row_policies(ChClient *client, const char *database, const char *table,
-				   const char *qname)
+check_row_policies(ChClient *client, const TargetFacts *f, const char *qname)
 {
-	ChHttpReply reply;
-	ChHttpStatus status = CHHTTP_SERVER_ERROR;
-	char	   *sql;
+	char	   *plan;
 
-	/* refused earlier in this run: go straight to the plan */
-	if (!client->row_policies_denied)
+	if (f->policies_read)
 	{
-		sql = psprintf("SELECT name FROM system.row_policies "
-					   "WHERE database = %s AND (`table` = %s OR `table` = '') "
-					   "ORDER BY name",
-					   dpwin_ch_quote_literal(database), dpwin_ch_quote_literal(table));
-		status = dpwin_ch_try(client, sql, dpwin_ch_next_query_id(client, "admit-rowpolicy"),
-							  NULL, NULL, &reply);
-	}
-	if (status == CHHTTP_OK)
-	{
-		List	   *rows = dpwin_ch_parse_tsv(reply.body.data);
-		List	   *names = NIL;
-		ListCell   *lc;
-
-		foreach(lc, rows)
-			names = lappend(names, (char *) dpwin_ch_row_field((List *) lfirst(lc), 0));
-		if (names != NIL)
+		if (f->row_policies != NIL)
 			return refuse(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
 						  psprintf("ClickHouse target %s has row policies", qname),
 						  psprintf("Row policies: %s.  A policy filters the rows dpwin copies into the replacement generation.",
-								   names_list(names)),
+								   names_list(f->row_policies)),
 						  pstrdup("Drop the row policies on the target, or refresh another table."));
 		return NULL;
 	}
-	if (!client->row_policies_denied)
-	{
-		if (status != CHHTTP_SERVER_ERROR ||
-			reply.exception_code != CH_ACCESS_DENIED)
-			dpwin_ch_report(status, &reply, "reading system.row_policies");
-		client->row_policies_denied = true;
-	}
 
 	/* No SHOW ROW POLICIES: does a row-level filter apply to us? */
-	{
-		char	   *plan;
-
-		plan = dpwin_ch_exec(client,
-							 psprintf("EXPLAIN actions = 1 SELECT * FROM %s", qname));
-		for (char *c = plan; *c; c++)
-			*c = pg_ascii_tolower((unsigned char) *c);
-		if (strstr(plan, "row level filter") != NULL ||
-			strstr(plan, "row-level security filter") != NULL ||
-			strstr(plan, "row-level filter") != NULL)
-			return refuse(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-						  psprintf("ClickHouse target %s has a row policy that filters dpwin's reads",
-								   qname),
-						  pstrdup("The query plan of a read from the target contains a row-level filter.  A policy filters the rows dpwin copies into the replacement generation."),
-						  pstrdup("Drop the row policies on the target, or refresh another table."));
-	}
+	plan = dpwin_ch_exec(client,
+						 psprintf("EXPLAIN actions = 1 SELECT * FROM %s", qname));
+	for (char *c = plan; *c; c++)
+		*c = pg_ascii_tolower((unsigned char) *c);
+	if (strstr(plan, "row level filter") != NULL ||
+		strstr(plan, "row-level security filter") != NULL ||
+		strstr(plan, "row-level filter") != NULL)
+		return refuse(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+					  psprintf("ClickHouse target %s has a row policy that filters dpwin's reads",
+							   qname),
+					  pstrdup("The query plan of a read from the target contains a row-level filter.  A policy filters the rows dpwin copies into the replacement generation."),
+					  pstrdup("Drop the row policies on the target, or refresh another table."));
 	return NULL;
 }
 
@@ -565,16 +549,6 @@ compare_columns_by_position(const ListCell *a, const ListCell *b)
  */
 
 /* What the admission statement learned about the target, one list per fact. */
-typedef struct TargetFacts
-{
-	char	   *db_engine;		/* NULL: no such database */
-	List	   *table_row;		/* system.tables row; NIL: no such table */
-	List	   *columns;		/* TargetColumn, sorted by position */
-	List	   *mv_readers;		/* qualified names */
-	List	   *mv_writers;
-	List	   *mutations;		/* "id (command)" */
-	List	   *projections;	/* quoted names */
-} TargetFacts;
 
 /* Columns of the 'T' row of the admission statement. */
 #define TROW_ENGINE			1
@@ -588,7 +562,7 @@ typedef struct TargetFacts
  * Everything system tables can tell about the target in one statement,
  * one tagged row per fact: D database, T table, C column, R materialized
  * view reading from the table, W materialized view writing into it, X
- * unfinished mutation, P projection.
+ * unfinished mutation, P projection, Y row policy.
  */
 static void
 read_target_facts(ChClient *client, const char *db, const char *tb,
@@ -599,6 +573,8 @@ read_target_facts(ChClient *client, const char *db, const char *tb,
 	char	   *ltb = dpwin_ch_quote_literal(tb);
 	StringInfoData sql;
 	ListCell   *lc;
+	ChHttpReply reply;
+	ChHttpStatus status;
 
 	memset(f, 0, sizeof(*f));
 	initStringInfo(&sql);
@@ -623,7 +599,37 @@ read_target_facts(ChClient *client, const char *db, const char *tb,
 						 "FROM system.projections WHERE database = %s AND `table` = %s",
 						 ldb, ltb);
 
-	foreach(lc, dpwin_ch_parse_tsv(dpwin_ch_exec(client, sql.data)))
+	/*
+	 * Rule 14's row policies in the same statement, unless this run already
+	 * learned that the user may not read system.row_policies.  A refusal of
+	 * the whole statement for that reason is asked again without them.
+	 */
+	f->policies_read = !client->row_policies_denied;
+	for (;;)
+	{
+		char	   *query = f->policies_read ?
+			psprintf("%s\nUNION ALL SELECT 'Y', name, '', '', '', '', '' "
+					 "FROM system.row_policies "
+					 "WHERE database = %s AND (`table` = %s OR `table` = '')",
+					 sql.data, ldb, ltb) : sql.data;
+
+		status = dpwin_ch_try(client, query,
+							  dpwin_ch_next_query_id(client, "admit"),
+							  NULL, NULL, &reply);
+		if (status == CHHTTP_SERVER_ERROR &&
+			reply.exception_code == CH_ACCESS_DENIED && f->policies_read)
+		{
+			client->row_policies_denied = true;
+			f->policies_read = false;
+			continue;
+		}
+		if (status != CHHTTP_OK)
+			dpwin_ch_report(status, &reply,
+							psprintf("reading what system tables say of %s", qname));
+		break;
+	}
+
+	foreach(lc, dpwin_ch_parse_tsv(reply.body.data))
 	{
 		List	   *row = (List *) lfirst(lc);
 		const char *tag = dpwin_ch_row_field(row, 0);
@@ -663,6 +669,10 @@ read_target_facts(ChClient *client, const char *db, const char *tb,
 			case 'P':
 				f->projections = lappend(f->projections,
 										 dpwin_ch_quote_ident(dpwin_ch_row_field(row, 1)));
+				break;
+			case 'Y':
+				f->row_policies = lappend(f->row_policies,
+										  pstrdup(dpwin_ch_row_field(row, 1)));
 				break;
 			default:
 				ereport(ERROR,
@@ -909,7 +919,7 @@ dpwin_target_try_admit(ChClient *client, const DpwinRoute *route,
 
 	/* 14: row policies last, as they may cost one more round trip. */
 	if (r == NULL)
-		r = check_row_policies(client, db, tb, qname);
+		r = check_row_policies(client, &facts, qname);
 
 	*refusal = r;
 	if (r != NULL)

@@ -59,7 +59,12 @@ create_event_source();
 	# once, however often the target is re-admitted, and the clean-up drops
 	# every staging table in one statement.
 	is(scalar(grep { $_->{query} =~ /^SELECT version\(\)/ } @log), 1, 'the server\'s version is read once per run');
-	ok(scalar(grep { $_->{query} =~ /^SELECT 'D', engine/ } @log) >= 2, '... while the target is admitted again');
+	my @admissions = grep { $_->{query} =~ /^SELECT 'D', engine/ } @log;
+	ok(@admissions >= 2, '... while the target is admitted again');
+	is(scalar(grep { $_->{query} =~ /FROM system\.row_policies/ } @admissions), scalar(@admissions),
+		'each admission reads the row policies in its own statement');
+	is(scalar(grep { $_->{query} =~ /system\.row_policies/ && $_->{query} !~ /^SELECT 'D', engine/ } @log), 0,
+		'... and no other statement reads them');
 	my @drops = grep { $_->{query} =~ /^DROP TABLE IF EXISTS .*\Q${prefix}\Estg_/ } @log;
 	is(scalar(@drops), 1, 'the clean-up drops the staging tables in one statement');
 	is(scalar(() = ($drops[0]{query} // '') =~ /`\Q${prefix}\Estg_[0-3]_0`/g), 4, '... all four of them');
