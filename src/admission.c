@@ -548,8 +548,6 @@ compare_columns_by_position(const ListCell *a, const ListCell *b)
  * ----------------------------------------------------------------------
  */
 
-/* What the admission statement learned about the target, one list per fact. */
-
 /* Columns of the 'T' row of the admission statement. */
 #define TROW_ENGINE			1
 #define TROW_ENGINE_FULL	2

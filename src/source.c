@@ -52,7 +52,7 @@ dpwin_snapshot_close(void)
  * The plan is prepared without CURSOR_OPT_PARALLEL_OK, so that a chunk is
  * read by its worker alone and never asks for parallel workers of its own.
  */
-uint64
+void
 dpwin_source_read(const DpwinRoute *route, const char *snapshot_name,
 				  TimestampTz lo, TimestampTz hi, DestReceiver *dest)
 {
@@ -64,7 +64,6 @@ dpwin_source_read(const DpwinRoute *route, const char *snapshot_name,
 	ParamListInfo params;
 	SPIExecuteOptions options;
 	int			rc;
-	uint64		rows;
 
 	StartTransactionCommand();
 	XactIsoLevel = XACT_REPEATABLE_READ;
@@ -113,10 +112,8 @@ dpwin_source_read(const DpwinRoute *route, const char *snapshot_name,
 	if (rc < 0)
 		elog(ERROR, "SPI_execute_plan_extended failed for \"%s\": %s", sql.data,
 			 SPI_result_code_string(rc));
-	rows = SPI_processed;
 
 	SPI_finish();
 	PopActiveSnapshot();
 	CommitTransactionCommand();
-	return rows;
 }

@@ -26,10 +26,10 @@ extern void dpwin_snapshot_close(void);
  * Worker: in a REPEATABLE READ transaction that imports the snapshot
  * before taking any other, run SELECT of the route's columns WHERE
  * window_column >= lo AND window_column < hi into `dest`, row by row, and
- * commit.  Returns the number of rows `dest` received.  An error raised by
- * `dest` leaves the transaction for the caller to abort.
+ * commit.  An error raised by `dest` leaves the transaction for the caller
+ * to abort.
  */
-extern uint64 dpwin_source_read(const DpwinRoute *route, const char *snapshot_name,
-								TimestampTz lo, TimestampTz hi, DestReceiver *dest);
+extern void dpwin_source_read(const DpwinRoute *route, const char *snapshot_name,
+							  TimestampTz lo, TimestampTz hi, DestReceiver *dest);
 
 #endif							/* DPWIN_SOURCE_H */

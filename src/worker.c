@@ -21,7 +21,6 @@
  */
 #include "dpwin.h"
 
-#include "access/htup_details.h"
 #include "access/xact.h"
 #include "miscadmin.h"
 #include "pgstat.h"

@@ -571,8 +571,8 @@ answer(struct MHD_Connection *c, struct request *r)
 	 * those of statements that failed meanwhile, and of those that were
 	 * still running when it began to stop (their results may be cut).
 	 */
-	if ((r->failed || r->cut_by_shutdown) &&
-	    atomic_load(&g.shutting_down)) {
+	if (r->cut_by_shutdown ||
+	    (r->failed && atomic_load(&g.shutting_down))) {
 		engine_result_free(&r->res);
 		log_request(r, "shutdown");
 		r->answered = 1;
