@@ -219,6 +219,7 @@ coordinator_register(Coordinator *c)
 	dpwin_invocation_load(c, c->call->route_id);
 	coordinator_take_lease(c);
 	dpwin_invocation_plan_window(c);
+	dpwin_invocation_adopt_digest_cache(c);
 	orphans = dpwin_invocation_register(c);
 	coordinator_drop_orphan_tables(c, orphans);
 	c->progress_slot = dpwin_progress_claim(&c->id, c->route->route_id,

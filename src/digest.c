@@ -31,6 +31,7 @@
 #include "catalog/pg_type.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/resowner.h"
 
 #include "digest.h"
 
@@ -319,17 +320,37 @@ dpwin_digest_from_tsv(const char *line, DpwinDigest *d)
 char *
 dpwin_sha256_hex(const char *data, size_t len)
 {
-	pg_cryptohash_ctx *ctx = pg_cryptohash_create(PG_SHA256);
+	ResourceOwner saved = CurrentResourceOwner;
+	ResourceOwner own = NULL;
+	pg_cryptohash_ctx *ctx;
 	uint8		hash[PG_SHA256_DIGEST_LENGTH];
 	char	   *hex;
 
+	/*
+	 * A hash context belongs to a resource owner; a coordinator between its
+	 * transactions has none, and lends it one of its own meanwhile.
+	 */
+	if (saved == NULL)
+		CurrentResourceOwner = own = ResourceOwnerCreate(NULL, "dpwin sha-256");
+	ctx = pg_cryptohash_create(PG_SHA256);
 	if (ctx == NULL ||
 		pg_cryptohash_init(ctx) < 0 ||
 		pg_cryptohash_update(ctx, (const uint8 *) data, len) < 0 ||
 		pg_cryptohash_final(ctx, hash, sizeof(hash)) < 0)
+	{
+		CurrentResourceOwner = saved;
 		elog(ERROR, "could not compute SHA-256: %s",
 			 ctx ? pg_cryptohash_error(ctx) : "out of memory");
+	}
 	pg_cryptohash_free(ctx);
+	if (own != NULL)
+	{
+		CurrentResourceOwner = saved;
+		ResourceOwnerRelease(own, RESOURCE_RELEASE_BEFORE_LOCKS, true, true);
+		ResourceOwnerRelease(own, RESOURCE_RELEASE_LOCKS, true, true);
+		ResourceOwnerRelease(own, RESOURCE_RELEASE_AFTER_LOCKS, true, true);
+		ResourceOwnerDelete(own);
+	}
 	hex = palloc(PG_SHA256_DIGEST_LENGTH * 2 + 1);
 	hex_encode((const char *) hash, sizeof(hash), hex);
 	hex[PG_SHA256_DIGEST_LENGTH * 2] = '\0';

@@ -48,8 +48,8 @@ evidence_metrics(Coordinator *c)
 	dpwin_json_text(&buf, "invocation_id", dpwin_uuid_text(&c->id), false);
 	dpwin_json_text(&buf, "window_lo", dpwin_timestamp_utc(c->lo), true);
 	dpwin_json_text(&buf, "window_hi", dpwin_timestamp_utc(c->hi), true);
-	appendStringInfo(&buf, ", \"chunks\": %d, \"skipped_chunks\": %d", c->ext.nchunks,
-					 c->ext.skipped_chunks);
+	appendStringInfo(&buf, ", \"chunks\": %d, \"skipped_chunks\": %d, \"cached_digests\": %d",
+					 c->ext.nchunks, c->ext.skipped_chunks, c->cached_digests);
 	appendStringInfo(&buf, ", \"source_rows\": " INT64_FORMAT ", \"staging_rows\": " INT64_FORMAT
 					 ", \"target_rows\": " INT64_FORMAT ", \"kept_rows\": " INT64_FORMAT
 					 ", \"encoded_bytes\": " INT64_FORMAT,

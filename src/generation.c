@@ -851,6 +851,7 @@ dpwin_generation_attach_staged(ChClient *client, const DpwinTargetInfo *target,
 	 * rows inside the ranges by digest.
 	 */
 	gen_parts = read_parts(client, target->database, list_make1(gen->table), NIL, NULL, NULL);
+	gen->parts_fingerprint = dpwin_generation_parts_fingerprint(gen_parts);
 	if (parts_differ(staged_parts, gen_parts, true) != NIL)
 	{
 		DpwinDigest g;
@@ -955,6 +956,22 @@ dpwin_generation_target_parts(ChClient *client, const DpwinTargetInfo *target)
 	return read_parts(client, target->database, list_make1(target->table), NIL, NULL, NULL);
 }
 
+char *
+dpwin_generation_parts_fingerprint(List *parts)
+{
+	StringInfoData buf;
+	ListCell   *lc;
+	char	   *hex;
+
+	initStringInfo(&buf);
+	appendStringInfoString(&buf, "dpwin-parts-v1\n");
+	foreach(lc, parts)
+		appendStringInfo(&buf, "%s\n", (char *) lfirst(lc));
+	hex = dpwin_sha256_hex(buf.data, buf.len);
+	pfree(buf.data);
+	return hex;
+}
+
 bool
 dpwin_generation_parts_equal(List *a, List *b)
 {
@@ -983,6 +1000,8 @@ dpwin_generation_json(const DpwinGeneration *gen)
 		appendStringInfoString(&buf, ", \"why_not\": ");
 		escape_json(&buf, gen->minmax_why_not);
 	}
+	if (gen->parts_fingerprint)
+		appendStringInfo(&buf, ", \"parts\": \"%s\"", gen->parts_fingerprint);
 	appendStringInfoChar(&buf, '}');
 	return buf.data;
 }

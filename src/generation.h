@@ -48,6 +48,8 @@ typedef struct DpwinGeneration
 	List	   *outside_rows;	/* their rows in the target (PartitionMeta) */
 	int64		target_kept_rows;	/* target rows outside the ranges */
 	int64		attached_parts; /* staged parts attached */
+	char	   *parts_fingerprint;	/* of its parts once the staged ones are
+									 * attached (NULL until then) */
 	int			digest_checks;	/* checks that fell back to a digest */
 } DpwinGeneration;
 
@@ -119,6 +121,13 @@ extern List *dpwin_generation_merge_ranges(List *chunks);
 extern List *dpwin_generation_target_parts(ChClient *client,
 										   const DpwinTargetInfo *target);
 extern bool dpwin_generation_parts_equal(List *a, List *b);
+
+/*
+ * SHA-256 (hex) of such a record: equal fingerprints, the same parts file
+ * for file (the files' hashes, not the parts' names, so that the
+ * generation's record describes the target it becomes).
+ */
+extern char *dpwin_generation_parts_fingerprint(List *parts);
 
 /* How the generation was built, as a jsonb object text, for evidence. */
 extern char *dpwin_generation_json(const DpwinGeneration *gen);

@@ -107,6 +107,28 @@ dpwin_invocation_plan_window(Coordinator *c)
 	dpwin_digest_key_generate(&c->ext.key);
 }
 
+/*
+ * A refresh that skips unchanged chunks starts from what the route's last
+ * publication knew of the target: the digest of each chunk it published
+ * or kept, valid while the target's parts are the ones it published.  The
+ * invocation takes over that publication's digest key, so that its
+ * workers' digests compare with those (docs/design.md, "Skipping unchanged
+ * chunks").  Before the plan is journaled: the plan names the key.
+ */
+void
+dpwin_invocation_adopt_digest_cache(Coordinator *c)
+{
+	if (!c->route->skip_unchanged)
+		return;
+	dpwin_xact_begin("dpwin: reading the last publication");
+	MemoryContextSwitchTo(c->cxt);
+	c->digest_cache = dpwin_registry_digest_cache(c->route->route_id,
+												  c->route->config_fingerprint);
+	dpwin_xact_commit(c->cxt);
+	if (c->digest_cache != NULL)
+		c->ext.key = c->digest_cache->key;
+}
+
 /* Drop every table of this invocation but backups (best effort). */
 void
 dpwin_invocation_drop_own_tables(Coordinator *c)

@@ -78,6 +78,10 @@ typedef struct Coordinator
 	TimestampTz lo;
 	TimestampTz hi;
 
+	/* skip_unchanged: what the last publication knew, if it can be used */
+	DpwinDigestCache *digest_cache;
+	int			cached_digests; /* chunks compared with it, not digested */
+
 	/* as last journaled by us: dpwin_invocation_transition() only */
 	DpwinState	state;
 
@@ -92,6 +96,7 @@ typedef void (*DpwinCommitWith) (Coordinator *c);
 extern void dpwin_invocation_init(Coordinator *c, DpwinCallShared *call);
 extern void dpwin_invocation_load(Coordinator *c, int32 route_id);
 extern void dpwin_invocation_plan_window(Coordinator *c);
+extern void dpwin_invocation_adopt_digest_cache(Coordinator *c);
 extern List *dpwin_invocation_register(Coordinator *c);
 extern DpwinInvocation *dpwin_invocation_recall(Coordinator *c);
 

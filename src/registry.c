@@ -762,6 +762,76 @@ dpwin_registry_digest_key(const pg_uuid_t *id)
 							  " WHERE invocation_id = $1", id, true);
 }
 
+/* Columns of dpwin_registry_digest_cache()'s queries. */
+#define Anum_cache_invocation_id		1
+#define Anum_cache_digest_key			2
+#define Anum_cache_schema_fingerprint	3
+#define Anum_cache_parts_fingerprint	4
+#define Anum_cache_chunk_lo				1
+#define Anum_cache_chunk_hi				2
+#define Anum_cache_chunk_digest			3
+
+DpwinDigestCache *
+dpwin_registry_digest_cache(int32 route_id, const char *config_fingerprint)
+{
+	Oid			types[2] = {INT4OID, TEXTOID};
+	Oid			chunk_types[1] = {UUIDOID};
+	Datum		args[2];
+	MemoryContext caller = CurrentMemoryContext;
+	MemoryContext spicxt;
+	DpwinDigestCache *cache;
+	pg_uuid_t  *id;
+	char	   *key;
+	int			n;
+
+	/*
+	 * The newest evidence, not route_state's invocation: an older window
+	 * refreshed later publishes too, and only the newest publication can
+	 * describe the target's parts now.
+	 */
+	args[0] = Int32GetDatum(route_id);
+	args[1] = CStringGetTextDatum(config_fingerprint);
+	if (dpwin_catalog_exec("SELECT i.invocation_id, i.plan->>'digest_key', i.schema_fingerprint,"
+						   " e.metrics->'generation'->>'parts'"
+						   " FROM dpwin.evidence e JOIN dpwin.invocation i USING (invocation_id)"
+						   " WHERE e.route_id = $1 AND i.config_fingerprint = $2"
+						   " ORDER BY e.written_at DESC LIMIT 1",
+						   2, types, args, NULL, true) != 1)
+		return NULL;
+	spicxt = MemoryContextSwitchTo(caller);
+	cache = palloc0(sizeof(DpwinDigestCache));
+	id = get_uuid(0, Anum_cache_invocation_id);
+	key = get_text(0, Anum_cache_digest_key);
+	cache->schema_fingerprint = get_text(0, Anum_cache_schema_fingerprint);
+	cache->parts_fingerprint = get_text(0, Anum_cache_parts_fingerprint);
+	MemoryContextSwitchTo(spicxt);
+	if (key == NULL || !dpwin_digest_key_from_text(key, &cache->key) ||
+		cache->schema_fingerprint == NULL || cache->parts_fingerprint == NULL)
+		return NULL;
+
+	args[0] = UUIDPGetDatum(id);
+	n = (int) dpwin_catalog_exec("SELECT lo, hi, digest FROM dpwin.chunk"
+								 " WHERE invocation_id = $1 AND state IN ('verified', 'skipped')"
+								 " AND digest IS NOT NULL ORDER BY chunk_no",
+								 1, chunk_types, args, NULL, true);
+	spicxt = MemoryContextSwitchTo(caller);
+	cache->lo = palloc(sizeof(TimestampTz) * Max(n, 1));
+	cache->hi = palloc(sizeof(TimestampTz) * Max(n, 1));
+	cache->digest = palloc(sizeof(DpwinDigest) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+	{
+		char	   *v = get_text(i, Anum_cache_chunk_digest);
+
+		if (!dpwin_digest_from_text(v, &cache->digest[cache->nchunks]))
+			continue;
+		cache->lo[cache->nchunks] = get_timestamptz(i, Anum_cache_chunk_lo);
+		cache->hi[cache->nchunks] = get_timestamptz(i, Anum_cache_chunk_hi);
+		cache->nchunks++;
+	}
+	MemoryContextSwitchTo(spicxt);
+	return cache;
+}
+
 /* Columns of dpwin_chunk_load()'s query of dpwin.chunk. */
 #define Anum_chunk_chunk_no			1
 #define Anum_chunk_state			2

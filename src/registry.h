@@ -180,6 +180,32 @@ extern int	dpwin_registry_expire_orphans(int32 target_id, int64 epoch,
 extern char *dpwin_registry_digest_key(const pg_uuid_t *id);
 
 /*
+ * What the last evidenced publication of a route knows of its target's
+ * rows: the digest of each chunk it published or kept (under its digest
+ * key), the target's schema fingerprint, and the fingerprint of the
+ * generation's parts as it published them (docs/design.md, "Skipping
+ * unchanged chunks").
+ */
+typedef struct DpwinDigestCache
+{
+	DpwinDigestKey key;
+	char	   *schema_fingerprint;
+	char	   *parts_fingerprint;
+	int			nchunks;
+	TimestampTz *lo;
+	TimestampTz *hi;
+	DpwinDigest *digest;
+} DpwinDigestCache;
+
+/*
+ * The cache of the route's newest evidence whose invocation ran under
+ * config_fingerprint and recorded its parts; NULL when there is none.
+ * Allocated in the caller's memory context.
+ */
+extern DpwinDigestCache *dpwin_registry_digest_cache(int32 route_id,
+													 const char *config_fingerprint);
+
+/*
  * The chunk journal of an invocation, in chunk order, as receipts (a
  * chunk neither verified nor skipped reads as failed).
  */

@@ -42,25 +42,76 @@ dpwin_step_planned(Coordinator *c)
 }
 
 /*
+ * The last publication's digest of the chunk [lo, hi), when its cache
+ * holds one.
+ */
+static bool
+cached_digest(const DpwinDigestCache *cache, const DpwinChunkBounds *b,
+			  DpwinDigest *digest)
+{
+	for (int i = 0; i < cache->nchunks; i++)
+		if (cache->lo[i] == b->lo && cache->hi[i] == b->hi)
+		{
+			*digest = cache->digest[i];
+			return true;
+		}
+	return false;
+}
+
+/*
  * A refresh that skips unchanged chunks compares each chunk with the
- * target's rows of [lo, hi), all chunks in one statement, and records the
- * target's parts: the generation is cloned once the chunks are known, and
- * the skipped chunks' rows are kept from that clone only if the target's
- * parts are still the same (else they are digested again in the clone).
+ * target's rows of [lo, hi).  The target's parts are read first.  Where
+ * they are the parts the route's last publication attached, file for file,
+ * and the target's schema is the one it saw, that publication's digest of
+ * a chunk is the target's; the other chunks are digested by ClickHouse,
+ * in one statement.  The generation is cloned once the chunks are known,
+ * and the skipped chunks' rows are kept from that clone only if the
+ * target's parts are still the ones read here (else they are digested
+ * again in the clone).
  */
 static List *
 prepare_skipping(Coordinator *c)
 {
 	DpwinExtraction *x = &c->ext;
+	DpwinDigestCache *cache = c->digest_cache;
 	DpwinDigest *target = palloc(sizeof(DpwinDigest) * list_length(x->chunks));
+	List	   *parts;
+	List	   *span = NIL;
+	int			first = -1;
+	int			last = -1;
+	int			i = 0;
+	ListCell   *lc;
 
 	x->nchunks = list_length(x->chunks);
 	x->slots = palloc0(sizeof(DpwinChunkSlot) * x->nchunks);
+	parts = dpwin_generation_target_parts(c->client, c->target);
+	if (cache != NULL &&
+		(memcmp(&cache->key, &x->key, sizeof(DpwinDigestKey)) != 0 ||
+		 strcmp(cache->schema_fingerprint, c->target->schema_fingerprint) != 0 ||
+		 strcmp(cache->parts_fingerprint, dpwin_generation_parts_fingerprint(parts)) != 0))
+		cache = NULL;
+
+	/* the chunks the cache does not answer, from the first to the last */
+	foreach(lc, x->chunks)
+	{
+		if (cache == NULL || !cached_digest(cache, lfirst(lc), &x->slots[i].target_digest))
+		{
+			if (first < 0)
+				first = i;
+			last = i;
+		}
+		i++;
+	}
+	c->cached_digests = x->nchunks - (first < 0 ? 0 : last - first + 1);
+	if (first < 0)
+		return parts;
+	for (i = first; i <= last; i++)
+		span = lappend(span, list_nth(x->chunks, i));
 	dpwin_target_chunk_digests(c->client, c->target, c->route->target_table,
-							   c->route->window_column, x->chunks, &x->key, target);
-	for (int i = 0; i < x->nchunks; i++)
-		x->slots[i].target_digest = target[i];
-	return dpwin_generation_target_parts(c->client, c->target);
+							   c->route->window_column, span, &x->key, target);
+	for (i = first; i <= last; i++)
+		x->slots[i].target_digest = target[i - first];
+	return parts;
 }
 
 /*

@@ -162,6 +162,84 @@ my %staged = map { ($_->{query} =~ /_stg_(\d+)_/)[0] => 1 }
 is_deeply([ sort keys %staged ], [ 0, 1 ], 'skip_unchanged: rows were sent for chunks 0 and 1 only');
 is_deeply(drifting(verify($skip)), [], 'skip_unchanged: verify matches afterwards');
 
+# --- the last publication's digests --------------------------------------------
+
+# A day-partitioned target in one-day chunks: after a refresh each chunk is
+# one partition of one part, and the target's parts stay the ones the
+# refresh attached.  A later refresh with skip_unchanged takes each chunk's
+# digest from that publication and asks ClickHouse to digest only the
+# chunks it did not publish; a target whose files changed since (a
+# mutation: the same rows, other files) is digested again, and its
+# tampered chunk re-staged.
+{
+	my $route = "t075_cache_$$";
+	psql_ok("CREATE TABLE $schema.days (id bigint NOT NULL, w timestamptz NOT NULL, v text);
+		INSERT INTO $schema.days SELECT g, timestamptz '2026-09-06 00:00:00+00' + g * interval '37 minutes', 'd' || g
+		  FROM generate_series(0, 300) g;");
+	ch_ok("CREATE TABLE `$db`.`days` (id Int64, w DateTime64(6, 'UTC'), v Nullable(String))"
+		  . " ENGINE = MergeTree PARTITION BY toYYYYMMDD(w) ORDER BY id");
+	ch_ok("INSERT INTO `$db`.`days` VALUES (1, '2026-09-01 00:00:00', 'kept')");
+	psql_ok("SELECT dpwin.create_route('$route', '$schema.days'::regclass, 'w', 'sandbox_ch', '$db', 'days',"
+		  . " interval '3 days', interval '1 day', parallelism => 2, skip_unchanged => true)");
+	my $kept = '1|' . micros('2026-09-01 00:00:00+00') . '|kept';
+
+	# the target's rows against the source's window plus the kept row
+	my $expect = sub {
+		my ($lo, $hi) = @_;
+		my $out = psql_ok("SELECT id || '|' || ((extract(epoch FROM w) * 1000000)::bigint)::text || '|' || v"
+			  . " FROM $schema.days WHERE w >= '$lo' AND w < '$hi'");
+		return [ sort($kept, split /\n/, $out) ];
+	};
+	# refresh; the evidence's counts, the chunks' states, the statements
+	# that digested the target's chunks
+	my $refresh = sub {
+		my ($end) = @_;
+		my $since = ch_log_seq();
+		is(psql_ok("SELECT state FROM dpwin_refresh('$route', '$end')"), 'completed', "cache: refresh to $end");
+		my ($inv, $cached, $skipped) = split /\|/, psql_ok("SELECT invocation_id, metrics->>'cached_digests',"
+			  . " metrics->>'skipped_chunks' FROM dpwin.evidence e JOIN dpwin.invocation i USING (invocation_id)"
+			  . " JOIN dpwin.route r ON r.route_id = i.route_id WHERE r.route_name = '$route'"
+			  . " ORDER BY i.created_at DESC LIMIT 1");
+		my $states = psql_ok("SELECT string_agg(chunk_no || ':' || state, ',' ORDER BY chunk_no)"
+			  . " FROM dpwin.chunks WHERE invocation_id = '$inv'");
+		my $digests = grep { $_->{query} =~ /__dpwin_chunk/ && $_->{query} =~ /FROM `\Q$db\E`\.`days`/ }
+		  ch_log_since($since);
+		return ($cached, $skipped, $states, $digests);
+	};
+
+	my ($cached, $skipped, $states, $digests) = $refresh->($E);
+	is("$cached/$skipped/$digests", '0/0/1', 'cache: the first refresh has none, and digests the target once');
+	like(psql_ok("SELECT metrics->'generation'->>'parts' FROM dpwin.evidence e JOIN dpwin.invocation i USING (invocation_id)"
+		  . " JOIN dpwin.route r ON r.route_id = i.route_id WHERE r.route_name = '$route'"),
+		qr/^[0-9a-f]{64}$/, 'cache: the evidence records the fingerprint of the published parts');
+
+	psql_ok("UPDATE $schema.days SET v = 'changed' WHERE id = 100");
+	($cached, $skipped, $states, $digests) = $refresh->($E);
+	is("$cached/$skipped/$digests", '3/2/0', 'cache: every chunk compared with the last publication, none digested by ClickHouse');
+	is($states, '0:skipped,1:skipped,2:verified', 'cache: only the changed chunk was re-staged');
+	is_deeply(ch_rows('days'), $expect->('2026-09-06 00:00:00+00', $E), 'cache: the target is the source window plus the kept row');
+
+	# a day later: two chunks from the cache, the new one digested alone
+	my $E2 = '2026-09-10 00:00:00+00';
+	($cached, $skipped, $states, $digests) = $refresh->($E2);
+	is("$cached/$skipped/$digests", '2/2/1', 'cache: a window a day later digests only its new chunk');
+	is($states, '0:skipped,1:skipped,2:verified', 'cache: and stages only that one');
+	my $w06 = $expect->('2026-09-06 00:00:00+00', '2026-09-07 00:00:00+00');
+	is_deeply(ch_rows('days'), [ sort(@$w06[grep { $w06->[$_] ne $kept } 0 .. $#$w06],
+				@{ $expect->('2026-09-07 00:00:00+00', $E2) }) ],
+		'cache: the target is the new window, the day before it and the kept row');
+
+	# the target's files change, its rows count the same: not trusted
+	ch_ok("ALTER TABLE `$db`.`days` UPDATE v = 'tampered' WHERE id = 50 SETTINGS mutations_sync = 2");
+	($cached, $skipped, $states, $digests) = $refresh->($E2);
+	is("$cached/$skipped/$digests", '0/2/1', 'cache: changed parts are digested again by ClickHouse');
+	is($states, '0:verified,1:skipped,2:skipped', 'cache: the tampered chunk was re-staged');
+	is_deeply(ch_rows('days'), [ sort(@$w06[grep { $w06->[$_] ne $kept } 0 .. $#$w06],
+				@{ $expect->('2026-09-07 00:00:00+00', $E2) }) ],
+		'cache: the tampered row is the source\'s again');
+	drop_routes($route);
+}
+
 # --- a verification while a refresh holds the lease ----------------------------
 
 {
