@@ -363,27 +363,86 @@ attach_partitions(ChClient *client, const char *database, List *ids,
 }
 
 /*
+ * The layout of one table's parts (read_parts()): SHA-256 (hex) over each
+ * partition's id, rows, lowest and highest block number, and the table's
+ * highest block or mutation number.  Within a plain MergeTree table
+ * without TTL (what admission admits) a merge changes none of them, and
+ * every other change of the rows does: an insert, an attach or a mutation
+ * (a lightweight delete or update among them) takes a new number, a
+ * dropped or detached part or partition takes rows or a partition away,
+ * and a patch part is a partition of its own (docs/design.md, "Skipping
+ * unchanged chunks").
+ */
+typedef struct PartsLayout
+{
+	StringInfoData text;
+	char	   *partition;		/* the partition being summed */
+	int64		rows;
+	int64		min_block;
+	int64		max_block;
+	int64		top;			/* highest block or mutation number */
+} PartsLayout;
+
+static void
+layout_flush(PartsLayout *l)
+{
+	if (l->partition != NULL)
+		appendStringInfo(&l->text, "%s\t" INT64_FORMAT "\t" INT64_FORMAT "\t" INT64_FORMAT "\n",
+						 l->partition, l->rows, l->min_block, l->max_block);
+	l->partition = NULL;
+}
+
+static void
+layout_add(PartsLayout *l, const char *partition, int64 rows, int64 min_block,
+		   int64 max_block, int64 data_version)
+{
+	if (l->partition == NULL || strcmp(l->partition, partition) != 0)
+	{
+		layout_flush(l);
+		l->partition = pstrdup(partition);
+		l->rows = 0;
+		l->min_block = min_block;
+		l->max_block = max_block;
+	}
+	l->rows += rows;
+	l->min_block = Min(l->min_block, min_block);
+	l->max_block = Max(l->max_block, max_block);
+	l->top = Max(l->top, Max(max_block, data_version));
+}
+
+static int64
+field_int64(List *row, int n)
+{
+	return strtoi64(dpwin_ch_row_field(row, n), NULL, 10);
+}
+
+/*
  * The active parts of the tables as sorted "partition\trows\thash"
  * strings, optionally only of the partitions in `only` (NIL: all).  With
  * sources and ids, also each (table, partition) that has parts, once, in
- * the same statement.
+ * the same statement.  With layout, of one table, also its layout
+ * fingerprint.
  */
 static List *
 read_parts(ChClient *client, const char *database, List *tables, List *only,
-		   List **sources, List **ids)
+		   List **sources, List **ids, char **layout)
 {
 	List	   *rows;
 	List	   *result = NIL;
 	List	   *pairs = NIL;
 	ListCell   *lc;
+	PartsLayout l = {0};
 
 	rows = dpwin_ch_parse_tsv(dpwin_ch_exec(client,
-											psprintf("SELECT partition_id, rows, hash_of_all_files, `table` FROM system.parts"
+											psprintf("SELECT partition_id, rows, hash_of_all_files, `table`,"
+													 " min_block_number, max_block_number, data_version FROM system.parts"
 													 " WHERE database = %s AND `table` IN %s AND active%s%s"
 													 " ORDER BY partition_id, rows, hash_of_all_files, `table`",
 													 dpwin_ch_quote_literal(database), literal_list(tables),
 													 only != NIL ? " AND partition_id IN " : "",
 													 only != NIL ? literal_list(only) : "")));
+	initStringInfo(&l.text);
+	appendStringInfoString(&l.text, "dpwin-layout-v1\n");
 	foreach(lc, rows)
 	{
 		List	   *row = (List *) lfirst(lc);
@@ -391,6 +450,9 @@ read_parts(ChClient *client, const char *database, List *tables, List *only,
 
 		result = lappend(result, psprintf("%s\t%s\t%s", dpwin_ch_row_field(row, 0),
 										  dpwin_ch_row_field(row, 1), dpwin_ch_row_field(row, 2)));
+		if (layout != NULL)
+			layout_add(&l, dpwin_ch_row_field(row, 0), field_int64(row, 1),
+					   field_int64(row, 4), field_int64(row, 5), field_int64(row, 6));
 		if (sources == NULL)
 			continue;
 		pair = psprintf("%s\t%s", dpwin_ch_row_field(row, 3), dpwin_ch_row_field(row, 0));
@@ -401,6 +463,13 @@ read_parts(ChClient *client, const char *database, List *tables, List *only,
 			*ids = lappend(*ids, pstrdup(dpwin_ch_row_field(row, 0)));
 		}
 	}
+	if (layout != NULL)
+	{
+		layout_flush(&l);
+		appendStringInfo(&l.text, INT64_FORMAT "\n", l.top);
+		*layout = dpwin_sha256_hex(l.text.data, l.text.len);
+	}
+	pfree(l.text.data);
 	return result;
 }
 
@@ -677,10 +746,10 @@ dpwin_generation_clone(ChClient *client, const DpwinTargetInfo *target,
 	 * where a merge on either side has already changed them, the rows are.
 	 */
 	gen->target_parts = read_parts(client, target->database,
-								   list_make1(target->table), NIL, NULL, NULL);
+								   list_make1(target->table), NIL, NULL, NULL, NULL);
 	differ = string_values(parts_differ(parts_of(gen->target_parts, cloned),
 										read_parts(client, target->database,
-												   clone_tables, NIL, NULL, NULL),
+												   clone_tables, NIL, NULL, NULL, NULL),
 										false));
 	if (differ != NIL)
 	{
@@ -840,7 +909,7 @@ dpwin_generation_attach_staged(ChClient *client, const DpwinTargetInfo *target,
 		List	   *sources = NIL;
 
 		staged_parts = read_parts(client, target->database, staging_tables, NIL,
-								  &sources, &ids);
+								  &sources, &ids, NULL);
 		gen->attached_parts = list_length(staged_parts);
 		if (ids != NIL)
 			attach_partitions(client, target->database, ids, sources, gen->table);
@@ -850,8 +919,8 @@ dpwin_generation_attach_staged(ChClient *client, const DpwinTargetInfo *target,
 	 * The staged parts, file for file; after a merge in the generation, the
 	 * rows inside the ranges by digest.
 	 */
-	gen_parts = read_parts(client, target->database, list_make1(gen->table), NIL, NULL, NULL);
-	gen->parts_fingerprint = dpwin_generation_parts_fingerprint(gen_parts);
+	gen_parts = read_parts(client, target->database, list_make1(gen->table), NIL, NULL, NULL,
+						   &gen->parts_fingerprint);
 	if (parts_differ(staged_parts, gen_parts, true) != NIL)
 	{
 		DpwinDigest g;
@@ -925,7 +994,7 @@ dpwin_generation_check_target(ChClient *client, const DpwinTargetInfo *target,
 	{
 		differ = string_values(parts_differ(gen->target_parts,
 											read_parts(client, target->database,
-													   list_make1(target->table), NIL, NULL, NULL),
+													   list_make1(target->table), NIL, NULL, NULL, NULL),
 											false));
 		if (differ == NIL)
 			return NULL;
@@ -951,25 +1020,11 @@ dpwin_generation_check_target(ChClient *client, const DpwinTargetInfo *target,
 }
 
 List *
-dpwin_generation_target_parts(ChClient *client, const DpwinTargetInfo *target)
+dpwin_generation_target_parts(ChClient *client, const DpwinTargetInfo *target,
+							  char **layout)
 {
-	return read_parts(client, target->database, list_make1(target->table), NIL, NULL, NULL);
-}
-
-char *
-dpwin_generation_parts_fingerprint(List *parts)
-{
-	StringInfoData buf;
-	ListCell   *lc;
-	char	   *hex;
-
-	initStringInfo(&buf);
-	appendStringInfoString(&buf, "dpwin-parts-v1\n");
-	foreach(lc, parts)
-		appendStringInfo(&buf, "%s\n", (char *) lfirst(lc));
-	hex = dpwin_sha256_hex(buf.data, buf.len);
-	pfree(buf.data);
-	return hex;
+	return read_parts(client, target->database, list_make1(target->table), NIL, NULL, NULL,
+					  layout);
 }
 
 bool

@@ -48,8 +48,9 @@ typedef struct DpwinGeneration
 	List	   *outside_rows;	/* their rows in the target (PartitionMeta) */
 	int64		target_kept_rows;	/* target rows outside the ranges */
 	int64		attached_parts; /* staged parts attached */
-	char	   *parts_fingerprint;	/* of its parts once the staged ones are
-									 * attached (NULL until then) */
+	char	   *parts_fingerprint;	/* its layout once the staged parts are
+									 * attached (NULL until then): see
+									 * dpwin_generation_target_parts() */
 	int			digest_checks;	/* checks that fell back to a digest */
 } DpwinGeneration;
 
@@ -116,18 +117,14 @@ extern List *dpwin_generation_merge_ranges(List *chunks);
 
 /*
  * The target's active parts now, as dpwin_generation_clone() records them,
- * and whether two such records are the same parts, file for file.
+ * and whether two such records are the same parts, file for file.  With
+ * layout, also the fingerprint of the target's layout, which a merge does
+ * not change and any other change of its rows does (as parts_fingerprint).
  */
 extern List *dpwin_generation_target_parts(ChClient *client,
-										   const DpwinTargetInfo *target);
+										   const DpwinTargetInfo *target,
+										   char **layout);
 extern bool dpwin_generation_parts_equal(List *a, List *b);
-
-/*
- * SHA-256 (hex) of such a record: equal fingerprints, the same parts file
- * for file (the files' hashes, not the parts' names, so that the
- * generation's record describes the target it becomes).
- */
-extern char *dpwin_generation_parts_fingerprint(List *parts);
 
 /* How the generation was built, as a jsonb object text, for evidence. */
 extern char *dpwin_generation_json(const DpwinGeneration *gen);

@@ -61,10 +61,10 @@ cached_digest(const DpwinDigestCache *cache, const DpwinChunkBounds *b,
 /*
  * A refresh that skips unchanged chunks compares each chunk with the
  * target's rows of [lo, hi).  The target's parts are read first.  Where
- * they are the parts the route's last publication attached, file for file,
- * and the target's schema is the one it saw, that publication's digest of
- * a chunk is the target's; the other chunks are digested by ClickHouse,
- * in one statement.  The generation is cloned once the chunks are known,
+ * their layout is the one the route's last publication left (the same
+ * rows, merged or not) and the target's schema is the one it saw, that
+ * publication's digest of a chunk is the target's; the other chunks are
+ * digested by ClickHouse, in one statement.  The generation is cloned once the chunks are known,
  * and the skipped chunks' rows are kept from that clone only if the
  * target's parts are still the ones read here (else they are digested
  * again in the clone).
@@ -76,6 +76,7 @@ prepare_skipping(Coordinator *c)
 	DpwinDigestCache *cache = c->digest_cache;
 	DpwinDigest *target = palloc(sizeof(DpwinDigest) * list_length(x->chunks));
 	List	   *parts;
+	char	   *layout;
 	List	   *span = NIL;
 	int			first = -1;
 	int			last = -1;
@@ -84,11 +85,11 @@ prepare_skipping(Coordinator *c)
 
 	x->nchunks = list_length(x->chunks);
 	x->slots = palloc0(sizeof(DpwinChunkSlot) * x->nchunks);
-	parts = dpwin_generation_target_parts(c->client, c->target);
+	parts = dpwin_generation_target_parts(c->client, c->target, &layout);
 	if (cache != NULL &&
 		(memcmp(&cache->key, &x->key, sizeof(DpwinDigestKey)) != 0 ||
 		 strcmp(cache->schema_fingerprint, c->target->schema_fingerprint) != 0 ||
-		 strcmp(cache->parts_fingerprint, dpwin_generation_parts_fingerprint(parts)) != 0))
+		 strcmp(cache->parts_fingerprint, layout) != 0))
 		cache = NULL;
 
 	/* the chunks the cache does not answer, from the first to the last */

@@ -165,12 +165,11 @@ is_deeply(drifting(verify($skip)), [], 'skip_unchanged: verify matches afterward
 # --- the last publication's digests --------------------------------------------
 
 # A day-partitioned target in one-day chunks: after a refresh each chunk is
-# one partition of one part, and the target's parts stay the ones the
-# refresh attached.  A later refresh with skip_unchanged takes each chunk's
+# one partition.  A later refresh with skip_unchanged takes each chunk's
 # digest from that publication and asks ClickHouse to digest only the
-# chunks it did not publish; a target whose files changed since (a
-# mutation: the same rows, other files) is digested again, and its
-# tampered chunk re-staged.
+# chunks it did not publish, also after a merge (OPTIMIZE FINAL); a target
+# changed since (a mutation: the same rows, other values) is digested
+# again, and its tampered chunk re-staged.
 {
 	my $route = "t075_cache_$$";
 	psql_ok("CREATE TABLE $schema.days (id bigint NOT NULL, w timestamptz NOT NULL, v text);
@@ -228,6 +227,17 @@ is_deeply(drifting(verify($skip)), [], 'skip_unchanged: verify matches afterward
 	is_deeply(ch_rows('days'), [ sort(@$w06[grep { $w06->[$_] ne $kept } 0 .. $#$w06],
 				@{ $expect->('2026-09-07 00:00:00+00', $E2) }) ],
 		'cache: the target is the new window, the day before it and the kept row');
+
+	# a merge rewrites the target's parts, not its rows: still trusted
+	my $names = sub { ch_ok("SELECT groupArray(name) FROM (SELECT name FROM system.parts"
+		  . " WHERE database = '$db' AND `table` = 'days' AND active ORDER BY name)") };
+	my $before = $names->();
+	ch_ok("OPTIMIZE TABLE `$db`.`days` FINAL");
+	isnt($names->(), $before, 'cache: OPTIMIZE FINAL rewrote the target\'s parts');
+	psql_ok("UPDATE $schema.days SET v = 'changed once more' WHERE id = 130");
+	($cached, $skipped, $states, $digests) = $refresh->($E2);
+	is("$cached/$skipped/$digests", '3/2/0', 'cache: a merge keeps the last publication\'s digests');
+	is($states, '0:skipped,1:skipped,2:verified', 'cache: and the changed chunk alone is re-staged');
 
 	# the target's files change, its rows count the same: not trusted
 	ch_ok("ALTER TABLE `$db`.`days` UPDATE v = 'tampered' WHERE id = 50 SETTINGS mutations_sync = 2");
