@@ -920,7 +920,7 @@ dpwin_generation_attach_staged(ChClient *client, const DpwinTargetInfo *target,
 	 * rows inside the ranges by digest.
 	 */
 	gen_parts = read_parts(client, target->database, list_make1(gen->table), NIL, NULL, NULL,
-						   &gen->parts_fingerprint);
+						   &gen->layout);
 	if (parts_differ(staged_parts, gen_parts, true) != NIL)
 	{
 		DpwinDigest g;
@@ -1055,8 +1055,8 @@ dpwin_generation_json(const DpwinGeneration *gen)
 		appendStringInfoString(&buf, ", \"why_not\": ");
 		escape_json(&buf, gen->minmax_why_not);
 	}
-	if (gen->parts_fingerprint)
-		appendStringInfo(&buf, ", \"parts\": \"%s\"", gen->parts_fingerprint);
+	if (gen->layout)
+		appendStringInfo(&buf, ", \"layout\": \"%s\"", gen->layout);
 	appendStringInfoChar(&buf, '}');
 	return buf.data;
 }

@@ -48,7 +48,7 @@ typedef struct DpwinGeneration
 	List	   *outside_rows;	/* their rows in the target (PartitionMeta) */
 	int64		target_kept_rows;	/* target rows outside the ranges */
 	int64		attached_parts; /* staged parts attached */
-	char	   *parts_fingerprint;	/* its layout once the staged parts are
+	char	   *layout;			/* its layout once the staged parts are
 									 * attached (NULL until then): see
 									 * dpwin_generation_target_parts() */
 	int			digest_checks;	/* checks that fell back to a digest */
@@ -119,7 +119,7 @@ extern List *dpwin_generation_merge_ranges(List *chunks);
  * The target's active parts now, as dpwin_generation_clone() records them,
  * and whether two such records are the same parts, file for file.  With
  * layout, also the fingerprint of the target's layout, which a merge does
- * not change and any other change of its rows does (as parts_fingerprint).
+ * not change and any other change of its rows does (DpwinGeneration.layout).
  */
 extern List *dpwin_generation_target_parts(ChClient *client,
 										   const DpwinTargetInfo *target,

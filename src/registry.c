@@ -766,7 +766,7 @@ dpwin_registry_digest_key(const pg_uuid_t *id)
 #define Anum_cache_invocation_id		1
 #define Anum_cache_digest_key			2
 #define Anum_cache_schema_fingerprint	3
-#define Anum_cache_parts_fingerprint	4
+#define Anum_cache_layout	4
 #define Anum_cache_chunk_lo				1
 #define Anum_cache_chunk_hi				2
 #define Anum_cache_chunk_digest			3
@@ -792,7 +792,7 @@ dpwin_registry_digest_cache(int32 route_id, const char *config_fingerprint)
 	args[0] = Int32GetDatum(route_id);
 	args[1] = CStringGetTextDatum(config_fingerprint);
 	if (dpwin_catalog_exec("SELECT i.invocation_id, i.plan->>'digest_key', i.schema_fingerprint,"
-						   " e.metrics->'generation'->>'parts'"
+						   " e.metrics->'generation'->>'layout'"
 						   " FROM dpwin.evidence e JOIN dpwin.invocation i USING (invocation_id)"
 						   " WHERE e.route_id = $1 AND i.config_fingerprint = $2"
 						   " ORDER BY e.written_at DESC LIMIT 1",
@@ -803,10 +803,10 @@ dpwin_registry_digest_cache(int32 route_id, const char *config_fingerprint)
 	id = get_uuid(0, Anum_cache_invocation_id);
 	key = get_text(0, Anum_cache_digest_key);
 	cache->schema_fingerprint = get_text(0, Anum_cache_schema_fingerprint);
-	cache->parts_fingerprint = get_text(0, Anum_cache_parts_fingerprint);
+	cache->layout = get_text(0, Anum_cache_layout);
 	MemoryContextSwitchTo(spicxt);
 	if (key == NULL || !dpwin_digest_key_from_text(key, &cache->key) ||
-		cache->schema_fingerprint == NULL || cache->parts_fingerprint == NULL)
+		cache->schema_fingerprint == NULL || cache->layout == NULL)
 		return NULL;
 
 	args[0] = UUIDPGetDatum(id);

@@ -183,14 +183,14 @@ extern char *dpwin_registry_digest_key(const pg_uuid_t *id);
  * What the last evidenced publication of a route knows of its target's
  * rows: the digest of each chunk it published or kept (under its digest
  * key), the target's schema fingerprint, and the fingerprint of the
- * generation's parts as it published them (docs/design.md, "Skipping
+ * generation's layout as it published it (docs/design.md, "Skipping
  * unchanged chunks").
  */
 typedef struct DpwinDigestCache
 {
 	DpwinDigestKey key;
 	char	   *schema_fingerprint;
-	char	   *parts_fingerprint;
+	char	   *layout;
 	int			nchunks;
 	TimestampTz *lo;
 	TimestampTz *hi;

@@ -64,10 +64,10 @@ cached_digest(const DpwinDigestCache *cache, const DpwinChunkBounds *b,
  * their layout is the one the route's last publication left (the same
  * rows, merged or not) and the target's schema is the one it saw, that
  * publication's digest of a chunk is the target's; the other chunks are
- * digested by ClickHouse, in one statement.  The generation is cloned once the chunks are known,
- * and the skipped chunks' rows are kept from that clone only if the
- * target's parts are still the ones read here (else they are digested
- * again in the clone).
+ * digested by ClickHouse, in one statement.  The generation is cloned
+ * once the chunks are known, and the skipped chunks' rows are kept from
+ * that clone only if the target's parts are still the ones read here
+ * (else they are digested again in the clone).
  */
 static List *
 prepare_skipping(Coordinator *c)
@@ -89,7 +89,7 @@ prepare_skipping(Coordinator *c)
 	if (cache != NULL &&
 		(memcmp(&cache->key, &x->key, sizeof(DpwinDigestKey)) != 0 ||
 		 strcmp(cache->schema_fingerprint, c->target->schema_fingerprint) != 0 ||
-		 strcmp(cache->parts_fingerprint, layout) != 0))
+		 strcmp(cache->layout, layout) != 0))
 		cache = NULL;
 
 	/* the chunks the cache does not answer, from the first to the last */

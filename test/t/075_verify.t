@@ -208,7 +208,7 @@ is_deeply(drifting(verify($skip)), [], 'skip_unchanged: verify matches afterward
 
 	my ($cached, $skipped, $states, $digests) = $refresh->($E);
 	is("$cached/$skipped/$digests", '0/0/1', 'cache: the first refresh has none, and digests the target once');
-	like(psql_ok("SELECT metrics->'generation'->>'parts' FROM dpwin.evidence e JOIN dpwin.invocation i USING (invocation_id)"
+	like(psql_ok("SELECT metrics->'generation'->>'layout' FROM dpwin.evidence e JOIN dpwin.invocation i USING (invocation_id)"
 		  . " JOIN dpwin.route r ON r.route_id = i.route_id WHERE r.route_name = '$route'"),
 		qr/^[0-9a-f]{64}$/, 'cache: the evidence records the fingerprint of the published parts');
 
