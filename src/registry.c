@@ -766,7 +766,8 @@ dpwin_registry_digest_key(const pg_uuid_t *id)
 #define Anum_cache_invocation_id		1
 #define Anum_cache_digest_key			2
 #define Anum_cache_schema_fingerprint	3
-#define Anum_cache_layout	4
+#define Anum_cache_layout				4
+#define Anum_cache_target_uuid			5
 #define Anum_cache_chunk_lo				1
 #define Anum_cache_chunk_hi				2
 #define Anum_cache_chunk_digest			3
@@ -792,8 +793,9 @@ dpwin_registry_digest_cache(int32 route_id, const char *config_fingerprint)
 	args[0] = Int32GetDatum(route_id);
 	args[1] = CStringGetTextDatum(config_fingerprint);
 	if (dpwin_catalog_exec("SELECT i.invocation_id, i.plan->>'digest_key', i.schema_fingerprint,"
-						   " e.metrics->'generation'->>'layout'"
+						   " e.metrics->'generation'->>'layout', p.generation_uuid::text"
 						   " FROM dpwin.evidence e JOIN dpwin.invocation i USING (invocation_id)"
+						   " JOIN dpwin.publication p USING (invocation_id)"
 						   " WHERE e.route_id = $1 AND i.config_fingerprint = $2"
 						   " ORDER BY e.written_at DESC LIMIT 1",
 						   2, types, args, NULL, true) != 1)
@@ -804,9 +806,11 @@ dpwin_registry_digest_cache(int32 route_id, const char *config_fingerprint)
 	key = get_text(0, Anum_cache_digest_key);
 	cache->schema_fingerprint = get_text(0, Anum_cache_schema_fingerprint);
 	cache->layout = get_text(0, Anum_cache_layout);
+	cache->target_uuid = get_text(0, Anum_cache_target_uuid);
 	MemoryContextSwitchTo(spicxt);
 	if (key == NULL || !dpwin_digest_key_from_text(key, &cache->key) ||
-		cache->schema_fingerprint == NULL || cache->layout == NULL)
+		cache->schema_fingerprint == NULL || cache->layout == NULL ||
+		cache->target_uuid == NULL)
 		return NULL;
 
 	args[0] = UUIDPGetDatum(id);

@@ -191,6 +191,7 @@ typedef struct DpwinDigestCache
 	DpwinDigestKey key;
 	char	   *schema_fingerprint;
 	char	   *layout;
+	char	   *target_uuid;	/* the generation it published */
 	int			nchunks;
 	TimestampTz *lo;
 	TimestampTz *hi;

@@ -61,10 +61,11 @@ cached_digest(const DpwinDigestCache *cache, const DpwinChunkBounds *b,
 /*
  * A refresh that skips unchanged chunks compares each chunk with the
  * target's rows of [lo, hi).  The target's parts are read first.  Where
- * their layout is the one the route's last publication left (the same
- * rows, merged or not) and the target's schema is the one it saw, that
- * publication's digest of a chunk is the target's; the other chunks are
- * digested by ClickHouse, in one statement.  The generation is cloned
+ * the target is the table the route's last publication published, its
+ * layout the one that publication left (the same rows, merged or not)
+ * and its schema the one it saw, that publication's digest of a chunk is
+ * the target's; the other chunks are digested by ClickHouse, in one
+ * statement.  The generation is cloned
  * once the chunks are known, and the skipped chunks' rows are kept from
  * that clone only if the target's parts are still the ones read here
  * (else they are digested again in the clone).
@@ -88,6 +89,7 @@ prepare_skipping(Coordinator *c)
 	parts = dpwin_generation_target_parts(c->client, c->target, &layout);
 	if (cache != NULL &&
 		(memcmp(&cache->key, &x->key, sizeof(DpwinDigestKey)) != 0 ||
+		 strcmp(cache->target_uuid, c->target->uuid) != 0 ||
 		 strcmp(cache->schema_fingerprint, c->target->schema_fingerprint) != 0 ||
 		 strcmp(cache->layout, layout) != 0))
 		cache = NULL;

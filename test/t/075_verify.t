@@ -168,8 +168,9 @@ is_deeply(drifting(verify($skip)), [], 'skip_unchanged: verify matches afterward
 # one partition.  A later refresh with skip_unchanged takes each chunk's
 # digest from that publication and asks ClickHouse to digest only the
 # chunks it did not publish, also after a merge (OPTIMIZE FINAL); a target
-# changed since (a mutation: the same rows, other values) is digested
-# again, and its tampered chunk re-staged.
+# changed since (a mutation: the same rows, other values), or another
+# table with the same layout (the backup of the publication before,
+# exchanged back), is digested again, and its stale chunk re-staged.
 {
 	my $route = "t075_cache_$$";
 	psql_ok("CREATE TABLE $schema.days (id bigint NOT NULL, w timestamptz NOT NULL, v text);
@@ -203,7 +204,7 @@ is_deeply(drifting(verify($skip)), [], 'skip_unchanged: verify matches afterward
 			  . " FROM dpwin.chunks WHERE invocation_id = '$inv'");
 		my $digests = grep { $_->{query} =~ /__dpwin_chunk/ && $_->{query} =~ /FROM `\Q$db\E`\.`days`/ }
 		  ch_log_since($since);
-		return ($cached, $skipped, $states, $digests);
+		return ($cached, $skipped, $states, $digests, $inv);
 	};
 
 	my ($cached, $skipped, $states, $digests) = $refresh->($E);
@@ -247,6 +248,29 @@ is_deeply(drifting(verify($skip)), [], 'skip_unchanged: verify matches afterward
 	is_deeply(ch_rows('days'), [ sort(@$w06[grep { $w06->[$_] ne $kept } 0 .. $#$w06],
 				@{ $expect->('2026-09-07 00:00:00+00', $E2) }) ],
 		'cache: the tampered row is the source\'s again');
+
+	# A backup put back: the table of the publication before the last, the
+	# same layout as the last (each of the two re-staged the same chunk),
+	# other rows.  It is not the table the last publication published: not
+	# trusted.
+	my @inv;
+	for my $v ('first', 'second')
+	{
+		psql_ok("UPDATE $schema.days SET v = '$v' WHERE id = 140");
+		($cached, $skipped, $states, $digests, $inv[@inv]) = $refresh->($E2);
+		is($states, '0:skipped,1:skipped,2:verified', "cache: '$v' re-staged chunk 2");
+	}
+	my ($l1, $l2) = map { psql_ok("SELECT metrics->'generation'->>'layout' FROM dpwin.evidence WHERE invocation_id = '$_'") } @inv;
+	is($l1, $l2, 'cache: the two publications left the same layout');
+	my $backup = psql_ok("SELECT backup_table FROM dpwin.publication WHERE invocation_id = '$inv[1]'");
+	ch_ok("EXCHANGE TABLES `$db`.`days` AND `$db`.`$backup`");
+	like(ch_ok("SELECT v FROM `$db`.`days` WHERE id = 140"), qr/^first$/, 'cache: the backup is the target again');
+	($cached, $skipped, $states, $digests) = $refresh->($E2);
+	is("$cached/$digests", '0/1', 'cache: another table with the same layout is digested by ClickHouse');
+	is($states, '0:skipped,1:skipped,2:verified', 'cache: and its stale chunk re-staged');
+	is_deeply(ch_rows('days'), [ sort(@$w06[grep { $w06->[$_] ne $kept } 0 .. $#$w06],
+				@{ $expect->('2026-09-07 00:00:00+00', $E2) }) ],
+		'cache: the target is the source\'s window again');
 	drop_routes($route);
 }
 
