@@ -135,19 +135,18 @@ probe_exchange(Coordinator *c)
 }
 
 /*
- * While the workers read the source: the EXCHANGE probe, then the clone of
- * the target.  Both are only a head start.  When they fail for a reason
- * that may pass (a lost connection, a restarted server, a refused
- * statement) the workers go on: the probe is asked again once they are
- * done, and the build step clones again.  A probe that says EXCHANGE
+ * While the workers read the source: the EXCHANGE probe, then (with clone)
+ * the clone of the target.  Both are only a head start.  When they fail
+ * for a reason that may pass (a lost connection, a restarted server, a
+ * refused statement) the workers go on: the probe is asked again once they
+ * are done, and the build step clones again.  A probe that says EXCHANGE
  * TABLES does not work (ERRCODE_FEATURE_NOT_SUPPORTED) fails the refresh
  * at once, and so does a cancellation.  A subtransaction of the snapshot's
  * transaction contains the error.
  */
 static void
-overlap_clone(void *arg)
+overlap_head_start(Coordinator *c, bool clone)
 {
-	Coordinator *c = (Coordinator *) arg;
 	MemoryContext cxt = CurrentMemoryContext;
 	ResourceOwner owner = CurrentResourceOwner;
 
@@ -157,7 +156,8 @@ overlap_clone(void *arg)
 	PG_TRY();
 	{
 		probe_exchange(c);
-		dpwin_build_prepare_generation(c, dpwin_build_window_ranges(c));
+		if (clone)
+			dpwin_build_prepare_generation(c, dpwin_build_window_ranges(c));
 		ReleaseCurrentSubTransaction();
 	}
 	PG_CATCH();
@@ -174,13 +174,31 @@ overlap_clone(void *arg)
 			ProcDiePending || edata->sqlerrcode == ERRCODE_FEATURE_NOT_SUPPORTED)
 			ReThrowError(edata);
 		ereport(LOG,
-				(errmsg("dpwin: invocation %s probes and clones its target after extraction: %s",
-						dpwin_uuid_text(&c->id), edata->message)));
+				(errmsg("dpwin: invocation %s %s after extraction: %s",
+						dpwin_uuid_text(&c->id),
+						clone ? "probes and clones its target" : "probes its target",
+						edata->message)));
 		c->build.gen = NULL;
 	}
 	PG_END_TRY();
 	MemoryContextSwitchTo(cxt);
 	CurrentResourceOwner = owner;
+}
+
+static void
+overlap_clone(void *arg)
+{
+	overlap_head_start((Coordinator *) arg, true);
+}
+
+/*
+ * A refresh that skips unchanged chunks clones only once it knows which
+ * chunks are staged; the probe alone overlaps its workers.
+ */
+static void
+overlap_probe(void *arg)
+{
+	overlap_head_start((Coordinator *) arg, false);
 }
 
 /* Commits with staged: the snapshot every chunk was read under. */
@@ -199,12 +217,12 @@ dpwin_step_extracting(Coordinator *c)
 	{
 		List	   *parts;
 
-		probe_exchange(c);
 		parts = prepare_skipping(c);
-
 		c->times.extract = dpwin_extraction_run(&c->ext, &job,
 												DPWIN_EXTRACT_SKIP_UNCHANGED,
-												NULL, NULL);
+												overlap_probe, c);
+		/* nothing to ask when the probe answered during the extraction */
+		probe_exchange(c);
 		dpwin_build_prepare_generation(c, dpwin_build_staged_ranges(c));
 		if (c->ext.skipped_chunks > 0 &&
 			!dpwin_generation_parts_equal(parts, c->build.gen->target_parts))
