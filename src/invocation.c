@@ -110,8 +110,9 @@ dpwin_invocation_plan_window(Coordinator *c)
 /*
  * A refresh that skips unchanged chunks starts from what the route's last
  * publication knew of the target: the digest of each chunk it published
- * or kept, valid while the target's parts are the ones it published.  The
- * invocation takes over that publication's digest key, so that its
+ * or kept, valid while the target is the table it published, with the
+ * same layout and schema (checked once admitted, in the extracting step).
+ * The invocation takes over that publication's digest key, so that its
  * workers' digests compare with those (docs/design.md, "Skipping unchanged
  * chunks").  Before the plan is journaled: the plan names the key.
  */
