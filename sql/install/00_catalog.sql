@@ -145,8 +145,6 @@ CREATE TABLE dpwin.evidence (
 	metrics				jsonb NOT NULL,
 	written_at			timestamptz NOT NULL DEFAULT clock_timestamp()
 );
-/* A skip_unchanged refresh reads its route's newest evidence. */
-CREATE INDEX evidence_route_idx ON dpwin.evidence (route_id, written_at);
 
 /* Last published interval_end per route; moved only forward, by CAS. */
 CREATE TABLE dpwin.route_state (

@@ -85,6 +85,3 @@ REVOKE ALL ON dpwin.verifications FROM PUBLIC;
 GRANT SELECT ON dpwin.verifications TO dpwin_operator;
 
 SELECT pg_catalog.pg_extension_config_dump('dpwin.verification', '');
-
-/* A skip_unchanged refresh reads its route's newest evidence. */
-CREATE INDEX evidence_route_idx ON dpwin.evidence (route_id, written_at);
