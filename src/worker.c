@@ -473,36 +473,7 @@ worker_journal_attempt_end(WorkerState *ws, DpwinChunkSlot *slot, int attempt,
 	PG_END_TRY();
 }
 
-/*
- * Fence a failed attempt before the next one: settle its last statement on
- * the server, then drop its staging table.  Returns false if that fails,
- * in which case the chunk cannot be retried safely.
- */
-static bool
-worker_fence_attempt(WorkerState *ws, DpwinChunkSlot *slot, int attempt)
-{
-	volatile bool ok = true;
-
-	PG_TRY();
-	{
-		MemoryContextSwitchTo(ws->chunk_cxt);
-		if (ws->last_query_id)
-			dpwin_ch_settle_query(ws->client, ws->last_query_id);
-		dpwin_target_drop_table(ws->client, ws->route->target_database,
-								dpwin_staging_name(ws->sh->route_id,
-												   &ws->sh->invocation_id,
-												   slot->chunk_no, attempt));
-	}
-	PG_CATCH();
-	{
-		EmitErrorReport();
-		FlushErrorState();
-		ok = false;
-	}
-	PG_END_TRY();
-	return ok;
-}
-
+/* Wait for the backoff before try number attempt + 1. */
 static void
 worker_backoff(WorkerState *ws, int attempt)
 {
@@ -519,6 +490,68 @@ worker_backoff(WorkerState *ws, int attempt)
 						 left, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+/*
+ * Settle the last statement of a failed attempt on the server, then drop
+ * its staging table.  Returns false, with the error's SQLSTATE in
+ * *sqlerrcode, if either fails.
+ */
+static bool
+worker_fence_once(WorkerState *ws, DpwinChunkSlot *slot, int attempt,
+				  int *sqlerrcode)
+{
+	volatile bool ok = true;
+
+	PG_TRY();
+	{
+		MemoryContextSwitchTo(ws->chunk_cxt);
+		if (ws->last_query_id)
+			dpwin_ch_settle_query(ws->client, ws->last_query_id);
+		dpwin_target_drop_table(ws->client, ws->route->target_database,
+								dpwin_staging_name(ws->sh->route_id,
+												   &ws->sh->invocation_id,
+												   slot->chunk_no, attempt));
+	}
+	PG_CATCH();
+	{
+		*sqlerrcode = geterrcode();
+		EmitErrorReport();
+		FlushErrorState();
+		ok = false;
+	}
+	PG_END_TRY();
+	return ok;
+}
+
+/*
+ * Fence a failed attempt before the next one.  A server that cannot be
+ * reached meanwhile (it is restarting, or the network is down) is given
+ * the same schedule as the attempts themselves: the fence is tried again
+ * after each backoff, up to DPWIN_MAX_RETRIES times more, so that an
+ * outage longer than one settling deadline does not end the refresh.
+ * Returns false if the fence cannot be completed, in which case the chunk
+ * cannot be retried safely.
+ */
+static bool
+worker_fence_attempt(WorkerState *ws, DpwinChunkSlot *slot, int attempt)
+{
+	for (int try = 0;; try++)
+	{
+		int			sqlerrcode = 0;
+
+		if (worker_fence_once(ws, slot, attempt, &sqlerrcode))
+			return true;
+		if (try >= DPWIN_MAX_RETRIES || sqlerrcode == ERRCODE_QUERY_CANCELED ||
+			ws->client->last_failure != DPWIN_FAILURE_TRANSIENT ||
+			pg_atomic_read_u32(&ws->sh->stop))
+			return false;
+		ereport(LOG,
+				(errmsg("dpwin: could not fence attempt %d of chunk %d, trying again in %ld ms",
+						attempt, slot->chunk_no,
+						(long) ws->sh->retry_backoff_ms << try)));
+		worker_backoff(ws, try);
 	}
 }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 #
-# test/sandbox.sh start|stop|restart-pg|restart-ch|env|status|pg-exec|make
+# test/sandbox.sh start|stop|restart-pg|restart-ch|stop-ch|start-ch|env|status|pg-exec|make
 #
 # A throwaway PostgreSQL cluster with dpwin and pg_cron preloaded, plus
 # the local ClickHouse endpoint (test/chendpoint) on the embedded engine,
@@ -10,6 +10,8 @@
 #   stop        stop both, by the pids they recorded
 #   restart-pg  immediate restart of PostgreSQL (crash tests)
 #   restart-ch  restart of the ClickHouse endpoint (data persists)
+#   stop-ch, start-ch  the same in two steps, for a test that keeps the
+#               endpoint away while it watches what dpwin does meanwhile
 #   env         print `export` lines for PGHOST, PGPORT, PGDATABASE, PGUSER,
 #               DPWIN_CH_URL, DPWIN_CH_USER (the admin account), DPWIN_CH_REFRESH_USER
 #               (the least-privileged one sandbox_ch maps to), DPWIN_CH_PASSWORD,
@@ -369,6 +371,12 @@ case "${1:-}" in
 		stop_ch
 		start_ch
 		;;
+	stop-ch)
+		stop_ch
+		;;
+	start-ch)
+		start_ch
+		;;
 	env)
 		print_env
 		;;
@@ -386,7 +394,7 @@ case "${1:-}" in
 		in_pg make -C "$BUILD" PG_CONFIG="$PG_CONFIG_" "$@"
 		;;
 	*)
-		echo "usage: $0 start|stop|restart-pg|restart-ch|env|status|pg-exec CMD|make ARG..." >&2
+		echo "usage: $0 start|stop|restart-pg|restart-ch|stop-ch|start-ch|env|status|pg-exec CMD|make ARG..." >&2
 		exit 2
 		;;
 esac

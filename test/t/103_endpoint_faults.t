@@ -7,6 +7,10 @@
 #   refused       every connection refused when the refresh starts;
 #   restart_xtr   the endpoint restarts while staging INSERTs run (data
 #                 persists): the interrupted chunks are fenced and retried;
+#   away_xtr      the same, the endpoint staying away longer than dpwin's
+#                 settling deadline: the fence of each interrupted attempt is
+#                 tried again after the backoff, and the refresh completes
+#                 once the endpoint is back;
 #   restart_pub   the endpoint restarts while the EXCHANGE waits on it, so
 #                 the EXCHANGE never runs.  Visible: dpwin sees it has ended
 #                 and exchanges once more.  Hidden: it cannot, and leaves the
@@ -52,6 +56,18 @@ psql_ok("CREATE SERVER $slow FOREIGN DATA WRAPPER dpwin_clickhouse"
 	  . " OPTIONS (url '$ENV{DPWIN_CH_URL}', request_timeout '5s');
 	CREATE USER MAPPING FOR CURRENT_USER SERVER $slow
 	  OPTIONS (user '$ENV{DPWIN_CH_REFRESH_USER}', password '$ENV{DPWIN_CH_PASSWORD}');");
+
+# The PostgreSQL server log; pg_log_since($start) reads it from byte $start on.
+my $pg_log = sandbox_root() . '/run/postgresql.log';
+
+sub pg_log_since
+{
+	my ($start) = @_;
+	open my $fh, '<', $pg_log or die "cannot read $pg_log: $!";
+	seek($fh, $start, 0);
+	local $/;
+	return scalar <$fh> // '';
+}
 
 sub hold_exchange
 {
@@ -124,6 +140,35 @@ both_modes(sub {
 		sandbox_cmd('restart-ch');
 		my ($rc, $out, $err) = bg_finish($h);
 		is($out, 'completed', "$s->{tag}: the refresh completes") or diag($err);
+		check_after_fault($s, which => 'new', state => 'completed', outcome => 'published');
+		is(psql_ok("SELECT string_agg(attempt::text, ',' ORDER BY chunk_no) FROM dpwin.chunk WHERE invocation_id = '$s->{inv}'"),
+			'1,1,0,0', "$s->{tag}: the two interrupted chunks were loaded again, into new staging tables");
+		settle_and_check($s, 'recover');
+	}
+
+	# --- the endpoint stays away longer than one settling deadline -----------------------
+
+	if ($mode eq 'visible')
+	{
+		my $s = scenario("away_xtr_$m");
+		fault(pattern => "INSERT INTO `$db`.`$s->{prefix}stg_", mode => 'hold', count => 2);
+		my $log_start = -s $pg_log;
+		my $h = do
+		{
+			local $ENV{PGOPTIONS} = '-c dpwin.retry_backoff=2s';
+			bg_psql(refresh_sql($s->{route}, $E2, $s->{inv}));
+		};
+		ok(wait_running(qr/^INSERT INTO `\Q$db\E`\.`\Q$s->{prefix}\Estg_/, 2, phase => 'holding'),
+			"$s->{tag}: two staging INSERTs are held on the server");
+		sandbox_cmd('stop-ch');
+		# The settling of an interrupted INSERT gives up after its deadline
+		# while the server is away; the fence is then tried again after the
+		# attempt's backoff instead of ending the refresh.
+		ok(wait_until(sub { pg_log_since($log_start) =~ /could not fence attempt 0 of chunk \d+, trying again/ }, 90),
+			"$s->{tag}: a fence that could not reach the server is tried again");
+		sandbox_cmd('start-ch');
+		my ($rc, $out, $err) = bg_finish($h);
+		is($out, 'completed', "$s->{tag}: the refresh completes once the server is back") or diag($err);
 		check_after_fault($s, which => 'new', state => 'completed', outcome => 'published');
 		is(psql_ok("SELECT string_agg(attempt::text, ',' ORDER BY chunk_no) FROM dpwin.chunk WHERE invocation_id = '$s->{inv}'"),
 			'1,1,0,0', "$s->{tag}: the two interrupted chunks were loaded again, into new staging tables");
