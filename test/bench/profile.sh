@@ -20,6 +20,11 @@
 #
 #   PROFILE_ROWS_PER_DAY, PROFILE_SOURCE_DAYS  the dataset to use
 #     (default: the benchmark's defaults, 100000 and 70)
+#   PROFILE_SKIP_DAYS=N  profile `skip_unchanged` refreshes instead: the
+#     route reads a copy of the source's last N days with an N-day
+#     lookback and 1-day chunks, and before each refresh one day of it
+#     changes (as the benchmark's skip variant), so each refresh digests
+#     N days and stages one [0: refreshes of a 7-day window]
 #   PROFILE_CALLGRAPH=fp|dwarf|none  call graphs [fp: enough for the
 #     kernel's stacks, which tell page faults from network; Debian builds
 #     PostgreSQL without frame pointers, dwarf unwinds it too, at a cost]
@@ -60,10 +65,30 @@ fi
 	{ log "no $DB.base_day_30: run the benchmark first"; exit 1; }
 end=$(pgq "SELECT to_char(max(w)::date + 1, 'YYYY-MM-DD') FROM bench_$TAG.events")
 
+SKIP=${PROFILE_SKIP_DAYS:-0}
+src=bench_$TAG.events
+lookback=7
+if [ "$SKIP" -gt 0 ]; then
+	src=bench_$TAG.events_prof
+	lookback=$SKIP
+	pgq "DROP TABLE IF EXISTS $src;
+		CREATE TABLE $src (LIKE bench_$TAG.events INCLUDING ALL);
+		INSERT INTO $src SELECT * FROM bench_$TAG.events WHERE w >= timestamptz '$end 00:00:00+00' - interval '$SKIP days'" >/dev/null
+	pgq "VACUUM ANALYZE $src" >/dev/null
+fi
+# change_day I: before refresh I of a skip profile, one day of the source changes
+change_day() {
+	[ "$SKIP" -gt 0 ] || return 0
+	pgq "UPDATE $src SET qty = coalesce(qty, 0) + 1
+		WHERE w >= timestamptz '$end 00:00:00+00' - interval '1 day' * (1 + ($1 * 7 + 3) % $SKIP)
+		  AND w < timestamptz '$end 00:00:00+00' - interval '1 day' * (($1 * 7 + 3) % $SKIP)" >/dev/null
+}
+
 clone_base t_prof base_day_30
 pgq "SELECT dpwin.drop_route('prof') FROM dpwin.route WHERE route_name = 'prof';
-	SELECT dpwin.create_route('prof', 'bench_$TAG.events', 'w', 'sandbox_ch', '$DB', 't_prof',
-		interval '7 days', interval '1 day', parallelism => $PAR)" >/dev/null
+	SELECT dpwin.create_route('prof', '$src', 'w', 'sandbox_ch', '$DB', 't_prof',
+		interval '$lookback days', interval '1 day', parallelism => $PAR)" >/dev/null
+[ "$SKIP" -gt 0 ] && pgq "SELECT dpwin.alter_route('prof', skip_unchanged => true)" >/dev/null
 # one unmeasured refresh: caches warm, as in the benchmark
 pgq "SELECT state FROM dpwin_refresh('prof', '$end 00:00:00+00')" >/dev/null
 drop_backups
@@ -98,6 +123,7 @@ watcher=$!
 
 : >"$P/runs"
 for i in $(seq 1 "$RUNS"); do
+	change_day "$i"
 	t0=$(date +%s.%N)
 	pgq "SELECT details->'evidence'->'phases' FROM dpwin_refresh('prof', '$end 00:00:00+00')" >>"$P/runs"
 	t1=$(date +%s.%N)
@@ -110,6 +136,7 @@ wait $perf_pg $perf_ch 2>/dev/null || true
 wait $watcher 2>/dev/null || true
 ch "DROP TABLE IF EXISTS $DB.t_prof SYNC"
 pgq "SELECT dpwin.drop_route('prof')" >/dev/null
+[ "$SKIP" -gt 0 ] && pgq "DROP TABLE $src" >/dev/null
 
 workers=$(awk '$1 == "worker" {print $2}' "$P/roles" | sort -u | paste -sd,)
 coords=$(awk '$1 == "coordinator" {print $2}' "$P/roles" | sort -u | paste -sd,)
