@@ -1260,6 +1260,7 @@ my %meta = (
 	rows_per_day => $rpd, source_days => $src_days, window_days => $wdays, memory_window_days => $mem_wdays,
 	skip_days => $skip_days, sizes => "@sizes", shapes => "@shapes", ends => "@ends", parallelism => $par,
 	rounds => $rounds, only => join(',', grep { on($_) } @kinds), hosts => "@hosts", rtt_ms => "@rtts",
+	shared_buffers => $ENV{BENCH_SHARED_BUFFERS} // '?',
 );
 logmsg('parameters: ' . join(' ', map { "$_=$meta{$_}" } sort keys %meta));
 pg_dataset();

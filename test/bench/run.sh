@@ -22,6 +22,9 @@
 #   connection between the two sides crosses test/bench/netdelay
 #   BENCH_AGAIN [1]: 0 leaves out "dpwin again"
 #   BENCH_OUT [test/bench/out]  BENCH_CSV [see above]
+#   BENCH_SHARED_BUFFERS [the sandbox's: 128MB]: PostgreSQL's
+#     shared_buffers for the run, for every variant alike (set with ALTER
+#     SYSTEM and a restart; a run without it resets it)
 #   BENCH_KEEP_SANDBOX=1 leaves the sandbox running (the dataset is reused
 #   by the next run either way: it lives in the sandbox's folder).
 #   DPWIN_SANDBOX_DIR, DPWIN_PGPORT, DPWIN_CH_PORT, DPWIN_CH_CONTROL_PORT
@@ -77,6 +80,18 @@ fi
 
 # shellcheck disable=SC1091
 . "$DPWIN_SANDBOX_DIR/env"
+# shared_buffers as asked, or the sandbox's own; a restart applies it.
+if [ -n "${BENCH_SHARED_BUFFERS:-}" ]; then
+	psql -X -q -c "ALTER SYSTEM SET shared_buffers = '$BENCH_SHARED_BUFFERS'"
+else
+	psql -X -q -c "ALTER SYSTEM RESET shared_buffers"
+fi
+if [ "$(psql -X -A -t -c "SELECT pending_restart FROM pg_settings WHERE name = 'shared_buffers'")" = t ]; then
+	log "restarting PostgreSQL: shared_buffers changes"
+	"$ROOT/test/sandbox.sh" restart-pg
+fi
+BENCH_SHARED_BUFFERS=$(psql -X -A -t -c "SHOW shared_buffers")
+export BENCH_SHARED_BUFFERS
 # The delay proxy and query-log stamper (test/bench/netdelay.c).
 cc -O2 -Wall -pthread -o "$BENCH_OUT/netdelay" "$ROOT/test/bench/netdelay.c"
 perl "$ROOT/test/bench/bench.pl"
