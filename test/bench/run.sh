@@ -86,7 +86,9 @@ if [ -n "${BENCH_SHARED_BUFFERS:-}" ]; then
 else
 	psql -X -q -c "ALTER SYSTEM RESET shared_buffers"
 fi
-if [ "$(psql -X -A -t -c "SELECT pending_restart FROM pg_settings WHERE name = 'shared_buffers'")" = t ]; then
+# pg_file_settings reads the files now; the server has what it started with.
+want=$(psql -X -A -t -c "SELECT setting FROM pg_file_settings WHERE name = 'shared_buffers' AND error IS NULL ORDER BY seqno DESC LIMIT 1")
+if [ "$want" != "$(psql -X -A -t -c "SHOW shared_buffers")" ]; then
 	log "restarting PostgreSQL: shared_buffers changes"
 	"$ROOT/test/sandbox.sh" restart-pg
 fi
