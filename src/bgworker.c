@@ -17,6 +17,7 @@
 #include "tcop/tcopprot.h"
 #include "utils/acl.h"
 #include "utils/snapmgr.h"
+#include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
 #include "bgworker.h"
@@ -156,4 +157,19 @@ dpwin_xact_commit(MemoryContext cxt)
 	CommitTransactionCommand();
 	pgstat_report_activity(STATE_IDLE, NULL);
 	MemoryContextSwitchTo(cxt);
+}
+
+void
+dpwin_sleep_ms(long ms)
+{
+	TimestampTz until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), ms);
+	long		left;
+
+	while ((left = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), until)) > 0)
+	{
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 left, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
 }

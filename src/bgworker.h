@@ -3,7 +3,8 @@
  * bgworker.h
  *	  The idioms every dpwin background worker shares, written once:
  *	  connecting as the caller, launching a dynamic worker, waiting for
- *	  workers, and running one unit of work in a transaction of its own.
+ *	  workers, running one unit of work in a transaction of its own, and
+ *	  waiting out a retry's backoff.
  *
  *	  The coordinator (coordinator.c) and the chunk workers (worker.c)
  *	  build on it; it calls nothing above it.
@@ -48,5 +49,11 @@ extern void dpwin_bgworker_stop_all(BackgroundWorkerHandle **handles, int n);
  */
 extern void dpwin_xact_begin(const char *activity);
 extern void dpwin_xact_commit(MemoryContext cxt);
+
+/*
+ * Wait ms milliseconds on the process latch (a retry's backoff), handling
+ * interrupts as they come and exiting if the postmaster dies.
+ */
+extern void dpwin_sleep_ms(long ms);
 
 #endif							/* DPWIN_BGWORKER_H */

@@ -84,6 +84,48 @@ evidence_metrics(Coordinator *c)
 }
 
 /*
+ * Rename the replaced table, which the generation's name holds after the
+ * exchange, to the backup name, while it is still the table the intent
+ * replaced (old, its UUID under that name, is NULL when not read yet).
+ * The name's UUID says whether a RENAME has happened, so a failure that
+ * may pass (a lost reply, a server restarting) is settled on the server
+ * and the name read again, then the RENAME sent again, on the attempts'
+ * backoff schedule (docs/design.md, "Failures"); anything else raises.
+ */
+static void
+rename_to_backup(Coordinator *c, const DpwinPublication *pub, const char *old)
+{
+	const char *db = c->route->target_database;
+
+	for (int attempt = 0;; attempt++)
+	{
+		ChHttpReply reply;
+		ChHttpStatus status;
+		char	   *query_id;
+
+		if (old == NULL)
+			old = dpwin_target_table_uuid(c->client, db, pub->generation_table);
+		if (old == NULL || strcmp(old, pub->target_uuid_before) != 0)
+			return;
+		query_id = dpwin_ch_next_query_id(c->client, "backup");
+		status = dpwin_target_rename(c->client, db, pub->generation_table,
+									 pub->backup_table, query_id, &reply);
+		if (status == CHHTTP_OK)
+			return;
+		if (attempt >= DPWIN_MAX_RETRIES || !dpwin_ch_status_transient(status, &reply))
+			dpwin_ch_report(status, &reply, "keeping the replaced table as the backup");
+		ereport(LOG,
+				(errmsg("dpwin: invocation %s: the RENAME to the backup got no answer, trying again in %ld ms",
+						dpwin_uuid_text(&c->id),
+						(long) dpwin_retry_backoff_ms << attempt)));
+		if (dpwin_ch_status_outcome_unknown(status))
+			dpwin_ch_settle_query(c->client, query_id);
+		dpwin_sleep_ms((long) dpwin_retry_backoff_ms << attempt);
+		old = NULL;
+	}
+}
+
+/*
  * After a published exchange the old table carries the generation's name;
  * give it its backup name (idempotent: a recovering process may find it
  * done).  The intent is the one in memory, or the journal's.
@@ -110,12 +152,7 @@ keep_backup(Coordinator *c)
 	 */
 	old = c->build.replaced_uuid;
 	c->build.replaced_uuid = NULL;
-	if (old == NULL)
-		old = dpwin_target_table_uuid(c->client, c->route->target_database,
-									  pub->generation_table);
-	if (old && strcmp(old, pub->target_uuid_before) == 0)
-		dpwin_target_rename(c->client, c->route->target_database,
-							pub->generation_table, pub->backup_table);
+	rename_to_backup(c, pub, old);
 	c->build.generation = MemoryContextStrdup(c->cxt, pub->generation_table);
 	c->build.backup = MemoryContextStrdup(c->cxt, pub->backup_table);
 }

@@ -240,13 +240,16 @@ dpwin_target_table_uuids(ChClient *client, const char *database,
 	}
 }
 
-void
+ChHttpStatus
 dpwin_target_rename(ChClient *client, const char *database,
-					const char *from, const char *to)
+					const char *from, const char *to, const char *query_id,
+					ChHttpReply *reply)
 {
-	dpwin_ch_exec(client, psprintf("RENAME TABLE %s TO %s",
-								   dpwin_ch_qualified_name(database, from),
-								   dpwin_ch_qualified_name(database, to)));
+	return dpwin_ch_try(client,
+						psprintf("RENAME TABLE %s TO %s",
+								 dpwin_ch_qualified_name(database, from),
+								 dpwin_ch_qualified_name(database, to)),
+						query_id, NULL, NULL, reply);
 }
 
 List *

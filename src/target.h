@@ -140,9 +140,13 @@ extern ChHttpStatus dpwin_target_exchange(ChClient *client,
 										  const char *query_id,
 										  ChHttpReply *reply);
 
-/* RENAME TABLE db.from TO db.to. */
-extern void dpwin_target_rename(ChClient *client, const char *database,
-								const char *from, const char *to);
+/*
+ * RENAME TABLE db.from TO db.to under query_id; returns the status
+ * instead of raising, as dpwin_ch_try() (the caller settles a lost reply).
+ */
+extern ChHttpStatus dpwin_target_rename(ChClient *client, const char *database,
+										const char *from, const char *to,
+										const char *query_id, ChHttpReply *reply);
 
 /* List table names in database starting with prefix. */
 extern List *dpwin_target_list_tables(ChClient *client, const char *database,

@@ -477,20 +477,7 @@ worker_journal_attempt_end(WorkerState *ws, DpwinChunkSlot *slot, int attempt,
 static void
 worker_backoff(WorkerState *ws, int attempt)
 {
-	long		delay = (long) ws->sh->retry_backoff_ms << attempt;
-	TimestampTz until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), delay);
-
-	for (;;)
-	{
-		long		left = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), until);
-
-		if (left <= 0)
-			break;
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 left, PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-		CHECK_FOR_INTERRUPTS();
-	}
+	dpwin_sleep_ms((long) ws->sh->retry_backoff_ms << attempt);
 }
 
 /*

@@ -353,7 +353,9 @@ sub inv_state
 # ---- the faults -------------------------------------------------------------------
 
 # Statements of a refresh that an endpoint fault may hit, by the text it
-# contains; %s is the invocation's table prefix, %t the target.
+# contains; %s is the invocation's table prefix, %t the target.  The
+# RENAME is the one that keeps the replaced table as the backup: after the
+# EXCHANGE the generation's name holds it.
 my @STATEMENTS = (
 	"FROM system.databases WHERE name = 'DB'",
 	'INSERT INTO `DB`.`%sstg_',
@@ -361,7 +363,7 @@ my @STATEMENTS = (
 	"' FROM `DB`.`%sstg_",
 	'countIf(',
 	'EXCHANGE TABLES `DB`.`%t` AND',
-	'RENAME TABLE `DB`.`%t`',
+	'RENAME TABLE `DB`.`%sgen` TO',
 	'DROP TABLE IF EXISTS `DB`.`%sstg_',
 );
 

@@ -11,6 +11,10 @@
 #                 settling deadline: the fence of each interrupted attempt is
 #                 tried again after the backoff, and the refresh completes
 #                 once the endpoint is back;
+#   bak_unrun, bak_ran  the RENAME that keeps the replaced table as the
+#                 backup loses its reply, dropped unrun or after it ran: dpwin
+#                 settles it, reads the name's UUID and renames once more only
+#                 if the first did not;
 #   restart_pub   the endpoint restarts while the EXCHANGE waits on it, so
 #                 the EXCHANGE never runs.  Visible: dpwin sees it has ended
 #                 and exchanges once more.  Hidden: it cannot, and leaves the
@@ -37,7 +41,7 @@ use strict;
 use warnings;
 use Test::More;
 use DpwinTest;
-use DpwinFixture qw(fault bg_psql bg_finish exchange_re exchanges);
+use DpwinFixture qw(fault bg_psql bg_finish exchange_re exchanges uuid_of);
 use DpwinCrash;
 use DpwinEndpoint qw(both_modes release running wait_running log_entries);
 
@@ -172,6 +176,27 @@ both_modes(sub {
 		check_after_fault($s, which => 'new', state => 'completed', outcome => 'published');
 		is(psql_ok("SELECT string_agg(attempt::text, ',' ORDER BY chunk_no) FROM dpwin.chunk WHERE invocation_id = '$s->{inv}'"),
 			'1,1,0,0', "$s->{tag}: the two interrupted chunks were loaded again, into new staging tables");
+		settle_and_check($s, 'recover');
+	}
+
+	# --- the RENAME that keeps the backup gets no answer ----------------------------------
+
+	for my $f ([ 'unrun', mode => 'idle_close', ms => 0 ], [ 'ran', mode => 'lost' ])
+	{
+		my ($how, %fault) = @$f;
+		my $s = scenario("bak_${how}_$m");
+		my $rename = "RENAME TABLE `$db`.`$s->{prefix}gen` TO";
+		my $seq = ch_log_seq();
+		fault(pattern => $rename, count => 1, %fault);
+		is(psql_ok(refresh_sql($s->{route}, $E2, $s->{inv})), 'completed',
+			"$s->{tag}: the refresh completes");
+		check_after_fault($s, which => 'new', state => 'completed', outcome => 'published');
+		my @renames = grep { index($_->{query}, $rename) == 0 } ch_log_since($seq);
+		is(join(',', map { $_->{status} } @renames), $how eq 'unrun' ? 'idle-closed,200' : 'lost',
+			"$s->{tag}: " . ($how eq 'unrun' ? 'the RENAME dropped unrun is sent again once the server shows it never ran'
+				: 'the RENAME that ran is not sent again'));
+		my $backup = psql_ok("SELECT backup_table FROM dpwin.publication WHERE invocation_id = '$s->{inv}'");
+		is(uuid_of($backup), $s->{pre_uuid}, "$s->{tag}: the replaced table is the backup");
 		settle_and_check($s, 'recover');
 	}
 
