@@ -385,12 +385,21 @@ coordinator_fail(Coordinator *c, ErrorData *edata)
 	if (!c->registered)
 		return;
 
-	/* Data may be visible already: tell the caller how to finish. */
-	if (!prepublication && !dpwin_state_is_final(c->state) &&
-		c->call->hint[0] == '\0')
+	/*
+	 * Data may be visible already: tell the caller how to finish, first,
+	 * before any hint of the error itself (a server that did not answer
+	 * in time has one).
+	 */
+	if (!prepublication && !dpwin_state_is_final(c->state))
+	{
+		char		own[sizeof(c->call->hint)];
+
+		strlcpy(own, c->call->hint, sizeof(own));
 		snprintf(c->call->hint, sizeof(c->call->hint),
-				 "The invocation is %s; SELECT * FROM dpwin.recover('%s') settles it.",
-				 dpwin_state_name(c->state), dpwin_uuid_text(&c->id));
+				 "The invocation is %s; SELECT * FROM dpwin.recover('%s') settles it.%s%s",
+				 dpwin_state_name(c->state), dpwin_uuid_text(&c->id),
+				 own[0] != '\0' ? " " : "", own);
+	}
 
 	PG_TRY();
 	{
