@@ -388,9 +388,11 @@ coordinator_fail(Coordinator *c, ErrorData *edata)
 	/*
 	 * Data may be visible already: tell the caller how to finish, first,
 	 * before any hint of the error itself (a server that did not answer
-	 * in time has one).
+	 * in time has one).  An invocation that could not take the lease keeps
+	 * the lease's own hint: waiting for the holder is what settles it.
 	 */
-	if (!prepublication && !dpwin_state_is_final(c->state))
+	if (!prepublication && !dpwin_state_is_final(c->state) &&
+		(c->lease_held || c->call->hint[0] == '\0'))
 	{
 		char		own[sizeof(c->call->hint)];
 
