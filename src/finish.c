@@ -115,8 +115,8 @@ rename_to_backup(Coordinator *c, const DpwinPublication *pub, const char *old)
 		if (attempt >= DPWIN_MAX_RETRIES || !dpwin_ch_status_transient(status, &reply))
 			dpwin_ch_report(status, &reply, "keeping the replaced table as the backup");
 		ereport(LOG,
-				(errmsg("dpwin: invocation %s: the RENAME to the backup got no answer, trying again in %ld ms",
-						dpwin_uuid_text(&c->id),
+				(errmsg("dpwin: invocation %s: the RENAME to the backup failed (%s), trying again in %ld ms",
+						dpwin_uuid_text(&c->id), dpwin_chhttp_status_name(status),
 						(long) dpwin_retry_backoff_ms << attempt)));
 		if (dpwin_ch_status_outcome_unknown(status))
 			dpwin_ch_settle_query(c->client, query_id);

@@ -187,6 +187,7 @@ both_modes(sub {
 		my $s = scenario("bak_${how}_$m");
 		my $rename = "RENAME TABLE `$db`.`$s->{prefix}gen` TO";
 		my $seq = ch_log_seq();
+		my $log_start = -s $pg_log;
 		fault(pattern => $rename, count => 1, %fault);
 		is(psql_ok(refresh_sql($s->{route}, $E2, $s->{inv})), 'completed',
 			"$s->{tag}: the refresh completes");
@@ -195,6 +196,8 @@ both_modes(sub {
 		is(join(',', map { $_->{status} } @renames), $how eq 'unrun' ? 'idle-closed,200' : 'lost',
 			"$s->{tag}: " . ($how eq 'unrun' ? 'the RENAME dropped unrun is sent again once the server shows it never ran'
 				: 'the RENAME that ran is not sent again'));
+		ok(wait_until(sub { pg_log_since($log_start) =~ /\Q$s->{inv}\E: the RENAME to the backup failed \((?:reply lost|connection failed)\), trying again/ }, 30),
+			"$s->{tag}: the server log says why the RENAME was settled and tried again");
 		my $backup = psql_ok("SELECT backup_table FROM dpwin.publication WHERE invocation_id = '$s->{inv}'");
 		is(uuid_of($backup), $s->{pre_uuid}, "$s->{tag}: the replaced table is the backup");
 		settle_and_check($s, 'recover');
