@@ -2,19 +2,19 @@
 #
 # test/bench/evidence_facts.sh — the evidence's window facts as one read of
 # the window (and the NULL map for the NULL-window rows) against the two
-# reads it replaced (docs/benchmark.md,
-# "The evidence's window facts").
+# reads it replaced (docs/benchmark.md, "The evidence's window facts").
 #
 # Needs a running sandbox (test/sandbox.sh start; DPWIN_SANDBOX_DIR and the
-# ports as for the sandbox).  Makes two tables in the database
-# dpwin_bench_evfacts of the endpoint, like the benchmark's 30-day
-# day-partitioned base (3 M rows) and its 300-day ones, day-partitioned
-# and unpartitioned (30 M rows), then runs both statements in alternating rounds (EVF_ROUNDS,
-# default 15) over a 7-day window and, on the day-partitioned table, the
-# 30-day lookback of a skip_unchanged refresh.  Every round checks that the
-# two answers are equal, byte for byte; prints the medians of the server's
-# elapsed time.
-# Not part of CI.
+# ports as for the sandbox).  Makes three tables in the database
+# dpwin_bench_evfacts of the endpoint, like the benchmark's bases: 30 days
+# day-partitioned (3 M rows), 300 days day-partitioned and 300 days
+# unpartitioned (30 M rows each).  Then runs both statements in
+# alternating rounds (EVF_ROUNDS, default 15) over a 7-day window and, on
+# the 30-day table, the 30-day lookback of a skip_unchanged refresh.  Every
+# round checks that the two answers are equal, byte for byte; prints the
+# medians of the server's elapsed time.  one_read() below is the statement
+# of dpwin_chprobe_window_facts() in src/chprobe.c, with the window
+# predicate written plainly: keep the two alike.  Not part of CI.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
