@@ -8,7 +8,8 @@
  *	  1. clone: ATTACH PARTITION ID ... FROM target hard-links every part
  *		 of every partition that may hold a row outside the replaced
  *		 ranges (an unpartitioned table is the one partition 'all');
- *	  2. remove: one lightweight DELETE of the rows inside the ranges;
+ *	  2. remove: one DELETE of the rows inside the ranges (a mutation that
+ *		 rewrites the cut partitions, or lightweight when unpartitioned);
  *	  3. attach: the verified staging tables' parts, hard-linked too.
  *
  *	  No kept row travels through a SELECT, and none is read to verify:
@@ -723,9 +724,9 @@ dpwin_generation_clone(ChClient *client, const DpwinTargetInfo *target,
 
 	/*
 	 * Partitions that hold rows on both sides of a range are cloned into a
-	 * scratch table, where the DELETE runs: a lightweight DELETE costs time
-	 * for every part of its table, so it runs on these partitions' parts
-	 * alone (docs/benchmark.md).
+	 * scratch table, where the DELETE runs: a DELETE costs time for every
+	 * part of its table, so it runs on these partitions' parts alone
+	 * (docs/benchmark.md).
 	 */
 	if (gen->mixed != NIL)
 	{
@@ -794,46 +795,12 @@ dpwin_generation_clone(ChClient *client, const DpwinTargetInfo *target,
 	return gen;
 }
 
-/*
- * Rewrite the scratch table's parts without the rows the DELETE masked.
- * A part with lightweight-deleted rows keeps the server from answering
- * the next refresh's partition judgement from the minmax indexes, which
- * then reads the window column of the whole target; rewriting the few
- * partitions the window cuts costs less.  The visible rows stay the same,
- * so a server that refuses the statement (older than it, or a grant
- * missing) leaves the generation as good: that is logged, not raised.
- */
-static void
-apply_deleted_mask(ChClient *client, const DpwinTargetInfo *target,
-				   const char *table)
-{
-	char	   *query_id = dpwin_ch_next_query_id(client, "apply-mask");
-	ChHttpReply reply;
-	ChHttpStatus status;
-
-	status = dpwin_ch_try(client,
-						  psprintf("ALTER TABLE %s APPLY DELETED MASK SETTINGS mutations_sync = 2",
-								   dpwin_ch_qualified_name(target->database, table)),
-						  query_id, NULL, NULL, &reply);
-	if (status == CHHTTP_SERVER_ERROR)
-	{
-		ereport(LOG,
-				(errmsg("dpwin: ClickHouse did not rewrite the cut partitions of %s: code %d",
-						dpwin_ch_qualified_name(target->database, table), reply.exception_code),
-				 errdetail_internal("%s", reply.body.data)));
-		return;
-	}
-	if (status != CHHTTP_OK)
-		report_settled(client, status, &reply, query_id,
-					   psprintf("rewriting the cut partitions of %s",
-								dpwin_ch_qualified_name(target->database, table)));
-}
-
 void
 dpwin_generation_remove_ranges(ChClient *client, const DpwinTargetInfo *target,
 							   DpwinGeneration *gen)
 {
 	const char *table = gen->scratch ? gen->scratch : gen->table;
+	bool		rewrite = target->partition_key[0] != '\0';
 	char	   *query_id;
 	ChHttpReply reply;
 	ChHttpStatus status;
@@ -844,20 +811,34 @@ dpwin_generation_remove_ranges(ChClient *client, const DpwinTargetInfo *target,
 		return;
 
 	/*
-	 * lightweight_deletes_sync = 2: the statement returns once the rows are
-	 * gone (the server's default, pinned against a profile that changes it);
-	 * a server older than that setting waits by mutations_sync.
+	 * On a partitioned target one mutation rewrites the cut partitions
+	 * without the rows inside the ranges: the published target has no part
+	 * with lightweight-deleted rows of dpwin's making, so the next refresh
+	 * judges its partitions from the minmax indexes again.  It reads those
+	 * partitions once, where a lightweight DELETE followed by APPLY DELETED
+	 * MASK read them twice (docs/design.md, "Building the generation").  An
+	 * unpartitioned target is one partition, which a rewrite would copy
+	 * whole: its rows are deleted lightweight and the mask stays.
+	 *
+	 * mutations_sync and lightweight_deletes_sync = 2: the statement returns
+	 * once the rows are gone (pinned against a profile that changes them);
+	 * a server older than lightweight_deletes_sync waits by mutations_sync.
 	 */
 	for (;;)
 	{
+		const char *where = window_ranges_sql(gen->window_column, gen->ranges);
+		const char *qtable = dpwin_ch_qualified_name(target->database, table);
+
 		query_id = dpwin_ch_next_query_id(client, "delete");
 		status = dpwin_ch_try(client,
+							  rewrite ?
+							  psprintf("ALTER TABLE %s DELETE WHERE %s SETTINGS mutations_sync = 2",
+									   qtable, where) :
 							  psprintf("DELETE FROM %s WHERE %s SETTINGS %s = 2",
-									   dpwin_ch_qualified_name(target->database, table),
-									   window_ranges_sql(gen->window_column, gen->ranges),
+									   qtable, where,
 									   setting ? "lightweight_deletes_sync" : "mutations_sync"),
 							  query_id, NULL, NULL, &reply);
-		if (status == CHHTTP_SERVER_ERROR &&
+		if (status == CHHTTP_SERVER_ERROR && !rewrite &&
 			reply.exception_code == CH_UNKNOWN_SETTING && setting)
 		{
 			setting = false;
@@ -874,9 +855,6 @@ dpwin_generation_remove_ranges(ChClient *client, const DpwinTargetInfo *target,
 	if (gen->scratch != NULL)
 	{
 		List	   *from = NIL;
-
-		if (target->partition_key[0] != '\0')
-			apply_deleted_mask(client, target, gen->scratch);
 
 		for (int i = 0; i < list_length(gen->mixed); i++)
 			from = lappend(from, gen->scratch);

@@ -70,8 +70,10 @@ extern DpwinGeneration *dpwin_generation_clone(ChClient *client,
 											   const DpwinDigestKey *key);
 
 /*
- * Remove the rows inside the ranges from the clone (a lightweight DELETE,
- * waited for), then check by counting that exactly they went.
+ * Remove the rows inside the ranges from the clone by one DELETE, waited
+ * for: a mutation that rewrites the cut partitions of a partitioned target,
+ * a lightweight DELETE in an unpartitioned one.  The build's counts check
+ * that exactly those rows went.
  */
 extern void dpwin_generation_remove_ranges(ChClient *client,
 										   const DpwinTargetInfo *target,
