@@ -57,6 +57,16 @@
 /* Partitions attached per ALTER TABLE statement. */
 #define ATTACH_BATCH		100
 
+/*
+ * The cut partitions are rewritten when they hold at most 1/REWRITE_SHARE
+ * of the target's rows.  Rewriting a row (every column read and written)
+ * costs about ten times reading its window value, which is what the next
+ * refresh's judgement of the partitions costs per row of the target while
+ * lightweight-deleted rows are left (docs/benchmark.md, "The cut
+ * partitions"); a quarter leaves room for masks that outlive one refresh.
+ */
+#define REWRITE_SHARE		4
+
 typedef enum PartClass
 {
 	PART_OUTSIDE,				/* no row inside the ranges */
@@ -702,6 +712,7 @@ dpwin_generation_clone(ChClient *client, const DpwinTargetInfo *target,
 	{
 		PartitionMeta *p = lfirst(lc);
 
+		gen->target_rows += p->rows;
 		if (p->class == PART_INSIDE)
 		{
 			gen->dropped_partitions++;
@@ -709,7 +720,10 @@ dpwin_generation_clone(ChClient *client, const DpwinTargetInfo *target,
 		}
 		cloned = lappend(cloned, p->id);
 		if (p->class == PART_MIXED)
+		{
 			gen->mixed = lappend(gen->mixed, p->id);
+			gen->cut_rows += p->rows;
+		}
 		else
 		{
 			outside = lappend(outside, p->id);
@@ -800,7 +814,6 @@ dpwin_generation_remove_ranges(ChClient *client, const DpwinTargetInfo *target,
 							   DpwinGeneration *gen)
 {
 	const char *table = gen->scratch ? gen->scratch : gen->table;
-	bool		rewrite = target->partition_key[0] != '\0';
 	char	   *query_id;
 	ChHttpReply reply;
 	ChHttpStatus status;
@@ -811,19 +824,23 @@ dpwin_generation_remove_ranges(ChClient *client, const DpwinTargetInfo *target,
 		return;
 
 	/*
-	 * On a partitioned target one mutation rewrites the cut partitions
-	 * without the rows inside the ranges: the published target has no part
-	 * with lightweight-deleted rows of dpwin's making, so the next refresh
-	 * judges its partitions from the minmax indexes again.  It reads those
-	 * partitions once, where a lightweight DELETE followed by APPLY DELETED
-	 * MASK read them twice (docs/design.md, "Building the generation").  An
-	 * unpartitioned target is one partition, which a rewrite would copy
-	 * whole: its rows are deleted lightweight and the mask stays.
+	 * Where the cut partitions are a small part of a partitioned target, one
+	 * mutation rewrites them without the rows inside the ranges: the
+	 * published target has no part with lightweight-deleted rows of dpwin's
+	 * making, so the next refresh judges its partitions from the minmax
+	 * indexes again instead of reading the window column of every row.
+	 * Where they hold more than a quarter of its rows (an unpartitioned
+	 * target, a month cut in a two-month table), rewriting them costs more
+	 * than that read: a lightweight DELETE masks the rows, as ClickHouse
+	 * users do, and merges drop them later (docs/design.md, "Building the
+	 * generation").
 	 *
 	 * mutations_sync and lightweight_deletes_sync = 2: the statement returns
 	 * once the rows are gone (pinned against a profile that changes them);
 	 * a server older than lightweight_deletes_sync waits by mutations_sync.
 	 */
+	gen->rewritten = target->partition_key[0] != '\0' &&
+		gen->cut_rows <= gen->target_rows / REWRITE_SHARE;
 	for (;;)
 	{
 		const char *where = window_ranges_sql(gen->window_column, gen->ranges);
@@ -831,14 +848,14 @@ dpwin_generation_remove_ranges(ChClient *client, const DpwinTargetInfo *target,
 
 		query_id = dpwin_ch_next_query_id(client, "delete");
 		status = dpwin_ch_try(client,
-							  rewrite ?
+							  gen->rewritten ?
 							  psprintf("ALTER TABLE %s DELETE WHERE %s SETTINGS mutations_sync = 2",
 									   qtable, where) :
 							  psprintf("DELETE FROM %s WHERE %s SETTINGS %s = 2",
 									   qtable, where,
 									   setting ? "lightweight_deletes_sync" : "mutations_sync"),
 							  query_id, NULL, NULL, &reply);
-		if (status == CHHTTP_SERVER_ERROR && !rewrite &&
+		if (status == CHHTTP_SERVER_ERROR && !gen->rewritten &&
 			reply.exception_code == CH_UNKNOWN_SETTING && setting)
 		{
 			setting = false;
@@ -1028,6 +1045,8 @@ dpwin_generation_json(const DpwinGeneration *gen)
 					 gen->cloned_parts, gen->cloned_rows, list_length(gen->ranges),
 					 gen->deleted ? "true" : "false", gen->attached_parts,
 					 gen->digest_checks, gen->minmax_used ? "true" : "false");
+	if (gen->deleted)
+		appendStringInfo(&buf, ", \"rewritten\": %s", gen->rewritten ? "true" : "false");
 	if (gen->minmax_why_not)
 	{
 		appendStringInfoString(&buf, ", \"why_not\": ");

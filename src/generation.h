@@ -40,7 +40,10 @@ typedef struct DpwinGeneration
 	int64		cloned_rows;	/* rows of the cloned parts (system.parts) */
 	bool		minmax_used;	/* classified from minmax indexes, not a scan */
 	char	   *minmax_why_not; /* why the window column was read, when it was */
+	int64		target_rows;	/* rows of the target when cloned */
+	int64		cut_rows;		/* of them, in the partitions in `mixed` */
 	bool		deleted;		/* a DELETE removed ranges from the clone */
+	bool		rewritten;		/* ... rewriting the partitions in `mixed` */
 	List	   *mixed;			/* partitions cloned via the scratch table */
 	char	   *scratch;		/* where the DELETE runs, until attached */
 	List	   *outside;		/* partitions cloned whole: no row in the
@@ -71,9 +74,9 @@ extern DpwinGeneration *dpwin_generation_clone(ChClient *client,
 
 /*
  * Remove the rows inside the ranges from the clone by one DELETE, waited
- * for: a mutation that rewrites the cut partitions of a partitioned target,
- * a lightweight DELETE in an unpartitioned one.  The build's counts check
- * that exactly those rows went.
+ * for: a mutation that rewrites the cut partitions where they are a small
+ * part of a partitioned target, else a lightweight DELETE.  The build's
+ * counts check that exactly those rows went.
  */
 extern void dpwin_generation_remove_ranges(ChClient *client,
 										   const DpwinTargetInfo *target,
