@@ -60,7 +60,7 @@
 /*
  * The cut partitions are rewritten when they hold at most 1/REWRITE_SHARE
  * of the target's rows.  Rewriting a row (every column read and written)
- * costs about ten times reading its window value, which is what the next
+ * costs about seven times reading its window value, which is what the next
  * refresh's judgement of the partitions costs per row of the target while
  * lightweight-deleted rows are left (docs/benchmark.md, "The cut
  * partitions"); a quarter leaves room for masks that outlive one refresh.

@@ -16,8 +16,11 @@
 # table) twice and removes the window 2026-01-24 .. 2026-01-31 from each
 # clone, one way each, in alternating order (CD_ROUNDS, default 7).  Every
 # round checks that both clones hold the same multiset of rows (count and a
-# sum of row hashes) and no part with lightweight-deleted rows; prints the
-# medians of the time each statement took, in ms.  Not part of CI.
+# sum of row hashes) and no part with lightweight-deleted rows, and times
+# the next refresh's judgement of the partitions on the masked clone (before
+# its APPLY DELETED MASK), which reads the window column of every row;
+# prints the medians of the time each statement took, in ms.  Not part of
+# CI.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -69,7 +72,11 @@ printf '# %s UTC, commit %s, load %s\n' "$(date -u '+%Y-%m-%d %H:%M')" \
 	"$(git -C "$ROOT" rev-parse --short HEAD)" "$(cut -d' ' -f1-3 /proc/loadavg)"
 printf '# kept rows of the cut partition: %s\n' \
 	"$(ch "SELECT countIf(NOT ($win)) FROM $DB.month30 WHERE _partition_id = '202601'")"
-tm=() tl=() td=() ta=()
+# the statement of classify_partitions() in src/generation.c when the
+# server cannot answer from the minmax indexes
+judge="SELECT _partition_id AS p, _part AS pt, count(), min(w), max(w) FROM $DB.c_lw GROUP BY p, pt
+	FORMAT Null SETTINGS force_optimize_projection = 0, use_query_condition_cache = 0"
+tm=() tl=() td=() ta=() tj=()
 for r in $(seq "$ROUNDS"); do
 	for way in $( ((r % 2)) && echo "mut lw" || echo "lw mut"); do
 		clone "c_$way"
@@ -77,6 +84,9 @@ for r in $(seq "$ROUNDS"); do
 			tm+=("$(elapsed_ms "ALTER TABLE $DB.c_mut DELETE WHERE $win SETTINGS mutations_sync = 2")")
 		else
 			d=$(elapsed_ms "DELETE FROM $DB.c_lw WHERE $win SETTINGS lightweight_deletes_sync = 2")
+			# what the next refresh's judgement of the partitions reads
+			# while masked rows are left: the window column of every row
+			tj+=("$(elapsed_ms "$judge")")
 			a=$(elapsed_ms "ALTER TABLE $DB.c_lw APPLY DELETED MASK SETTINGS mutations_sync = 2")
 			td+=("$d") ta+=("$a") tl+=("$(echo "$d + $a" | bc -l)")
 		fi
@@ -92,4 +102,8 @@ printf '%-48s %8s\n' 'lightweight DELETE' "$(median "${td[@]}")"
 printf '%-48s %8s\n' 'APPLY DELETED MASK' "$(median "${ta[@]}")"
 printf '%-48s %8s\n' 'lightweight DELETE + APPLY DELETED MASK' "$(median "${tl[@]}")"
 printf '%-48s %8s\n' 'ALTER TABLE ... DELETE WHERE (one mutation)' "$(median "${tm[@]}")"
+printf '%-48s %8s\n' 'the judgement, masked rows left (reads w)' "$(median "${tj[@]}")"
+printf '# per row: the mutation %.3f us a row of the cut partition, the read %.3f us a row of the table\n' \
+	"$(echo "$(median "${tm[@]}") * 1000 / $(ch "SELECT count() FROM $DB.month30")" | bc -l)" \
+	"$(echo "$(median "${tj[@]}") * 1000 / $(ch "SELECT count() FROM $DB.month30")" | bc -l)"
 printf '# load at the end %s\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
