@@ -9,7 +9,8 @@
  *		 of every partition that may hold a row outside the replaced
  *		 ranges (an unpartitioned table is the one partition 'all');
  *	  2. remove: one DELETE of the rows inside the ranges (a mutation that
- *		 rewrites the cut partitions, or lightweight when unpartitioned);
+ *		 rewrites the cut partitions where they are a small part of the
+ *		 target, else a lightweight DELETE);
  *	  3. attach: the verified staging tables' parts, hard-linked too.
  *
  *	  No kept row travels through a SELECT, and none is read to verify:
@@ -814,6 +815,8 @@ dpwin_generation_remove_ranges(ChClient *client, const DpwinTargetInfo *target,
 							   DpwinGeneration *gen)
 {
 	const char *table = gen->scratch ? gen->scratch : gen->table;
+	const char *qtable = dpwin_ch_qualified_name(target->database, table);
+	const char *where = window_ranges_sql(gen->window_column, gen->ranges);
 	char	   *query_id;
 	ChHttpReply reply;
 	ChHttpStatus status;
@@ -843,9 +846,6 @@ dpwin_generation_remove_ranges(ChClient *client, const DpwinTargetInfo *target,
 		gen->cut_rows <= gen->target_rows / REWRITE_SHARE;
 	for (;;)
 	{
-		const char *where = window_ranges_sql(gen->window_column, gen->ranges);
-		const char *qtable = dpwin_ch_qualified_name(target->database, table);
-
 		query_id = dpwin_ch_next_query_id(client, "delete");
 		status = dpwin_ch_try(client,
 							  gen->rewritten ?
@@ -865,8 +865,7 @@ dpwin_generation_remove_ranges(ChClient *client, const DpwinTargetInfo *target,
 	}
 	if (status != CHHTTP_OK)
 		report_settled(client, status, &reply, query_id,
-					   psprintf("removing the window's rows from %s",
-								dpwin_ch_qualified_name(target->database, table)));
+					   psprintf("removing the window's rows from %s", qtable));
 
 	/* The scratch table's parts join the generation. */
 	if (gen->scratch != NULL)
