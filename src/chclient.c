@@ -23,6 +23,7 @@
 #include "pgstat.h"
 #include "storage/latch.h"
 #include "utils/builtins.h"
+#include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 /*
@@ -206,6 +207,60 @@ dpwin_ch_exec_id(ChClient *client, const char *sql, const char *query_id)
 		dpwin_ch_report(status, &reply,
 						psprintf("running \"%s\"", ch_describe_sql(sql)));
 	return reply.body.data;
+}
+
+/*
+ * Start one statement on the client's connection and return without its
+ * answer; dpwin_ch_finish() waits for it.
+ */
+void
+dpwin_ch_start(ChClient *client, const char *sql, const char *label)
+{
+	MemoryContext cxt = GetMemoryChunkContext(client);
+
+	if (client->http == NULL)
+		elog(ERROR, "ClickHouse client used after close");
+	if (client->started_what != NULL)
+		pfree(client->started_what);
+	client->started_what = MemoryContextStrdup(cxt, ch_describe_sql(sql));
+	dpwin_chhttp_start(client->http, sql, dpwin_ch_next_query_id(client, label),
+					   CH_REQUEST_SETTINGS, 0);
+}
+
+/* Move the started statement on, if any, without waiting. */
+void
+dpwin_ch_poll(ChClient *client)
+{
+	if (client->http != NULL)
+		dpwin_chhttp_poll(client->http);
+}
+
+/*
+ * Wait for the statement dpwin_ch_start() started and return its answer;
+ * fails as dpwin_ch_exec() does.
+ */
+char *
+dpwin_ch_finish(ChClient *client)
+{
+	ChHttpReply reply;
+	ChHttpStatus status;
+
+	if (client->http == NULL)
+		elog(ERROR, "ClickHouse client used after close");
+	status = dpwin_chhttp_wait(client->http, &reply);
+	client->last_failure = ch_failure_verdict(status, &reply);
+	if (status != CHHTTP_OK)
+		dpwin_ch_report(status, &reply,
+						psprintf("running \"%s\"", client->started_what));
+	return reply.body.data;
+}
+
+/* Give up the started statement, if any, and the connection it runs on. */
+void
+dpwin_ch_abandon(ChClient *client)
+{
+	if (client->http != NULL)
+		dpwin_chhttp_abandon(client->http);
 }
 
 char *

@@ -48,6 +48,8 @@ typedef struct ChClient
 	char	   *server_version;
 	bool		server_has_projections;
 	bool		row_policies_denied;
+
+	char	   *started_what;	/* the started statement, for messages */
 } ChClient;
 
 extern PGDLLEXPORT ChClient *dpwin_ch_client_open(const DpwinServerConf *conf,
@@ -73,6 +75,19 @@ extern PGDLLEXPORT char *dpwin_ch_exec(ChClient *client, const char *sql);
 /* Same, with a caller-chosen query_id (for statements that may need
  * settling). */
 extern char *dpwin_ch_exec_id(ChClient *client, const char *sql, const char *query_id);
+
+/*
+ * A statement whose answer is waited for later, while the caller works:
+ * dpwin_ch_start() sends it (query_id: a fresh one tagged label);
+ * dpwin_ch_poll() moves it on without waiting, for callers that work a
+ * long time before they wait; dpwin_ch_finish() waits and returns the
+ * answer, or fails as dpwin_ch_exec() does.  No other statement may use
+ * the client in between.  dpwin_ch_abandon() gives the statement up.
+ */
+extern void dpwin_ch_start(ChClient *client, const char *sql, const char *label);
+extern void dpwin_ch_poll(ChClient *client);
+extern char *dpwin_ch_finish(ChClient *client);
+extern void dpwin_ch_abandon(ChClient *client);
 
 /*
  * Run one statement and return the status instead of raising, for callers

@@ -30,6 +30,7 @@
 #include "dpwin.h"
 #include "miscadmin.h"
 #include "utils/memutils.h"
+#include "utils/timestamp.h"
 
 /*
  * Idle keep-alive connections older than this are not reused.  ClickHouse
@@ -84,6 +85,26 @@ struct ChHttp
 	char		query_id[CHHTTP_HEADER_VALUE_MAX];
 	char		sent_query_id[CHHTTP_HEADER_VALUE_MAX];
 	char		exception_tag[CHHTTP_HEADER_VALUE_MAX];
+
+	/*
+	 * A request started by dpwin_chhttp_start() and not yet waited for.  It
+	 * runs on a multi handle of this connection's own, so that the caller
+	 * goes on with other work (requests on other connections among it)
+	 * while the server answers.
+	 */
+	CURLM	   *multi;
+	MemoryContext started_mcxt; /* its statement, URL and reply */
+	bool		started;		/* started, not yet waited for */
+	bool		started_running;	/* the easy handle is in the multi */
+	bool		started_done;	/* libcurl has ended the transfer */
+	CURLcode	started_rc;		/* how, when started_done */
+	ChHttpStatus started_status;	/* CHHTTP_OK, or why it never ran */
+	int			started_timeout_ms;
+	char	   *started_sql;
+	char	   *started_query_id;
+	char	   *started_settings;
+	char	   *started_url;
+	ChHttpReply started_reply;
 };
 
 static bool curl_initialized = false;
@@ -105,6 +126,15 @@ static ChHttpStatus chhttp_post_inner(ChHttp *http, const char *sql,
 									  int timeout_ms, ChHttpReply *reply);
 static ChHttpStatus chhttp_finish(ChHttp *http, ChHttpReply *reply,
 								  ChHttpStatus status);
+static ChHttpStatus chhttp_begin(ChHttp *http, const char *sql,
+								 const char *query_id, const char *settings,
+								 ChHttpBodyReader reader, void *reader_arg,
+								 int timeout_ms, ChHttpReply *reply,
+								 StringInfo url);
+static ChHttpStatus chhttp_end(ChHttp *http, ChHttpReply *reply, CURLcode rc,
+							   char *url);
+static void chhttp_started_step(ChHttp *http);
+static ChHttpStatus chhttp_started_end(ChHttp *http, CURLcode rc);
 static void chhttp_build_url(ChHttp *http, StringInfo url, const char *sql,
 							 const char *query_id, const char *settings,
 							 bool streamed);
@@ -233,6 +263,14 @@ chhttp_cleanup_callback(void *arg)
 {
 	ChHttp	   *http = (ChHttp *) arg;
 
+	if (http->multi != NULL)
+	{
+		if (http->started_running && http->curl != NULL)
+			curl_multi_remove_handle(http->multi, http->curl);
+		http->started_running = false;
+		curl_multi_cleanup(http->multi);
+		http->multi = NULL;
+	}
 	if (http->curl != NULL)
 	{
 		curl_easy_cleanup(http->curl);
@@ -317,6 +355,8 @@ dpwin_chhttp_post(ChHttp *http, const char *sql, const char *query_id,
 {
 	ChHttpStatus status;
 
+	if (http->started)
+		elog(ERROR, "dpwin: a ClickHouse request was sent on a connection still waiting for another");
 	status = chhttp_post_inner(http, sql, query_id, settings, reader,
 							   reader_arg, timeout_ms, reply);
 
@@ -333,6 +373,189 @@ dpwin_chhttp_post(ChHttp *http, const char *sql, const char *query_id,
 								   reader_arg, timeout_ms, reply);
 
 	return chhttp_finish(http, reply, status);
+}
+
+/*
+ * Start one statement (the statement is the body) and return once it is
+ * on its way.  See chhttp.h for the contract.
+ *
+ * The transfer has no deadline of libcurl's own: the caller may leave it
+ * unattended while it works (dpwin_chhttp_poll() moves it on meanwhile),
+ * so the request timeout runs from when dpwin_chhttp_wait() begins to wait.
+ */
+void
+dpwin_chhttp_start(ChHttp *http, const char *sql, const char *query_id,
+				   const char *settings, int timeout_ms)
+{
+	MemoryContext oldcxt;
+	StringInfoData url;
+
+	if (http->started)
+		elog(ERROR, "dpwin: a ClickHouse request was started on a connection still waiting for another");
+	if (http->started_mcxt == NULL)
+		http->started_mcxt = AllocSetContextCreate(http->mcxt,
+												   "dpwin ClickHouse started request",
+												   ALLOCSET_SMALL_SIZES);
+	else
+		MemoryContextReset(http->started_mcxt);
+	oldcxt = MemoryContextSwitchTo(http->started_mcxt);
+
+	http->started_sql = pstrdup(sql);
+	http->started_query_id = query_id != NULL ? pstrdup(query_id) : NULL;
+	http->started_settings = settings != NULL ? pstrdup(settings) : NULL;
+	http->started_timeout_ms = timeout_ms > 0 ? timeout_ms :
+		Max(http->request_timeout_ms, 0);
+	http->started_done = false;
+	http->started_running = false;
+	http->started_url = NULL;
+	http->started = true;
+
+	http->started_status = chhttp_begin(http, http->started_sql,
+										http->started_query_id,
+										http->started_settings, NULL, NULL,
+										timeout_ms, &http->started_reply, &url);
+	if (http->started_status == CHHTTP_OK)
+	{
+		http->started_url = url.data;
+		curl_easy_setopt(http->curl, CURLOPT_TIMEOUT_MS, 0L);
+		if (http->multi == NULL)
+			http->multi = curl_multi_init();
+		if (http->multi != NULL &&
+			curl_multi_add_handle(http->multi, http->curl) == CURLM_OK)
+		{
+			http->started_running = true;
+			chhttp_started_step(http);
+		}
+		else
+		{
+			http->started_status = chhttp_end(http, &http->started_reply,
+											  CURLE_FAILED_INIT, url.data);
+			http->started_url = NULL;
+			http->started_done = true;
+		}
+	}
+	else
+		http->started_done = true;
+	MemoryContextSwitchTo(oldcxt);
+}
+
+/* Move the started request on, without waiting. */
+void
+dpwin_chhttp_poll(ChHttp *http)
+{
+	chhttp_started_step(http);
+}
+
+/*
+ * Let libcurl do what it can for the started request now, and note when
+ * the transfer has ended.  Never waits, never ereports.
+ */
+static void
+chhttp_started_step(ChHttp *http)
+{
+	int			running;
+	int			left;
+	CURLMsg    *msg;
+
+	if (!http->started || http->started_done || !http->started_running)
+		return;
+	(void) curl_multi_perform(http->multi, &running);
+	while ((msg = curl_multi_info_read(http->multi, &left)) != NULL)
+	{
+		if (msg->msg == CURLMSG_DONE && msg->easy_handle == http->curl)
+		{
+			http->started_rc = msg->data.result;
+			http->started_done = true;
+		}
+	}
+}
+
+/*
+ * Take the easy handle out of the multi (a transfer still running loses
+ * its connection) and classify how the transfer ended.
+ */
+static ChHttpStatus
+chhttp_started_end(ChHttp *http, CURLcode rc)
+{
+	ChHttpStatus status;
+
+	curl_multi_remove_handle(http->multi, http->curl);
+	http->started_running = false;
+	status = chhttp_end(http, &http->started_reply, rc, http->started_url);
+	http->started_url = NULL;
+	return status;
+}
+
+/*
+ * Wait for the started request and fill reply (in the caller's memory
+ * context) with its outcome.  See chhttp.h for the contract.
+ */
+ChHttpStatus
+dpwin_chhttp_wait(ChHttp *http, ChHttpReply *reply)
+{
+	TimestampTz deadline = 0;
+	ChHttpStatus status = http->started_status;
+	ChHttpReply *r = &http->started_reply;
+
+	if (!http->started)
+		elog(ERROR, "dpwin: no ClickHouse request was started on this connection");
+	if (http->started_timeout_ms > 0)
+		deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+											   http->started_timeout_ms);
+	while (http->started_running)
+	{
+		chhttp_started_step(http);
+		if (http->started_done)
+			status = chhttp_started_end(http, http->started_rc);
+		else if (chhttp_interrupt_pending())
+		{
+			http->canceled = true;
+			status = chhttp_started_end(http, CURLE_ABORTED_BY_CALLBACK);
+		}
+		else if (deadline != 0 && GetCurrentTimestamp() >= deadline)
+			status = chhttp_started_end(http, CURLE_OPERATION_TIMEDOUT);
+		else
+			(void) curl_multi_poll(http->multi, NULL, 0, 100, NULL);
+	}
+
+	/* as dpwin_chhttp_post(): a dead keep-alive connection is replaced once */
+	if (status == CHHTTP_CONNECT_FAILED && http->stale_connection)
+		status = chhttp_post_inner(http, http->started_sql,
+								   http->started_query_id,
+								   http->started_settings, NULL, NULL,
+								   http->started_timeout_ms, r);
+	status = chhttp_finish(http, r, status);
+
+	*reply = *r;
+	initStringInfo(&reply->body);
+	appendBinaryStringInfo(&reply->body, r->body.data, r->body.len);
+	reply->transport_error = r->transport_error != NULL ?
+		pstrdup(r->transport_error) : NULL;
+	reply->query_id = r->query_id != NULL ? pstrdup(r->query_id) : NULL;
+	http->started = false;
+	MemoryContextReset(http->started_mcxt);
+	return status;
+}
+
+/*
+ * Give up on the started request, if any: its connection is closed, so
+ * its answer can never be mistaken for another's.
+ */
+void
+dpwin_chhttp_abandon(ChHttp *http)
+{
+	if (!http->started)
+		return;
+	if (http->started_running)
+	{
+		curl_multi_remove_handle(http->multi, http->curl);
+		http->started_running = false;
+		http->reply = NULL;
+		curl_easy_setopt(http->curl, CURLOPT_URL, "");
+		http->text = NULL;
+	}
+	http->started = false;
+	MemoryContextReset(http->started_mcxt);
 }
 
 /*
@@ -391,45 +614,73 @@ chhttp_post_inner(ChHttp *http, const char *sql, const char *query_id,
 				  const char *settings, ChHttpBodyReader reader, void *reader_arg,
 				  int timeout_ms, ChHttpReply *reply)
 {
-	CURL	   *curl = http->curl;
 	StringInfoData url;
-	CURLcode	rc;
-	long		http_code = 0;
-	long		request_size = 0;
+	ChHttpStatus status;
 
+	status = chhttp_begin(http, sql, query_id, settings, reader, reader_arg,
+						  timeout_ms, reply, &url);
+	if (status != CHHTTP_OK)
+		return status;
+
+	/* the callbacks watch for cancellation while this runs */
+	return chhttp_end(http, reply, curl_easy_perform(http->curl), url.data);
+}
+
+/*
+ * Everything before the transfer of one request: the reply, the callbacks'
+ * state, the URL (in *url) and the options of the easy handle.  Returns
+ * CHHTTP_OK when the transfer may start, else the failure, with reply
+ * complete.
+ */
+static ChHttpStatus
+chhttp_begin(ChHttp *http, const char *sql, const char *query_id,
+			 const char *settings, ChHttpBodyReader reader, void *reader_arg,
+			 int timeout_ms, ChHttpReply *reply, StringInfo url)
+{
 	memset(reply, 0, sizeof(ChHttpReply));
 	initStringInfo(&reply->body);
 	http->stale_connection = false;
 	strlcpy(http->sent_query_id, query_id != NULL ? query_id : "",
 			sizeof(http->sent_query_id));
 
-	if (curl == NULL)
+	if (http->curl == NULL)
 	{
 		reply->transport_error = pstrdup("the connection was already closed");
 		return CHHTTP_CLIENT_ERROR;
 	}
 
 	/* everything that can ereport happens before the transfer starts */
-	chhttp_build_url(http, &url, sql, query_id, settings, reader != NULL);
+	chhttp_build_url(http, url, sql, query_id, settings, reader != NULL);
 
 	/*
 	 * curl_easy_reset drops every option but keeps live connections and the
 	 * DNS cache, so each request starts from a known state while still
 	 * reusing the keep-alive connection.
 	 */
-	curl_easy_reset(curl);
+	curl_easy_reset(http->curl);
 	chhttp_reset_request(http, sql, reader, reader_arg, reply);
 
-	if (!chhttp_set_options(http, url.data, reader != NULL, timeout_ms))
+	if (!chhttp_set_options(http, url->data, reader != NULL, timeout_ms))
 	{
 		http->reply = NULL;
-		pfree(url.data);
+		pfree(url->data);
 		reply->transport_error = pstrdup("could not configure the libcurl handle");
 		return CHHTTP_CLIENT_ERROR;
 	}
+	return CHHTTP_OK;
+}
 
-	/* the callbacks watch for cancellation while this runs */
-	rc = curl_easy_perform(curl);
+/*
+ * Everything after the transfer of one request, which libcurl ended with
+ * rc: release what the transfer used (url among it) and classify the
+ * outcome into reply.
+ */
+static ChHttpStatus
+chhttp_end(ChHttp *http, ChHttpReply *reply, CURLcode rc, char *url)
+{
+	CURL	   *curl = http->curl;
+	long		http_code = 0;
+	long		request_size = 0;
 
 	http->reply = NULL;
 	curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &http_code);
@@ -438,7 +689,7 @@ chhttp_post_inner(ChHttp *http, const char *sql, const char *query_id,
 	curl_easy_setopt(curl, CURLOPT_URL, "");
 	curl_easy_setopt(curl, CURLOPT_POSTFIELDS, NULL);
 	http->text = NULL;
-	pfree(url.data);
+	pfree(url);
 
 	/*
 	 * Some libcurl releases (8.14, Debian 13's, which PostgreSQL 17 is

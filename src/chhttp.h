@@ -94,6 +94,26 @@ extern ChHttpStatus dpwin_chhttp_post(ChHttp *http, const char *sql,
 									  ChHttpBodyReader reader, void *reader_arg,
 									  int timeout_ms, ChHttpReply *reply);
 
+/*
+ * One statement at a time may also be started and waited for later, so
+ * that the caller works while the server answers: dpwin_chhttp_start()
+ * sends it (the statement is the body, as with reader == NULL above) and
+ * returns without waiting for the answer; dpwin_chhttp_poll() moves it on
+ * without waiting (call it now and then while working); and
+ * dpwin_chhttp_wait() waits for it and returns what dpwin_chhttp_post()
+ * would have.  The request timeout counts from the wait, not from the
+ * start.  Until the wait, no other request may use the connection.
+ * dpwin_chhttp_abandon() gives the request up and closes its connection;
+ * closing the ChHttp does the same.  None of these ereport for a
+ * transport or server failure.
+ */
+extern void dpwin_chhttp_start(ChHttp *http, const char *sql,
+							   const char *query_id, const char *settings,
+							   int timeout_ms);
+extern void dpwin_chhttp_poll(ChHttp *http);
+extern ChHttpStatus dpwin_chhttp_wait(ChHttp *http, ChHttpReply *reply);
+extern void dpwin_chhttp_abandon(ChHttp *http);
+
 /* Short English name of a status, for messages. */
 extern const char *dpwin_chhttp_status_name(ChHttpStatus status);
 

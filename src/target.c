@@ -303,24 +303,29 @@ dpwin_target_digest(ChClient *client, const DpwinTargetInfo *target,
 }
 
 void
-dpwin_target_digest_like(ChClient *client, const DpwinTargetInfo *target,
-						 const char *table, const DpwinDigestKey *key,
-						 DpwinDigest *out)
+dpwin_target_digest_like_start(ChClient *client, const DpwinTargetInfo *target,
+							   const char *table, const DpwinDigestKey *key)
 {
-	char	   *answer;
-	char	   *tab;
-
 	/*
 	 * The check rides on the digest, whose answer it ends: the copy's
 	 * structure is fixed once created, so checking it after the INSERTs finds
 	 * what checking it right after CREATE would have.
 	 */
-	answer = dpwin_ch_exec(client,
-						   psprintf("SELECT %s, %s FROM %s",
-									dpwin_digest_ch_select_list(key, target->quoted_columns),
-									clone_check_sql(target, table),
-									dpwin_ch_qualified_name(target->database, table)));
-	tab = strrchr(answer, '\t');
+	dpwin_ch_start(client,
+				   psprintf("SELECT %s, %s FROM %s",
+							dpwin_digest_ch_select_list(key, target->quoted_columns),
+							clone_check_sql(target, table),
+							dpwin_ch_qualified_name(target->database, table)),
+				   "digest");
+}
+
+void
+dpwin_target_digest_like_finish(ChClient *client, const DpwinTargetInfo *target,
+								const char *table, DpwinDigest *out)
+{
+	char	   *answer = dpwin_ch_finish(client);
+	char	   *tab = strrchr(answer, '\t');
+
 	if (tab == NULL ||
 		(strcmp(tab + 1, "0") != 0 && strcmp(tab + 1, "0\n") != 0 &&
 		 strcmp(tab + 1, "1") != 0 && strcmp(tab + 1, "1\n") != 0))

@@ -50,7 +50,7 @@ extern void dpwin_target_create_like(ChClient *client,
 
 /*
  * dpwin_target_create_like() in two halves, for a caller that sends the
- * check later (dpwin_target_digest_like()): CREATE TABLE db.name AS
+ * check later (dpwin_target_digest_like_start()): CREATE TABLE db.name AS
  * db.target alone, and the check alone, which ereports with
  * ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE when the copy differs.
  */
@@ -100,13 +100,18 @@ extern void dpwin_target_digest(ChClient *client, const DpwinTargetInfo *target,
 /*
  * Digest of all of db.table, a copy made by dpwin_target_create_unchecked(),
  * and in the same statement dpwin_target_check_like()'s check of it, with
- * its error.
+ * its error.  The statement is started (dpwin_ch_start()) and its answer
+ * read later, so that the caller works while ClickHouse digests: nothing
+ * else may use the client in between.
  */
-extern void dpwin_target_digest_like(ChClient *client,
-									 const DpwinTargetInfo *target,
-									 const char *table,
-									 const DpwinDigestKey *key,
-									 DpwinDigest *out);
+extern void dpwin_target_digest_like_start(ChClient *client,
+										   const DpwinTargetInfo *target,
+										   const char *table,
+										   const DpwinDigestKey *key);
+extern void dpwin_target_digest_like_finish(ChClient *client,
+											const DpwinTargetInfo *target,
+											const char *table,
+											DpwinDigest *out);
 
 /*
  * Digest of the rows of db.table in each chunk (a List of

@@ -5,7 +5,9 @@
  *	  each one under the exported snapshot, encodes its rows as RowBinary
  *	  while digesting them, streams them into an attempt-owned staging
  *	  table, has ClickHouse digest the staging table, and journals a
- *	  verified receipt fenced by the lease epoch.
+ *	  verified receipt fenced by the lease epoch.  The digest runs on a
+ *	  second connection while the worker loads its next chunk, so that a
+ *	  worker's statements in sequence are its CREATEs and INSERTs.
  *
  *	  A transient failure (connection, timeout, 5xx, digest mismatch) is
  *	  retried at most DPWIN_MAX_RETRIES times with backoff.  Before a retry
@@ -48,12 +50,30 @@
 #include "target.h"
 #include "window.h"
 
+/*
+ * A chunk an attempt loaded into its staging table: what its verification
+ * needs, kept outside the per-attempt memory.
+ */
+typedef struct StagedChunk
+{
+	DpwinChunkSlot *slot;
+	int			attempt;
+	char		staging[NAMEDATALEN * 2];
+	DpwinDigest local;			/* the source's digest of its rows */
+	uint64		rows;
+	uint64		bytes;
+	TimestampTz started;
+} StagedChunk;
+
 /* What one worker needs for all its chunks. */
 typedef struct WorkerState
 {
 	DpwinExtractShared *sh;
 	DpwinRoute *route;
 	ChClient   *client;
+	ChClient   *verifier;		/* the staging digests: a connection of their
+								 * own, so that one runs while the next chunk
+								 * loads */
 	RbEncoder  *encoder;
 	DpwinTargetInfo target;		/* database, table and columns only */
 	char	   *insert_prefix;	/* "INSERT INTO " */
@@ -70,6 +90,14 @@ typedef struct WorkerState
 	/* per attempt */
 	char	   *last_query_id;	/* may need settling after a failure */
 	DpwinFailure failure;		/* the worker's own verdict on its failure */
+	StagedChunk loaded;			/* what the last attempt loaded */
+
+	/*
+	 * The chunk whose digest the verifier computes while the worker loads
+	 * the next one (docs/design.md, "Extraction").
+	 */
+	bool		has_pending;
+	StagedChunk pending;
 } WorkerState;
 
 /* Streams a byte range of the encode buffer as a request body. */
@@ -118,6 +146,8 @@ worker_post(WorkerState *ws, const char *staging, const char *data, size_t len,
 	ChHttpStatus status;
 	char	   *sql;
 
+	if (ws->has_pending)
+		dpwin_ch_poll(ws->verifier);
 	sql = psprintf("%s%s%s", ws->insert_prefix,
 				   dpwin_ch_qualified_name(ws->route->target_database, staging),
 				   ws->insert_suffix);
@@ -155,6 +185,8 @@ chunk_batch_boundary(ChunkReceiver *r)
 {
 	WorkerState *ws = r->ws;
 
+	if (ws->has_pending)
+		dpwin_ch_poll(ws->verifier);
 	if (r->in_batch > 0)
 	{
 		MemoryContextReset(ws->batch_cxt);
@@ -332,27 +364,30 @@ worker_read_checked(WorkerState *ws, DpwinChunkSlot *slot, const char *staging,
 }
 
 /*
- * One attempt at one chunk.  ereports on any failure; worker_verdict()
- * tells whether a retry may help.
+ * One attempt at one chunk: journal it, create its staging table and load
+ * the chunk's rows into it, digesting them as they go (ws->loaded).
+ * ereports on any failure; worker_verdict() tells whether a retry may help.
  */
 static void
 worker_attempt(WorkerState *ws, DpwinChunkSlot *slot, int attempt)
 {
 	DpwinExtractShared *sh = ws->sh;
+	StagedChunk *c = &ws->loaded;
 	char	   *staging;
-	DpwinDigest local = DPWIN_DIGEST_INIT;
-	DpwinDigest remote;
-	uint64		rows = 0;
-	uint64		bytes = 0;
-	TimestampTz started = GetCurrentTimestamp();
 
+	memset(c, 0, sizeof(StagedChunk));
+	c->slot = slot;
+	c->attempt = attempt;
+	c->started = GetCurrentTimestamp();
 	staging = dpwin_staging_name(sh->route_id, &sh->invocation_id,
 								 slot->chunk_no, attempt);
+	strlcpy(c->staging, staging, sizeof(c->staging));
 	ws->last_query_id = NULL;
 
 	/* Verdicts on earlier work are not this attempt's. */
 	ws->failure = DPWIN_FAILURE_NONE;
 	ws->client->last_failure = DPWIN_FAILURE_NONE;
+	ws->verifier->last_failure = DPWIN_FAILURE_NONE;
 
 	/* Journal the attempt before it writes anything to ClickHouse. */
 	dpwin_xact_begin("dpwin: chunk attempt");
@@ -372,11 +407,25 @@ worker_attempt(WorkerState *ws, DpwinChunkSlot *slot, int attempt)
 	 * same error.
 	 */
 	dpwin_target_create_unchecked(ws->client, &ws->target, staging);
-	worker_read_checked(ws, slot, staging, &local, &rows, &bytes);
+	worker_read_checked(ws, slot, staging, &c->local, &c->rows, &c->bytes);
+}
 
-	/* Verify: ClickHouse's digest of the staging table equals ours. */
-	dpwin_target_digest_like(ws->client, &ws->target, staging, &sh->key, &remote);
-	if (!dpwin_digest_equal(&local, &remote))
+/*
+ * Verify a loaded chunk whose digest the verifier was asked for
+ * (dpwin_target_digest_like_start()): ClickHouse's digest of the staging
+ * table must equal the source's.  Then journal the receipt, fenced by the
+ * epoch.  ereports on any failure, as worker_attempt() does.
+ */
+static void
+worker_verify(WorkerState *ws, const StagedChunk *c)
+{
+	DpwinExtractShared *sh = ws->sh;
+	DpwinChunkSlot *slot = c->slot;
+	DpwinDigest remote;
+
+	dpwin_target_digest_like_finish(ws->verifier, &ws->target, c->staging,
+									&remote);
+	if (!dpwin_digest_equal(&c->local, &remote))
 	{
 		/*
 		 * a copy that does not verify is made again (docs/design.md,
@@ -386,26 +435,25 @@ worker_attempt(WorkerState *ws, DpwinChunkSlot *slot, int attempt)
 		ereport(ERROR,
 				(errcode(ERRCODE_DATA_EXCEPTION),
 				 errmsg("staging table %s of chunk %d does not match the source",
-						staging, slot->chunk_no),
+						c->staging, slot->chunk_no),
 				 errdetail("Source digest %s, staging digest %s.",
-						   dpwin_digest_to_text(&local),
+						   dpwin_digest_to_text(&c->local),
 						   dpwin_digest_to_text(&remote))));
 	}
 
-	/* The receipt, fenced by the epoch. */
 	dpwin_xact_begin("dpwin: chunk receipt");
-	dpwin_chunk_end(&sh->invocation_id, slot->chunk_no, attempt, "verified",
-					(int64) rows, (int64) bytes, &local, NULL,
+	dpwin_chunk_end(&sh->invocation_id, slot->chunk_no, c->attempt, "verified",
+					(int64) c->rows, (int64) c->bytes, &c->local, NULL,
 					sh->target_id, sh->lease_epoch);
 	dpwin_xact_commit(ws->chunk_cxt);
 
-	slot->rows = rows;
-	slot->bytes = bytes;
-	slot->digest = local;
-	slot->seconds = (double) (GetCurrentTimestamp() - started) / USECS_PER_SEC;
-	strlcpy(slot->staging_table, staging, sizeof(slot->staging_table));
+	slot->rows = c->rows;
+	slot->bytes = c->bytes;
+	slot->digest = c->local;
+	slot->seconds = (double) (GetCurrentTimestamp() - c->started) / USECS_PER_SEC;
+	strlcpy(slot->staging_table, c->staging, sizeof(slot->staging_table));
 	slot->result = DPWIN_CHUNK_VERIFIED;
-	dpwin_progress_add(sh->progress_slot, 1, 0, bytes);
+	dpwin_progress_add(sh->progress_slot, 1, 0, c->bytes);
 }
 
 /*
@@ -544,11 +592,13 @@ worker_fence_attempt(WorkerState *ws, DpwinChunkSlot *slot, int attempt)
 
 /*
  * Run the digest pass (attempt < 0; *settled says whether it settled the
- * chunk) or one attempt at staging it; NULL when it succeeded, else its
- * error.
+ * chunk) or one attempt at staging it: with defer, only its load (its
+ * verification is the caller's), else its load and its verification.
+ * NULL when it succeeded, else its error.
  */
 static ErrorData *
-worker_try(WorkerState *ws, DpwinChunkSlot *slot, int attempt, bool *settled)
+worker_try(WorkerState *ws, DpwinChunkSlot *slot, int attempt, bool defer,
+		   bool *settled)
 {
 	ErrorData  *volatile edata = NULL;
 
@@ -558,7 +608,16 @@ worker_try(WorkerState *ws, DpwinChunkSlot *slot, int attempt, bool *settled)
 		if (attempt < 0)
 			*settled = worker_digest_pass(ws, slot);
 		else
+		{
 			worker_attempt(ws, slot, attempt);
+			if (!defer)
+			{
+				ws->verifier->last_failure = DPWIN_FAILURE_NONE;
+				dpwin_target_digest_like_start(ws->verifier, &ws->target,
+											   ws->loaded.staging, &ws->sh->key);
+				worker_verify(ws, &ws->loaded);
+			}
+		}
 	}
 	PG_CATCH();
 	{
@@ -566,6 +625,9 @@ worker_try(WorkerState *ws, DpwinChunkSlot *slot, int attempt, bool *settled)
 		edata = CopyErrorData();
 		FlushErrorState();
 		AbortCurrentTransaction();
+		/* a verification of this attempt's own ends with it */
+		if (!defer)
+			dpwin_ch_abandon(ws->verifier);
 	}
 	PG_END_TRY();
 	return edata;
@@ -574,11 +636,11 @@ worker_try(WorkerState *ws, DpwinChunkSlot *slot, int attempt, bool *settled)
 /*
  * Is a failed attempt worth another?  The verdict was recorded where the
  * failure became known: by the worker for a staging table that does not
- * verify (transient), else by the client for a request that failed, on
+ * verify (transient), else by a client for a request that failed, on
  * any statement of the attempt (a lost connection or a server error the
  * server calls transient may pass; a refusal for lack of rights, a
  * cancelled request does not).  Every failed request of an attempt
- * raises at once, so a verdict of the client is that of the error that
+ * raises at once, so a verdict of a client is that of the error that
  * ended the attempt.  Anything else (a value the target cannot hold, a
  * row that is too large, a cancellation, an answer that cannot be read)
  * fails again: final.
@@ -590,17 +652,128 @@ worker_verdict(WorkerState *ws)
 		return ws->failure;
 	if (ws->client->last_failure != DPWIN_FAILURE_NONE)
 		return ws->client->last_failure;
+	if (ws->verifier->last_failure != DPWIN_FAILURE_NONE)
+		return ws->verifier->last_failure;
 	return DPWIN_FAILURE_FINAL;
 }
 
+/*
+ * Attempt `attempt` of a chunk failed with edata.  Returns true when
+ * another attempt may follow, the failed one fenced and journaled and the
+ * backoff waited; else journals the failure, records it for the
+ * coordinator and returns false.
+ */
+static bool
+worker_failed(WorkerState *ws, DpwinChunkSlot *slot, int attempt,
+			  ErrorData *edata)
+{
+	bool		retry;
+
+	MemoryContextSwitchTo(ws->chunk_cxt);
+	retry = worker_verdict(ws) == DPWIN_FAILURE_TRANSIENT &&
+		attempt < DPWIN_MAX_RETRIES && !pg_atomic_read_u32(&ws->sh->stop);
+	ereport(LOG,
+			(errmsg("dpwin: attempt %d of chunk %d failed%s: %s",
+					attempt, slot->chunk_no,
+					retry ? ", retrying" : "", edata->message),
+			 edata->detail ? errdetail("%s", edata->detail) : 0));
+	if (retry)
+		retry = worker_fence_attempt(ws, slot, attempt);
+	worker_journal_attempt_end(ws, slot, attempt,
+							   retry ? "fenced" : "failed",
+							   edata->message);
+	if (!retry)
+	{
+		slot->result = DPWIN_CHUNK_FAILED;
+		if (edata->sqlerrcode != ERRCODE_QUERY_CANCELED ||
+			!pg_atomic_read_u32(&ws->sh->stop))
+			worker_record_failure(ws->sh, edata);
+		return false;
+	}
+	worker_backoff(ws, attempt);
+	return true;
+}
+
+/*
+ * Attempts at staging a chunk, from `attempt` on, until one succeeds
+ * (true) or the chunk fails (false).  With defer, the attempt that
+ * succeeds has only loaded the chunk (ws->loaded): verifying it is the
+ * caller's.
+ */
+static bool
+worker_stage(WorkerState *ws, DpwinChunkSlot *slot, int attempt, bool defer)
+{
+	for (;; attempt++)
+	{
+		ErrorData  *edata;
+
+		slot->attempts = attempt + 1;
+		edata = worker_try(ws, slot, attempt, defer, NULL);
+		if (edata == NULL)
+			return true;
+		if (!worker_failed(ws, slot, attempt, edata))
+			return false;
+	}
+}
+
+/*
+ * Verify the chunk whose digest the verifier has been computing, if any.
+ * A chunk that does not verify is fenced and staged again like any failed
+ * attempt, this time verified at once.
+ */
+static void
+worker_complete_pending(WorkerState *ws)
+{
+	StagedChunk c;
+	ErrorData  *volatile edata = NULL;
+
+	if (!ws->has_pending)
+		return;
+	c = ws->pending;
+	ws->has_pending = false;
+
+	MemoryContextReset(ws->chunk_cxt);
+	ws->failure = DPWIN_FAILURE_NONE;
+	ws->client->last_failure = DPWIN_FAILURE_NONE;
+	ws->verifier->last_failure = DPWIN_FAILURE_NONE;
+	PG_TRY();
+	{
+		worker_verify(ws, &c);
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(ws->chunk_cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		dpwin_ch_abandon(ws->verifier);
+	}
+	PG_END_TRY();
+	if (edata == NULL)
+		return;
+
+	/* Its INSERTs were answered: no statement of it runs on the server. */
+	ws->last_query_id = NULL;
+	if (worker_failed(ws, c.slot, c.attempt, edata))
+		(void) worker_stage(ws, c.slot, c.attempt + 1, false);
+}
+
+/*
+ * Stage one chunk.  Its digest is left to the verifier while the worker
+ * loads its next chunk: an attempt that loads it verifies the one before
+ * it (whose digest ClickHouse computed meanwhile), then starts its own
+ * digest.  The last one is verified when the queue is empty.
+ */
 static void
 worker_chunk(WorkerState *ws, DpwinChunkSlot *slot)
 {
+	StagedChunk loaded;
+
 	slot->result = DPWIN_CHUNK_RUNNING;
 	if (ws->sh->mode != DPWIN_EXTRACT_STAGE)
 	{
 		bool		settled = false;
-		ErrorData  *edata = worker_try(ws, slot, -1, &settled);
+		ErrorData  *edata = worker_try(ws, slot, -1, true, &settled);
 
 		if (edata != NULL)
 		{
@@ -613,40 +786,17 @@ worker_chunk(WorkerState *ws, DpwinChunkSlot *slot)
 		if (settled)
 			return;
 	}
-	for (int attempt = 0; attempt <= DPWIN_MAX_RETRIES; attempt++)
-	{
-		ErrorData  *edata;
-		bool		retry;
+	if (!worker_stage(ws, slot, 0, true))
+		return;
 
-		slot->attempts = attempt + 1;
-		edata = worker_try(ws, slot, attempt, NULL);
-		if (edata == NULL)
-			return;				/* verified */
-
-		/* The attempt failed: retry it, or give up on the whole extraction. */
-		MemoryContextSwitchTo(ws->chunk_cxt);
-		retry = worker_verdict(ws) == DPWIN_FAILURE_TRANSIENT &&
-			attempt < DPWIN_MAX_RETRIES && !pg_atomic_read_u32(&ws->sh->stop);
-		ereport(LOG,
-				(errmsg("dpwin: attempt %d of chunk %d failed%s: %s",
-						attempt, slot->chunk_no,
-						retry ? ", retrying" : "", edata->message),
-				 edata->detail ? errdetail("%s", edata->detail) : 0));
-		if (retry)
-			retry = worker_fence_attempt(ws, slot, attempt);
-		worker_journal_attempt_end(ws, slot, attempt,
-								   retry ? "fenced" : "failed",
-								   edata->message);
-		if (!retry)
-		{
-			slot->result = DPWIN_CHUNK_FAILED;
-			if (edata->sqlerrcode != ERRCODE_QUERY_CANCELED ||
-				!pg_atomic_read_u32(&ws->sh->stop))
-				worker_record_failure(ws->sh, edata);
-			return;
-		}
-		worker_backoff(ws, attempt);
-	}
+	/* a retry of the chunk before may load again: keep what this one loaded */
+	loaded = ws->loaded;
+	worker_complete_pending(ws);
+	ws->verifier->last_failure = DPWIN_FAILURE_NONE;
+	dpwin_target_digest_like_start(ws->verifier, &ws->target, loaded.staging,
+								   &ws->sh->key);
+	ws->pending = loaded;
+	ws->has_pending = true;
 }
 
 /*
@@ -702,6 +852,9 @@ worker_setup(WorkerState *ws, MemoryContext worker_cxt)
 	ws->client = dpwin_ch_client_open(conf, psprintf("dpwin-%s-w%d-",
 													 dpwin_uuid_text(&sh->invocation_id),
 													 MyProcPid));
+	ws->verifier = dpwin_ch_client_open(conf, psprintf("dpwin-%s-w%d-v-",
+													   dpwin_uuid_text(&sh->invocation_id),
+													   MyProcPid));
 	dpwin_xact_commit(worker_cxt);
 }
 
@@ -774,7 +927,9 @@ dpwin_worker_main(Datum main_arg)
 			break;
 		worker_chunk(&ws, &sh->chunks[idx]);
 	}
+	worker_complete_pending(&ws);
 
+	dpwin_ch_client_close(ws.verifier);
 	dpwin_ch_client_close(ws.client);
 	dsm_detach(seg);
 	proc_exit(0);

@@ -2,14 +2,16 @@
 # CREATE of its staging table, its INSERT and the digest, which also checks
 # that the copy is the target as admitted (docs/benchmark.md).  A target
 # changed between admission and the copy still fails the attempt with the
-# check's error, whether the rows load into the copy or not.
+# check's error, whether the rows load into the copy or not.  A chunk's
+# digest runs on a connection of its own while the worker loads the next
+# chunk.
 use strict;
 use warnings;
 use Test::More;
 use DpwinTest;
 use DpwinFixture qw(fault fresh_fixture drop_fixture create_event_source new_event_route new_uuid route_id
   invocation_prefix refresh_row_sql bg_psql bg_finish);
-use DpwinEndpoint qw(release wait_running);
+use DpwinEndpoint qw(release wait_running wait_logged running);
 
 my $db = "t058_$$";
 my $E = '2026-09-09 00:00:00+00';
@@ -68,6 +70,39 @@ create_event_source();
 	my @drops = grep { $_->{query} =~ /^DROP TABLE IF EXISTS .*\Q${prefix}\Estg_/ } @log;
 	is(scalar(@drops), 1, 'the clean-up drops the staging tables in one statement');
 	is(scalar(() = ($drops[0]{query} // '') =~ /`\Q${prefix}\Estg_[0-3]_0`/g), 4, '... all four of them');
+}
+
+# ---- a chunk's digest runs while the worker loads the next chunk ----------------
+
+# One worker, four chunks.  Hold the digest of chunk 0's staging table on
+# the server: the worker loads chunk 1 meanwhile (its INSERT is answered
+# while the digest is still held), and verifies chunk 0 once the digest is
+# released.  Without the second connection the worker would wait for the
+# digest before it created chunk 1's staging table.
+{
+	my ($route) = new_event_route('overlap');
+	psql_ok("SELECT dpwin.alter_route('$route', parallelism => 1)");
+	my $inv = new_uuid();
+	my $prefix = invocation_prefix(route_id($route), $inv);
+	my $digest0 = "FROM `$db`.`${prefix}stg_0_0`";
+	fault(pattern => $digest0, mode => 'hold', count => 1);
+	my $seq = ch_log_seq();
+	my $h = bg_psql(refresh_row_sql($route, $E, $inv));
+	ok(wait_running(qr/^SELECT count\(\), sum\(sipHash64Keyed\(.*\Q$digest0\E/s, 1, phase => 'holding'),
+		'the digest of chunk 0 waits on the server');
+	ok(wait_logged($seq, qr/^INSERT INTO `\Q$db\E`\.`\Q${prefix}\Estg_1_0` /),
+		'... while the worker loads chunk 1 into its staging table');
+	is(scalar(grep { $_->{phase} eq 'holding' && $_->{query} =~ /\Q$digest0\E/ } running()), 1,
+		'... the digest of chunk 0 still held');
+	is(release($digest0), 1, 'the digest is released');
+	my ($rc, $out, $err) = bg_finish($h);
+	is($rc, 0, 'the refresh completes') or diag($err);
+	is(psql_ok("SELECT string_agg(chunk_no || ':' || attempt || ':' || state, ' ' ORDER BY chunk_no)"
+		  . " FROM dpwin.chunks WHERE invocation_id = '$inv'"),
+		'0:0:verified 1:0:verified 2:0:verified 3:0:verified', 'every chunk verified at its first attempt');
+	is(psql_ok("SELECT count(*) FROM dpwin.chunks c JOIN dpwin.chunks n ON n.invocation_id = c.invocation_id"
+		  . " AND n.chunk_no = c.chunk_no + 1 WHERE c.invocation_id = '$inv' AND c.finished_at > n.started_at"),
+		3, "each chunk's receipt was journaled after the next chunk's attempt began");
 }
 
 # ---- a target changed between admission and the copy --------------------------
