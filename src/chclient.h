@@ -84,9 +84,10 @@ extern char *dpwin_ch_exec_id(ChClient *client, const char *sql, const char *que
  * answer, or fails as dpwin_ch_exec() does.  No other statement may use
  * the client in between.  dpwin_ch_abandon() gives the statement up.
  */
-extern void dpwin_ch_start(ChClient *client, const char *sql, const char *label);
-extern void dpwin_ch_poll(ChClient *client);
-extern char *dpwin_ch_finish(ChClient *client);
+extern PGDLLEXPORT void dpwin_ch_start(ChClient *client, const char *sql,
+									   const char *label);
+extern PGDLLEXPORT void dpwin_ch_poll(ChClient *client);
+extern PGDLLEXPORT char *dpwin_ch_finish(ChClient *client);
 extern void dpwin_ch_abandon(ChClient *client);
 
 /*

@@ -1,5 +1,6 @@
 # The ClickHouse transport and client (src/chhttp.c, src/chclient.c),
-# driven from SQL through dpwin_test.ch_query(server, sql): answers, the
+# driven from SQL through dpwin_test.ch_query(server, sql) (and
+# dpwin_test.ch_query_started(), a statement waited for later): answers, the
 # SQLSTATE of each failure class (an exception inside a 200 answer among
 # them), settings sent with every request, and that the password never
 # shows up in an error.  Statements that must outlive a client timeout are
@@ -185,6 +186,43 @@ for my $form ('tagged', 'marker')
 	like($e, qr/^57014: /, 'statement_timeout during a request: SQLSTATE 57014');
 	is(release("cancel_$tag"), 1, 'the request was abandoned while the statement still ran');
 	is(psql_ok(chq($srv, 'SELECT 8')), '8', 'the next statement works');
+}
+
+# --- a statement started and waited for later --------------------------------------
+
+# As a chunk worker digests a staging table while it loads the next chunk
+# (dpwin_ch_start(), dpwin_ch_poll(), dpwin_ch_finish()).
+sub chq_started
+{
+	my ($server, $sql, $work_ms, $poll) = @_;
+	return "SELECT rtrim(dpwin_test.ch_query_started(" . pg_literal($server) . ", "
+	  . pg_literal($sql) . ", $work_ms, " . ($poll // 1 ? 'true' : 'false') . "), E'\\n')";
+}
+
+is(psql_ok(chq_started($srv, 'SELECT 40 + 2', 0)), '42', 'a started statement: its answer');
+is(psql_ok(chq_started($srv_short, 'SELECT 43', 1500)), '43',
+	'an answer waited for 1.5 s after its start, moved on meanwhile, with a 1 s request timeout');
+is(psql_ok(chq_started($srv_short, 'SELECT 44', 1500, 0)), '44',
+	'... and left alone meanwhile: an answer that arrived is read, however long after the start');
+{
+	fault(pattern => "slow_started_$tag", count => 1, mode => 'hold');
+	my $e = psql_err(chq_started($srv_short, "SELECT 'slow_started_$tag'", 0));
+	like($e, qr/^08006: ClickHouse server "$srv_short" did not answer in time/,
+		'a started statement not answered within the request timeout of its wait: SQLSTATE 08006');
+	is(release("slow_started_$tag"), 1, '... while the statement still ran');
+}
+{
+	fault(pattern => "lost_started_$tag", count => 1, mode => 'lost');
+	my $e = psql_err(chq_started($srv, "SELECT 'lost_started_$tag'", 200));
+	like($e, qr/^08006: lost the connection to ClickHouse server "$srv"/,
+		'a started statement whose reply was lost: SQLSTATE 08006');
+}
+{
+	fault(pattern => "cancel_started_$tag", count => 1, mode => 'hold');
+	my $e = psql_err("SET statement_timeout = '500ms';\n" . chq_started($srv, "SELECT 'cancel_started_$tag'", 0));
+	like($e, qr/^57014: /, 'statement_timeout while waiting for a started statement: SQLSTATE 57014');
+	is(release("cancel_started_$tag"), 1, '... the statement was abandoned while it still ran');
+	is(psql_ok(chq_started($srv, 'SELECT 9', 0)), '9', 'the next started statement works');
 }
 
 # --- housekeeping ------------------------------------------------------------------

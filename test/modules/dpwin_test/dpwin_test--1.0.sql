@@ -67,6 +67,19 @@ CREATE FUNCTION dpwin_test.ch_query(server name, sql text) RETURNS text
 
 REVOKE ALL ON FUNCTION dpwin_test.ch_query(name, text) FROM PUBLIC;
 
+/*
+ * dpwin_test.ch_query_started(server, sql, work_ms, poll) starts the
+ * statement, works work_ms (moving the statement on every 10 ms if poll),
+ * then waits for its answer, as a chunk worker does with a staging digest.
+ */
+CREATE FUNCTION dpwin_test.ch_query_started(server name, sql text, work_ms integer,
+											poll boolean DEFAULT true)
+	RETURNS text
+	LANGUAGE C STRICT VOLATILE PARALLEL UNSAFE
+	AS 'MODULE_PATHNAME', 'dpwin__ch_query_started';
+
+REVOKE ALL ON FUNCTION dpwin_test.ch_query_started(name, text, integer, boolean) FROM PUBLIC;
+
 /* dpwin — test-only access to target admission (docs/admission.md)
  *
  * These expose target.c to SQL so that test/t/040_admission.t can check

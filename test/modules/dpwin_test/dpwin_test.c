@@ -237,6 +237,40 @@ dpwin__ch_query(PG_FUNCTION_ARGS)
 	PG_RETURN_TEXT_P(cstring_to_text(body));
 }
 
+/*
+ * The same, started (dpwin_ch_start()) and waited for after work_ms of
+ * other work, during which the statement is moved on every 10 ms
+ * (dpwin_ch_poll()) when poll is true, as a chunk worker does with a
+ * staging digest, or left alone, as during a worker's long INSERT.
+ */
+PG_FUNCTION_INFO_V1(dpwin__ch_query_started);
+
+Datum
+dpwin__ch_query_started(PG_FUNCTION_ARGS)
+{
+	Name		server = PG_GETARG_NAME(0);
+	char	   *sql = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	int32		work_ms = PG_GETARG_INT32(2);
+	bool		poll = PG_GETARG_BOOL(3);
+	DpwinServerConf *conf;
+	ChClient   *client;
+	char	   *body;
+
+	conf = dpwin_server_conf(NameStr(*server), GetUserId());
+	client = dpwin_ch_client_open(conf, "dpwin-test-");
+	dpwin_ch_start(client, sql, "q");
+	for (int32 waited = 0; waited < work_ms; waited += 10)
+	{
+		pg_usleep(10 * 1000L);
+		if (poll)
+			dpwin_ch_poll(client);
+		CHECK_FOR_INTERRUPTS();
+	}
+	body = dpwin_ch_finish(client);
+	dpwin_ch_client_close(client);
+	PG_RETURN_TEXT_P(cstring_to_text(body));
+}
+
 /* ----------------------------------------------------------------
  *		target admission
  * ----------------------------------------------------------------
