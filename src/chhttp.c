@@ -133,7 +133,6 @@ static ChHttpStatus chhttp_begin(ChHttp *http, const char *sql,
 								 StringInfo url);
 static ChHttpStatus chhttp_end(ChHttp *http, ChHttpReply *reply, CURLcode rc,
 							   char *url);
-static void chhttp_started_step(ChHttp *http);
 static ChHttpStatus chhttp_started_end(ChHttp *http, CURLcode rc);
 static void chhttp_build_url(ChHttp *http, StringInfo url, const char *sql,
 							 const char *query_id, const char *settings,
@@ -424,7 +423,7 @@ dpwin_chhttp_start(ChHttp *http, const char *sql, const char *query_id,
 			curl_multi_add_handle(http->multi, http->curl) == CURLM_OK)
 		{
 			http->started_running = true;
-			chhttp_started_step(http);
+			dpwin_chhttp_poll(http);
 		}
 		else
 		{
@@ -439,19 +438,12 @@ dpwin_chhttp_start(ChHttp *http, const char *sql, const char *query_id,
 	MemoryContextSwitchTo(oldcxt);
 }
 
-/* Move the started request on, without waiting. */
-void
-dpwin_chhttp_poll(ChHttp *http)
-{
-	chhttp_started_step(http);
-}
-
 /*
  * Let libcurl do what it can for the started request now, and note when
  * the transfer has ended.  Never waits, never ereports.
  */
-static void
-chhttp_started_step(ChHttp *http)
+void
+dpwin_chhttp_poll(ChHttp *http)
 {
 	int			running;
 	int			left;
@@ -504,7 +496,7 @@ dpwin_chhttp_wait(ChHttp *http, ChHttpReply *reply)
 											   http->started_timeout_ms);
 	while (http->started_running)
 	{
-		chhttp_started_step(http);
+		dpwin_chhttp_poll(http);
 		if (http->started_done)
 			status = chhttp_started_end(http, http->started_rc);
 		else if (chhttp_interrupt_pending())
@@ -547,13 +539,7 @@ dpwin_chhttp_abandon(ChHttp *http)
 	if (!http->started)
 		return;
 	if (http->started_running)
-	{
-		curl_multi_remove_handle(http->multi, http->curl);
-		http->started_running = false;
-		http->reply = NULL;
-		curl_easy_setopt(http->curl, CURLOPT_URL, "");
-		http->text = NULL;
-	}
+		(void) chhttp_started_end(http, CURLE_ABORTED_BY_CALLBACK);
 	http->started = false;
 	MemoryContextReset(http->started_mcxt);
 }

@@ -612,7 +612,6 @@ worker_try(WorkerState *ws, DpwinChunkSlot *slot, int attempt, bool defer,
 			worker_attempt(ws, slot, attempt);
 			if (!defer)
 			{
-				ws->verifier->last_failure = DPWIN_FAILURE_NONE;
 				dpwin_target_digest_like_start(ws->verifier, &ws->target,
 											   ws->loaded.staging, &ws->sh->key);
 				worker_verify(ws, &ws->loaded);
@@ -792,7 +791,6 @@ worker_chunk(WorkerState *ws, DpwinChunkSlot *slot)
 	/* a retry of the chunk before may load again: keep what this one loaded */
 	loaded = ws->loaded;
 	worker_complete_pending(ws);
-	ws->verifier->last_failure = DPWIN_FAILURE_NONE;
 	dpwin_target_digest_like_start(ws->verifier, &ws->target, loaded.staging,
 								   &ws->sh->key);
 	ws->pending = loaded;
