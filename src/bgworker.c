@@ -87,11 +87,24 @@ dpwin_bgworker_launch(const char *function_name, const char *name,
 }
 
 void
-dpwin_bgworker_wait_all(BackgroundWorkerHandle **handles, int n)
+dpwin_bgworker_wait_all(BackgroundWorkerHandle **handles, int n,
+						pg_atomic_uint32 *finished)
 {
 	for (;;)
 	{
 		bool		running = false;
+
+		/*
+		 * A worker that is done only has to exit, which takes the postmaster
+		 * and the kernel some milliseconds more: what the waiter reads next
+		 * (the results the workers wrote before counting themselves) is
+		 * already there.
+		 */
+		if (finished != NULL && pg_atomic_read_u32(finished) >= (uint32) n)
+		{
+			pg_memory_barrier();
+			break;
+		}
 
 		for (int i = 0; i < n; i++)
 		{

@@ -14,6 +14,7 @@
 #ifndef DPWIN_BGWORKER_H
 #define DPWIN_BGWORKER_H
 
+#include "port/atomics.h"
 #include "postmaster/bgworker.h"
 
 /*
@@ -35,9 +36,12 @@ extern BackgroundWorkerHandle *dpwin_bgworker_launch(const char *function_name,
 
 /*
  * Wait until every one of the n handles (NULL entries ignored) has
- * stopped, staying responsive to interrupts.
+ * stopped, or, when finished is not NULL, until it counts n workers that
+ * said they are done (and set the waiter's latch), staying responsive to
+ * interrupts.
  */
-extern void dpwin_bgworker_wait_all(BackgroundWorkerHandle **handles, int n);
+extern void dpwin_bgworker_wait_all(BackgroundWorkerHandle **handles, int n,
+									pg_atomic_uint32 *finished);
 
 /* Terminate the workers and wait until they are gone. */
 extern void dpwin_bgworker_stop_all(BackgroundWorkerHandle **handles, int n);

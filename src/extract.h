@@ -75,6 +75,8 @@ typedef struct DpwinExtractShared
 
 	pg_atomic_uint32 next_chunk;	/* the chunk queue */
 	pg_atomic_uint32 stop;		/* set on the first permanent failure */
+	pg_atomic_uint32 finished;	/* workers done with the queue */
+	struct PGPROC *coordinator; /* whose latch a finished worker sets */
 
 	slock_t		mutex;			/* protects the error fields */
 	int			error_code;

@@ -16,6 +16,7 @@
 #include "access/xact.h"
 #include "miscadmin.h"
 #include "storage/dsm.h"
+#include "storage/proc.h"
 #include "utils/memutils.h"
 
 #include "bgworker.h"
@@ -80,6 +81,8 @@ extract_segment(DpwinExtraction *x, const DpwinExtractJob *job)
 	sh->key = x->key;
 	pg_atomic_init_u32(&sh->next_chunk, 0);
 	pg_atomic_init_u32(&sh->stop, 0);
+	pg_atomic_init_u32(&sh->finished, 0);
+	sh->coordinator = MyProc;
 	SpinLockInit(&sh->mutex);
 	sh->nchunks = x->nchunks;
 	sh->types_offset = offsetof(DpwinExtractShared, chunks) +
@@ -169,7 +172,7 @@ dpwin_extraction_run(DpwinExtraction *x, const DpwinExtractJob *job,
 		launch_workers(job, seg, handles, nworkers);
 		if (overlap != NULL)
 			overlap(arg);
-		dpwin_bgworker_wait_all(handles, nworkers);
+		dpwin_bgworker_wait_all(handles, nworkers, &sh->finished);
 	}
 	PG_CATCH();
 	{
@@ -181,7 +184,10 @@ dpwin_extraction_run(DpwinExtraction *x, const DpwinExtractJob *job,
 	}
 	PG_END_TRY();
 
-	/* Every worker has stopped: the snapshot has served its purpose. */
+	/*
+	 * Every worker is done with the queue (some may still be exiting): the
+	 * snapshot has served its purpose.
+	 */
 	dpwin_snapshot_close();
 	MemoryContextSwitchTo(job->cxt);
 	seconds = dpwin_seconds_since(started);

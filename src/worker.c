@@ -30,6 +30,7 @@
 #include "storage/dsm.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/proc.h"
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
@@ -926,6 +927,13 @@ dpwin_worker_main(Datum main_arg)
 		worker_chunk(&ws, &sh->chunks[idx]);
 	}
 	worker_complete_pending(&ws);
+
+	/*
+	 * Every receipt of this worker is committed and its slots are written:
+	 * the coordinator may go on while this process exits.
+	 */
+	pg_atomic_add_fetch_u32(&sh->finished, 1);
+	SetLatch(&sh->coordinator->procLatch);
 
 	dpwin_ch_client_close(ws.verifier);
 	dpwin_ch_client_close(ws.client);

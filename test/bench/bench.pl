@@ -177,6 +177,8 @@ sub psql_session_timed
 	  or die "psql failed: $e\nSQL: " . substr($sql, 0, 500) . "\n";
 	my ($t0, $t1) = session_span($e);
 	chomp $o;
+	# the statements the call caused are those within its session's span
+	@span = ($t0 * 1000, $t1 * 1000);
 	return ($t1 - $t0, $o);
 }
 
