@@ -36,17 +36,21 @@
 #define DPWIN_CH_MIN_MAJOR	23
 #define DPWIN_CH_MIN_MINOR	3
 
-/* Functions the refresh needs, with what needs them (for messages). */
+/*
+ * Functions the refresh needs, with what needs them (for messages) and a
+ * call of each that a server knowing the function can analyze.
+ */
 static const struct
 {
 	const char *name;
 	const char *purpose;
+	const char *call;
 }			required_functions[] =
 
 {
-	{"sipHash64Keyed", "the typed multiset digest"},
-	{"formatRow", "the typed multiset digest"},
-	{"fromUnixTimestamp64Micro", "the window bounds"},
+	{"sipHash64Keyed", "the typed multiset digest", "sipHash64Keyed((toUInt64(0), toUInt64(0)), '')"},
+	{"formatRow", "the typed multiset digest", "formatRow('RowBinary', toUInt8(0))"},
+	{"fromUnixTimestamp64Micro", "the window bounds", "fromUnixTimestamp64Micro(toInt64(0), 'UTC')"},
 };
 
 /* What the first round trip learned about the server. */
@@ -201,6 +205,41 @@ mv_target_condition(const char *database, const char *table)
  */
 
 /*
+ * The statement of the first round trip: the version, whether
+ * system.projections exists, and the required functions the server has,
+ * as "a,b,c": by calling every one of them (which fails with
+ * UNKNOWN_FUNCTION if one is missing), or, with from_catalog, from
+ * system.functions.
+ */
+static char *
+server_facts_sql(bool from_catalog)
+{
+	StringInfoData sql;
+
+	initStringInfo(&sql);
+	appendStringInfoString(&sql,
+						   "SELECT version(), "
+						   "(SELECT count() FROM system.tables WHERE database = 'system' AND name = 'projections'), ");
+	if (from_catalog)
+	{
+		appendStringInfoString(&sql, "(SELECT arrayStringConcat(groupArray(name), ',') FROM system.functions WHERE name IN (");
+		for (int i = 0; i < (int) lengthof(required_functions); i++)
+			appendStringInfo(&sql, "%s%s", i > 0 ? ", " : "",
+							 dpwin_ch_quote_literal(required_functions[i].name));
+		appendStringInfoString(&sql, "))");
+		return sql.data;
+	}
+	appendStringInfoString(&sql, "if(isNull(tuple(");
+	for (int i = 0; i < (int) lengthof(required_functions); i++)
+		appendStringInfo(&sql, "%s%s", i > 0 ? ", " : "", required_functions[i].call);
+	appendStringInfoString(&sql, ")), '', '");
+	for (int i = 0; i < (int) lengthof(required_functions); i++)
+		appendStringInfo(&sql, "%s%s", i > 0 ? "," : "", required_functions[i].name);
+	appendStringInfoString(&sql, "')");
+	return sql.data;
+}
+
+/*
  * First round trip: version, functions the refresh relies on, and whether
  * system.projections exists.  Refuses a server that is too old before
  * anything is written.
@@ -208,7 +247,6 @@ mv_target_condition(const char *database, const char *table)
 static DpwinRefusal *
 check_server(ChClient *client, ServerFacts *facts)
 {
-	StringInfoData sql;
 	ChHttpReply reply;
 	ChHttpStatus status;
 	char	   *answer;
@@ -227,23 +265,27 @@ check_server(ChClient *client, ServerFacts *facts)
 		return NULL;
 	}
 
-	initStringInfo(&sql);
-	appendStringInfoString(&sql,
-						   "SELECT version(), "
-						   "(SELECT count() FROM system.tables WHERE database = 'system' AND name = 'projections'), "
-						   "(SELECT arrayStringConcat(groupArray(name), ',') FROM system.functions WHERE name IN (");
-	for (int i = 0; i < (int) lengthof(required_functions); i++)
-		appendStringInfo(&sql, "%s%s", i > 0 ? ", " : "",
-						 dpwin_ch_quote_literal(required_functions[i].name));
-	appendStringInfoString(&sql, "))");
+	/*
+	 * The functions are named by calling them: reading system.functions
+	 * builds a row of every function the server has, 20 ms or more on the
+	 * first statement of every refresh.  A server that lacks one refuses
+	 * the call with UNKNOWN_FUNCTION, and only then is system.functions
+	 * asked which ones are there.
+	 */
+	status = dpwin_ch_try(client, server_facts_sql(false),
+						  dpwin_ch_next_query_id(client, "admit-version"),
+						  NULL, NULL, &reply);
+	if (status == CHHTTP_SERVER_ERROR &&
+		reply.exception_code == CH_UNKNOWN_FUNCTION)
+		status = dpwin_ch_try(client, server_facts_sql(true),
+							  dpwin_ch_next_query_id(client, "admit-version"),
+							  NULL, NULL, &reply);
 
 	/*
 	 * A server older than the settings chclient pins refuses every request
 	 * with UNKNOWN_SETTING: say that it is too old rather than relaying a
 	 * message about a setting the user never chose.
 	 */
-	status = dpwin_ch_try(client, sql.data, dpwin_ch_next_query_id(client, "admit-version"),
-						  NULL, NULL, &reply);
 	if (status == CHHTTP_SERVER_ERROR &&
 		reply.exception_code == CH_UNKNOWN_SETTING)
 		return refuse(ERRCODE_FEATURE_NOT_SUPPORTED,

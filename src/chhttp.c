@@ -424,6 +424,18 @@ dpwin_chhttp_start(ChHttp *http, const char *sql, const char *query_id,
 		{
 			http->started_running = true;
 			dpwin_chhttp_poll(http);
+
+			/*
+			 * On the wire before returning: a caller that works on another
+			 * connection meanwhile does not move this one on, and a request
+			 * still connecting would otherwise wait for the wait.
+			 */
+			while (!http->started_done && http->text_pos < http->text_len &&
+				   !chhttp_interrupt_pending())
+			{
+				(void) curl_multi_poll(http->multi, NULL, 0, 100, NULL);
+				dpwin_chhttp_poll(http);
+			}
 		}
 		else
 		{

@@ -32,6 +32,7 @@ typedef enum ChHttpStatus
  * The ClickHouse exception codes (the server's ErrorCodes.cpp) that dpwin
  * reacts to, as ChHttpReply.exception_code carries them.
  */
+#define CH_UNKNOWN_FUNCTION		46
 #define CH_SYNTAX_ERROR			62
 #define CH_UNKNOWN_SETTING		115
 #define CH_READONLY				164
@@ -97,8 +98,9 @@ extern ChHttpStatus dpwin_chhttp_post(ChHttp *http, const char *sql,
 /*
  * One statement at a time may also be started and waited for later, so
  * that the caller works while the server answers: dpwin_chhttp_start()
- * sends it (the statement is the body, as with reader == NULL above) and
- * returns without waiting for the answer; dpwin_chhttp_poll() moves it on
+ * sends it (the statement is the body, as with reader == NULL above),
+ * connecting first when it must, and returns once the statement is sent,
+ * without waiting for the answer; dpwin_chhttp_poll() moves it on
  * without waiting (call it now and then while working); and
  * dpwin_chhttp_wait() waits for it and returns what dpwin_chhttp_post()
  * would have.  The request timeout counts from the wait, not from the

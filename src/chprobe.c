@@ -10,18 +10,14 @@
 
 #include "chprobe.h"
 
-void
-dpwin_chprobe_window_facts(ChClient *client, const DpwinTargetInfo *target,
-						   const char *database, const char *table,
-						   const char *window_column, TimestampTz lo,
-						   TimestampTz hi, char **days, char **bounds)
+static char *
+window_facts_sql(const DpwinTargetInfo *target, const char *database,
+				 const char *table, const char *window_column,
+				 TimestampTz lo, TimestampTz hi)
 {
 	char	   *w = dpwin_ch_quote_ident(window_column);
 	char	   *tbl = dpwin_ch_qualified_name(database, table);
 	char	   *inwin = dpwin_target_window_predicate(target, window_column, lo, hi);
-
-	List	   *rows;
-	List	   *row;
 
 	/*
 	 * Both facts in one statement (one round trip), reading the window
@@ -32,20 +28,26 @@ dpwin_chprobe_window_facts(ChClient *client, const DpwinTargetInfo *target,
 	 * move to PREWHERE costs the server about a millisecond per part,
 	 * 0.25 s on a 300-partition target (docs/benchmark.md).
 	 */
-	rows = dpwin_ch_parse_tsv(dpwin_ch_exec(client,
-											psprintf("SELECT toJSONString(CAST((arrayMap(x -> toString(x.1), _dpwin_days), arrayMap(x -> x.2, _dpwin_days))"
-													 " AS Tuple(days Array(String), rows Array(UInt64)))),"
-													 " toJSONString(CAST((toString(_dpwin_min), toString(_dpwin_max), _dpwin_rows,"
-													 " (SELECT count() FROM %s PREWHERE isNull(%s))) AS"
-													 " Tuple(min Nullable(String), max Nullable(String), window_rows UInt64, null_window_rows UInt64)))"
-													 " FROM (SELECT arraySort(groupArray((assumeNotNull(_dpwin_d), _dpwin_n))) AS _dpwin_days,"
-													 " minOrNull(_dpwin_lo) AS _dpwin_min, maxOrNull(_dpwin_hi) AS _dpwin_max,"
-													 " sum(_dpwin_n) AS _dpwin_rows"
-													 " FROM (SELECT toDate32(%s) AS _dpwin_d, count() AS _dpwin_n,"
-													 " min(%s) AS _dpwin_lo, max(%s) AS _dpwin_hi"
-													 " FROM %s PREWHERE %s GROUP BY _dpwin_d))",
-													 tbl, w, w, w, w, tbl, inwin)));
-	row = rows != NIL ? (List *) linitial(rows) : NIL;
+	return psprintf("SELECT toJSONString(CAST((arrayMap(x -> toString(x.1), _dpwin_days), arrayMap(x -> x.2, _dpwin_days))"
+					" AS Tuple(days Array(String), rows Array(UInt64)))),"
+					" toJSONString(CAST((toString(_dpwin_min), toString(_dpwin_max), _dpwin_rows,"
+					" (SELECT count() FROM %s PREWHERE isNull(%s))) AS"
+					" Tuple(min Nullable(String), max Nullable(String), window_rows UInt64, null_window_rows UInt64)))"
+					" FROM (SELECT arraySort(groupArray((assumeNotNull(_dpwin_d), _dpwin_n))) AS _dpwin_days,"
+					" minOrNull(_dpwin_lo) AS _dpwin_min, maxOrNull(_dpwin_hi) AS _dpwin_max,"
+					" sum(_dpwin_n) AS _dpwin_rows"
+					" FROM (SELECT toDate32(%s) AS _dpwin_d, count() AS _dpwin_n,"
+					" min(%s) AS _dpwin_lo, max(%s) AS _dpwin_hi"
+					" FROM %s PREWHERE %s GROUP BY _dpwin_d))",
+					tbl, w, w, w, w, tbl, inwin);
+}
+
+static void
+window_facts_answer(char *answer, char **days, char **bounds)
+{
+	List	   *rows = dpwin_ch_parse_tsv(answer);
+	List	   *row = rows != NIL ? (List *) linitial(rows) : NIL;
+
 	if (list_length(rows) != 1 || list_length(row) != 2)
 		ereport(ERROR,
 				(errcode(ERRCODE_FDW_ERROR),
@@ -54,6 +56,35 @@ dpwin_chprobe_window_facts(ChClient *client, const DpwinTargetInfo *target,
 						   list_length(rows))));
 	*days = pstrdup(dpwin_ch_row_field(row, 0));
 	*bounds = pstrdup(dpwin_ch_row_field(row, 1));
+}
+
+void
+dpwin_chprobe_window_facts(ChClient *client, const DpwinTargetInfo *target,
+						   const char *database, const char *table,
+						   const char *window_column, TimestampTz lo,
+						   TimestampTz hi, char **days, char **bounds)
+{
+	window_facts_answer(dpwin_ch_exec(client,
+									  window_facts_sql(target, database, table,
+													   window_column, lo, hi)),
+						days, bounds);
+}
+
+void
+dpwin_chprobe_window_facts_start(ChClient *client, const DpwinTargetInfo *target,
+								 const char *database, const char *table,
+								 const char *window_column, TimestampTz lo,
+								 TimestampTz hi)
+{
+	dpwin_ch_start(client,
+				   window_facts_sql(target, database, table, window_column, lo, hi),
+				   "facts");
+}
+
+void
+dpwin_chprobe_window_facts_finish(ChClient *client, char **days, char **bounds)
+{
+	window_facts_answer(dpwin_ch_finish(client), days, bounds);
 }
 
 int64

@@ -15,7 +15,9 @@
 
 /*
  * UTC-day counts and window bounds of [lo, hi) in a table, as JSON
- * objects (docs/design.md, "Evidence").
+ * objects (docs/design.md, "Evidence").  _start() sends the statement and
+ * _finish() reads its answer, so that the client's caller can work on
+ * another client meanwhile; dpwin_chprobe_window_facts() does both.
  */
 extern void dpwin_chprobe_window_facts(ChClient *client,
 									   const DpwinTargetInfo *target,
@@ -23,6 +25,14 @@ extern void dpwin_chprobe_window_facts(ChClient *client,
 									   const char *window_column,
 									   TimestampTz lo, TimestampTz hi,
 									   char **days, char **bounds);
+extern void dpwin_chprobe_window_facts_start(ChClient *client,
+											 const DpwinTargetInfo *target,
+											 const char *database,
+											 const char *table,
+											 const char *window_column,
+											 TimestampTz lo, TimestampTz hi);
+extern void dpwin_chprobe_window_facts_finish(ChClient *client,
+											  char **days, char **bounds);
 
 /* The number of rows of a table. */
 extern int64 dpwin_chprobe_count(ChClient *client, const char *database,

@@ -31,7 +31,11 @@ json_seconds(StringInfo buf, const char *key, double seconds)
 		appendStringInfo(buf, ", \"%s\": %.6f", key, seconds);
 }
 
-/* Window and chunk metrics, from the published target and the journal. */
+/*
+ * Window and chunk metrics: the window's facts as the build read them from
+ * the generation it published (from the published target after a
+ * recovery), the rest from the journal.
+ */
 static char *
 evidence_metrics(Coordinator *c)
 {
@@ -39,9 +43,15 @@ evidence_metrics(Coordinator *c)
 	char	   *days;
 	char	   *bounds;
 
-	dpwin_chprobe_window_facts(c->client, c->target, c->route->target_database,
-							   c->route->target_table, c->route->window_column,
-							   c->lo, c->hi, &days, &bounds);
+	if (c->build.window_days != NULL)
+	{
+		days = c->build.window_days;
+		bounds = c->build.window_bounds;
+	}
+	else
+		dpwin_chprobe_window_facts(c->client, c->target, c->route->target_database,
+								   c->route->target_table, c->route->window_column,
+								   c->lo, c->hi, &days, &bounds);
 
 	initStringInfo(&buf);
 	appendStringInfoString(&buf, "{");

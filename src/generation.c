@@ -885,7 +885,8 @@ dpwin_generation_attach_staged(ChClient *client, const DpwinTargetInfo *target,
 							   DpwinGeneration *gen, List *staging_tables,
 							   int64 staged_rows,
 							   const DpwinDigest *staged_digest,
-							   const DpwinDigestKey *key)
+							   const DpwinDigestKey *key,
+							   void (*attached) (void *arg), void *arg)
 {
 	char	   *ranges_sql = window_ranges_sql(gen->window_column, gen->ranges);
 	List	   *staged_parts = NIL;
@@ -929,6 +930,9 @@ dpwin_generation_attach_staged(ChClient *client, const DpwinTargetInfo *target,
 							   dpwin_digest_to_text(&g),
 							   dpwin_digest_to_text(staged_digest))));
 	}
+
+	if (attached != NULL)
+		attached(arg);
 
 	/*
 	 * The partitions cloned whole, that no staged part joined and whose parts

@@ -87,7 +87,10 @@ extern void dpwin_generation_remove_ranges(ChClient *client,
  * verify the result: every staged part is there file for file (or, after
  * a merge, the rows inside the ranges have the staged digest), the rows
  * inside the ranges are exactly staged_rows, and the rows outside are the
- * target's.  Returns the generation's row count.
+ * target's.  Returns the generation's row count.  attached(arg), when
+ * not NULL, is called once the generation holds every row it will
+ * publish, before the rows are counted, so that the caller can read it on
+ * another connection meanwhile.
  */
 extern int64 dpwin_generation_attach_staged(ChClient *client,
 											const DpwinTargetInfo *target,
@@ -95,7 +98,9 @@ extern int64 dpwin_generation_attach_staged(ChClient *client,
 											List *staging_tables,
 											int64 staged_rows,
 											const DpwinDigest *staged_digest,
-											const DpwinDigestKey *key);
+											const DpwinDigestKey *key,
+											void (*attached) (void *arg),
+											void *arg);
 
 /*
  * Right before the exchange, under the lease: is the target still the

@@ -36,6 +36,14 @@ typedef struct DpwinBuild
 	char	   *replaced_uuid;	/* the table under the generation's name, as
 								 * the exchange's reconciliation read it */
 	char	   *metrics;		/* the evidence, as jsonb text */
+
+	/*
+	 * The window's facts for the evidence, read from the generation while
+	 * its rows were counted; NULL when not read (a recovery reads them from
+	 * the published target).
+	 */
+	char	   *window_days;
+	char	   *window_bounds;
 	int64		kept_rows;
 	int64		final_rows;
 
@@ -67,6 +75,8 @@ typedef struct Coordinator
 	DpwinRoute *route;
 	DpwinServerConf *conf;
 	ChClient   *client;
+	ChClient   *facts_client;	/* a second connection, for the window's
+								 * facts while the build's checks run */
 	DpwinTargetInfo *target;	/* what admission learned */
 	char	   *schema_fingerprint; /* journaled by admission, if any */
 	int32		target_id;

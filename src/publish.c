@@ -66,6 +66,42 @@ readmit_target(Coordinator *c, const char *when)
 	return NULL;
 }
 
+/*
+ * The window's facts for the evidence (docs/design.md, "Evidence"), read
+ * from the generation on a second connection while the build's checks
+ * run on the first: once the staged parts are attached, the generation
+ * holds every row the exchange publishes, and the checks that follow
+ * change nothing in it.
+ */
+static void
+start_window_facts(void *arg)
+{
+	Coordinator *c = (Coordinator *) arg;
+
+	if (c->facts_client == NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(c->cxt);
+
+		c->facts_client = dpwin_ch_client_open(c->conf,
+											   psprintf("dpwin-%s-f-", dpwin_uuid_text(&c->id)));
+		MemoryContextSwitchTo(old);
+	}
+	dpwin_chprobe_window_facts_start(c->facts_client, c->target,
+									 c->route->target_database, c->build.generation,
+									 c->route->window_column, c->lo, c->hi);
+}
+
+static void
+finish_window_facts(Coordinator *c)
+{
+	char	   *days;
+	char	   *bounds;
+
+	dpwin_chprobe_window_facts_finish(c->facts_client, &days, &bounds);
+	c->build.window_days = MemoryContextStrdup(c->cxt, days);
+	c->build.window_bounds = MemoryContextStrdup(c->cxt, bounds);
+}
+
 DpwinStepResult
 dpwin_step_verified(Coordinator *c)
 {
@@ -92,7 +128,8 @@ dpwin_step_verified(Coordinator *c)
 														 c->build.gen, staging,
 														 c->ext.staged_rows,
 														 &c->ext.staged_digest,
-														 &c->ext.key);
+														 &c->ext.key,
+														 start_window_facts, c);
 	c->build.kept_rows = c->build.gen->target_kept_rows;
 
 	/*
@@ -116,6 +153,7 @@ dpwin_step_verified(Coordinator *c)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_TABLE),
 				 errmsg("generation %s vanished before publication", c->build.generation)));
+	finish_window_facts(c);
 	pub->backup_table = dpwin_backup_name(c->route->route_id, &c->id, c->interval_end);
 	pub->outcome = DPWIN_OUTCOME_NONE;
 	c->build.pub = pub;

@@ -12,7 +12,11 @@
 # status and text; the sequence is computed again here) and prints, per phase of a dpwin refresh and per kind of
 # statement, the statements in that sequence and all of them, as the
 # median over the files, then the mean gap between two statements of the
-# sequence (one round trip plus the client's work between them).
+# sequence (one round trip plus the client's work between them), and where
+# the wall time goes: before the first statement that carries rows (a
+# staging INSERT, the expert's INSERT ... SELECT FROM postgresql()), from
+# it to the end of the rows' statements (the last staging digest's answer,
+# the pull's answer), and after them, to the last answer.
 use strict;
 use warnings;
 use List::Util qw(sum);
@@ -51,7 +55,7 @@ sub median
 }
 
 die "usage: perl test/bench/sequence.pl STATEMENTS.tsv ...\n" unless @ARGV;
-my (%seq, %all, @gaps, @nseq, @nall, @walls);
+my (%seq, %all, @gaps, @nseq, @nall, @walls, @head, @rows, @tail);
 for my $file (@ARGV)
 {
 	open my $f, '<', $file or die "$file: $!\n";
@@ -69,9 +73,21 @@ for my $file (@ARGV)
 		my $k = kind_of($text, $after);
 		$after = 1 if $text =~ /^EXCHANGE TABLES/ && $text !~ /_probe_[0-9a-f]{16}_a`/;
 		$a{$k}++;
-		push @st, [ $arr, $ans, $k ];
+		push @st, [ $arr, $ans, $k, $text ];
 	}
 	close $f;
+	# the rows' statements and their span
+	my @r = grep { $_->[2] eq 'staging INSERT' || $_->[3] =~ /^INSERT INTO .* FROM postgresql\(/ } @st;
+	my @d = grep { $_->[2] eq 'staging digest' && $_->[3] =~ /_stg_/ } @st;
+	if (@r && @st)
+	{
+		my $first = (sort { $a <=> $b } map { $_->[0] } @r)[0];
+		my $rows_end = (sort { $b <=> $a } map { $_->[1] } (@r, @d))[0];
+		my $end = (sort { $b <=> $a } map { $_->[1] } @st)[0];
+		push @head, $first;
+		push @rows, $rows_end - $first;
+		push @tail, $end - $rows_end;
+	}
 	# the sequence again (the file's ranks may count statements left out
 	# above): greedy by answer time, as the benchmark does
 	my (%s, @in);
@@ -102,3 +118,6 @@ for my $k ((map { $_->[0] } @kinds), 'other')
 printf "  %-42s %5g / %g\n", 'total', median(@nseq), median(@nall);
 printf "gap between two statements of the sequence: median %.1f ms, mean %.1f ms (%d gaps)\n", median(@gaps),
   @gaps ? sum(@gaps) / @gaps : 0, scalar @gaps;
+printf "wall time, medians: before the rows %.0f ms, the rows %.0f ms, after them %.0f ms (%d files)\n",
+  median(@head), median(@rows), median(@tail), scalar @head
+  if @head;

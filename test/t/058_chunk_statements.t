@@ -61,6 +61,8 @@ create_event_source();
 	# once, however often the target is re-admitted, and the clean-up drops
 	# every staging table in one statement.
 	is(scalar(grep { $_->{query} =~ /^SELECT version\(\)/ } @log), 1, 'the server\'s version is read once per run');
+	is(scalar(grep { $_->{query} =~ /system\.functions/ } @log), 0,
+		'... and the functions a refresh needs are called, not looked up in system.functions');
 	my @admissions = grep { $_->{query} =~ /^SELECT 'D', engine/ } @log;
 	ok(@admissions >= 2, '... while the target is admitted again');
 	is(scalar(grep { $_->{query} =~ /FROM system\.row_policies/ } @admissions), scalar(@admissions),
@@ -70,6 +72,26 @@ create_event_source();
 	my @drops = grep { $_->{query} =~ /^DROP TABLE IF EXISTS .*\Q${prefix}\Estg_/ } @log;
 	is(scalar(@drops), 1, 'the clean-up drops the staging tables in one statement');
 	is(scalar(() = ($drops[0]{query} // '') =~ /`\Q${prefix}\Estg_[0-3]_0`/g), 4, '... all four of them');
+}
+
+# ---- a server that lacks a function the refresh needs ----------------------------
+
+# The first statement calls the functions a refresh needs; a server that
+# does not know one answers UNKNOWN_FUNCTION (here injected), and only
+# then is system.functions asked which ones it has.  This one has them
+# all: the refresh goes on.
+{
+	my ($route) = new_event_route('functions');
+	my $inv = new_uuid();
+	fault(pattern => 'if(isNull(tuple(sipHash64Keyed(', mode => 'error', code => 46, count => 1);
+	my $seq = ch_log_seq();
+	like(psql_ok(refresh_row_sql($route, $E, $inv)), qr/\|completed\|/, 'the refresh completes');
+	my @first = grep { $_->{query} =~ /^SELECT version\(\)/ } ch_log_since($seq);
+	is(scalar(@first), 2, 'the server\'s facts are asked twice');
+	like($first[0]{query} // '', qr/isNull\(tuple\(sipHash64Keyed\(.*formatRow\(.*fromUnixTimestamp64Micro\(/,
+		'... first by calling the functions');
+	like($first[1]{query} // '', qr/FROM system\.functions WHERE name IN \('sipHash64Keyed', 'formatRow', 'fromUnixTimestamp64Micro'\)/,
+		'... then, as the call failed, from system.functions');
 }
 
 # ---- a chunk's digest runs while the worker loads the next chunk ----------------
@@ -103,6 +125,45 @@ create_event_source();
 	is(psql_ok("SELECT count(*) FROM dpwin.chunks c JOIN dpwin.chunks n ON n.invocation_id = c.invocation_id"
 		  . " AND n.chunk_no = c.chunk_no + 1 WHERE c.invocation_id = '$inv' AND c.finished_at > n.started_at"),
 		3, "each chunk's receipt was journaled after the next chunk's attempt began");
+}
+
+# ---- the window's facts are read from the generation during its checks ----------
+
+# Hold the statement that reads the evidence's window facts from the
+# generation: the build counts the generation's rows and reads its UUID
+# meanwhile, on its own connection, and sends the EXCHANGE only once the
+# facts are in.  Without the second connection the facts would be read
+# from the published target after the EXCHANGE.
+{
+	my ($route, $t) = new_event_route('facts');
+	my $inv = new_uuid();
+	my $prefix = invocation_prefix(route_id($route), $inv);
+	my $gen = "${prefix}gen";
+	my $facts = "FROM `$db`.`$gen` PREWHERE isNull(`w`)";
+	fault(pattern => $facts, mode => 'hold', count => 1);
+	my $seq = ch_log_seq();
+	my $h = bg_psql(refresh_row_sql($route, $E, $inv));
+	ok(wait_running(qr/^SELECT toJSONString\(.*\Q$facts\E/s, 1, phase => 'holding'),
+		'the window\'s facts are read from the generation');
+	ok(wait_logged($seq, qr/^SELECT countIf\(.* FROM `\Q$db\E`\.`\Q$gen\E`/s),
+		'... while the generation\'s rows are counted');
+	ok(wait_logged($seq, qr/^SELECT toString\(uuid\) FROM system\.tables WHERE .*'\Q$gen\E'/s),
+		'... and its UUID is read');
+	is(scalar(grep { $_->{query} =~ /^EXCHANGE TABLES `\Q$db\E`\.`\Q$t\E`/ } ch_log_since($seq)), 0,
+		'... and the EXCHANGE waits for them');
+	is(release($facts), 1, 'the facts are released');
+	my ($rc, $out, $err) = bg_finish($h);
+	is($rc, 0, 'the refresh completes') or diag($err);
+	my @log = ch_log_since($seq);
+	my @read = grep { $_->{query} =~ /^SELECT toJSONString\(/ } @log;
+	is(scalar(@read), 1, 'the facts are read once');
+	like($read[0]{query_id} // '', qr/^dpwin-\Q$inv\E-f-/, '... on the connection kept for them');
+	my $days = ch_ok("SELECT concat(toJSONString(groupArray(n)), ' ', toString(sum(n))) FROM (SELECT toDate(w) d, count() n"
+		  . " FROM `$db`.`$t` WHERE w >= '2026-09-08 00:00:00' AND w < '2026-09-09 00:00:00' GROUP BY d ORDER BY d)");
+	chomp $days;
+	is(psql_ok("SELECT result->'evidence'->'utc_days'->>'rows' || ' ' || (result->'evidence'->'window_bounds'->>'window_rows')"
+		  . " FROM dpwin.invocation WHERE invocation_id = '$inv'"), $days,
+		'the evidence counts the rows the target holds in the window, day by day');
 }
 
 # ---- a target changed between admission and the copy --------------------------
