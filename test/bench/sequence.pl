@@ -13,10 +13,11 @@
 # statement, the statements in that sequence and all of them, as the
 # median over the files, then the mean gap between two statements of the
 # sequence (one round trip plus the client's work between them), and where
-# the wall time goes: before the first statement that carries rows (a
-# staging INSERT, the expert's INSERT ... SELECT FROM postgresql()), from
-# it to the end of the rows' statements (the last staging digest's answer,
-# the pull's answer), and after them, to the last answer.
+# the wall time goes: before the first statement of the rows (a chunk
+# worker's first CREATE of a staging table, the expert's INSERT ... SELECT
+# FROM postgresql()), from it to the end of the rows' statements (the last
+# staging digest's answer, the pull's answer), and after them, to the last
+# answer.
 use strict;
 use warnings;
 use List::Util qw(sum);
@@ -77,7 +78,8 @@ for my $file (@ARGV)
 	}
 	close $f;
 	# the rows' statements and their span
-	my @r = grep { $_->[2] eq 'staging INSERT' || $_->[3] =~ /^INSERT INTO .* FROM postgresql\(/ } @st;
+	my @r = grep { $_->[2] eq 'staging INSERT' || $_->[2] eq 'staging table DROP, CREATE'
+		  || $_->[3] =~ /^INSERT INTO .* FROM postgresql\(/ } @st;
 	my @d = grep { $_->[2] eq 'staging digest' && $_->[3] =~ /_stg_/ } @st;
 	if (@r && @st)
 	{
