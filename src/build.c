@@ -1,9 +1,10 @@
 /*-------------------------------------------------------------------------
  *
  * build.c
- *	  The generation of a refresh (docs/design.md, "Publication"): the
- *	  ranges a refresh replaces, and the clone of the target with the window removed, which the steps
- *	  of extraction (as a head start) and of building prepare alike.
+ *	  The generation of a refresh (docs/design.md, "Building the
+ *	  generation"): the ranges a refresh replaces, and the clone of the
+ *	  target with the window removed, which the steps of extraction (as a
+ *	  head start) and of building prepare alike.
  *
  *-------------------------------------------------------------------------
  */

@@ -15,7 +15,8 @@
 
 /*
  * UTC-day counts and window bounds of [lo, hi) in a table, as JSON
- * objects (docs/design.md, "Evidence").  _start() sends the statement and
+ * objects (docs/design.md, "The conversation with ClickHouse": one
+ * statement reads both).  _start() sends the statement and
  * _finish() reads its answer, so that the client's caller can work on
  * another client meanwhile; dpwin_chprobe_window_facts() does both.
  */

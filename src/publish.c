@@ -67,11 +67,11 @@ readmit_target(Coordinator *c, const char *when)
 }
 
 /*
- * The window's facts for the evidence (docs/design.md, "Evidence"), read
- * from the generation on a second connection while the build's checks
- * run on the first: once the staged parts are attached, the generation
- * holds every row the exchange publishes, and the checks that follow
- * change nothing in it.
+ * The window's facts for the evidence (docs/design.md, "The conversation
+ * with ClickHouse"), read from the generation on a second connection
+ * while the build's checks run on the first: once the staged parts are
+ * attached, the generation holds every row the exchange publishes, and
+ * the checks that follow change nothing in it.
  */
 static void
 start_window_facts(void *arg)

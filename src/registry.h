@@ -64,8 +64,8 @@ typedef struct DpwinInvocation
 } DpwinInvocation;
 
 /*
- * What the tables' UUIDs say about an exchange (docs/design.md,
- * "Publication").  PENDING is never journaled: the reply was lost, the
+ * What the tables' UUIDs say about an exchange (docs/design.md, "The
+ * state machine").  PENDING is never journaled: the reply was lost, the
  * target still has its old UUID, and the server cannot show that the
  * statement has ended.
  */
