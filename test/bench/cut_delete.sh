@@ -28,19 +28,14 @@ eval "$("$ROOT/test/sandbox.sh" env)"
 ROUNDS=${CD_ROUNDS:-7}
 DB=dpwin_bench_cutdel
 
-ch() {
-	curl -sS --fail-with-body -u "$DPWIN_CH_USER:$DPWIN_CH_PASSWORD" \
-		"$DPWIN_CH_URL/" --data-binary "$1"
-}
+# shellcheck source=test/bench/lib.sh
+. "$ROOT/test/bench/lib.sh"
 # The time one statement took, from sending it to its answer, as a
 # refresh waits for it (the summary header's elapsed_ns leaves out part of
 # a mutation's wait).
 elapsed_ms() {
 	curl -sS --fail-with-body -o /dev/null -w '%{time_total}' -u "$DPWIN_CH_USER:$DPWIN_CH_PASSWORD" \
 		"$DPWIN_CH_URL/" --data-binary "$1" | awk '{printf "%.1f", $1 * 1000}'
-}
-median() {
-	printf '%s\n' "$@" | sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'
 }
 
 cols="(id Int64, w Nullable(DateTime64(6, 'UTC')), amount Nullable(Decimal(18, 2)), note Nullable(String), qty Int32, flag Bool)"

@@ -37,13 +37,8 @@ ROUNDS=${DG_ROUNDS:-7}
 ROWS=${DG_ROWS:-1000000}
 DB=dpwin_bench_digest
 
-ch() {
-	curl -sS --fail-with-body -u "$DPWIN_CH_USER:$DPWIN_CH_PASSWORD" \
-		"$DPWIN_CH_URL/?max_threads=1" --data-binary "$1"
-}
-median() {
-	printf '%s\n' "$@" | sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'
-}
+# shellcheck source=test/bench/lib.sh
+. "$ROOT/test/bench/lib.sh"
 
 ch "CREATE DATABASE IF NOT EXISTS $DB" >/dev/null
 if [ "$(ch "SELECT count() FROM system.tables WHERE database = '$DB' AND name = 't'")" != 1 ] ||
@@ -78,7 +73,7 @@ for ((r = 0; r < ROUNDS; r++)); do
 	for ((i = 0; i < ${#names[@]}; i++)); do
 		n=${names[$(((i + r) % ${#names[@]}))]}
 		t0=$(date +%s%N)
-		a=$(ch "${sql[$n]}")
+		a=$(ch "${sql[$n]} SETTINGS max_threads = 1")
 		t1=$(date +%s%N)
 		if [ -n "${answer[$n]:-}" ] && [ "${answer[$n]}" != "$a" ]; then
 			echo "digest_cost: $n answered differently in round $r" >&2

@@ -1,6 +1,7 @@
 # test/bench/lib.sh — helpers of the benchmark's shell scripts (sourced by
-# profile.sh, extraction.sh and timeline.sh once the sandbox's env is
-# loaded and DB names the dataset's ClickHouse database).
+# profile.sh, extraction.sh, timeline.sh, cut_delete.sh and digest_cost.sh
+# once the sandbox's env is loaded and DB names the ClickHouse database
+# they work in).
 
 # One statement to the endpoint, waiting for its end; fails on an error.
 ch() {
@@ -8,6 +9,11 @@ ch() {
 		"$DPWIN_CH_URL/?wait_end_of_query=1" --data-binary "$1"
 }
 pgq() { psql -X -q -A -t -v ON_ERROR_STOP=1 -c "$1"; }
+
+# The median of the arguments (the upper one of an even count).
+median() {
+	printf '%s\n' "$@" | sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'
+}
 
 # clone_base TABLE BASE: TABLE becomes a clone of BASE, partition by
 # partition (hard links), as the benchmark's targets are.
