@@ -245,14 +245,24 @@ dpwin_ch_finish(ChClient *client)
 	ChHttpReply reply;
 	ChHttpStatus status;
 
-	if (client->http == NULL)
-		elog(ERROR, "ClickHouse client used after close");
-	status = dpwin_chhttp_wait(client->http, &reply);
-	client->last_failure = ch_failure_verdict(status, &reply);
+	status = dpwin_ch_finish_status(client, &reply);
 	if (status != CHHTTP_OK)
 		dpwin_ch_report(status, &reply,
 						psprintf("running \"%s\"", client->started_what));
 	return reply.body.data;
+}
+
+/* The same, returning the status instead of raising. */
+ChHttpStatus
+dpwin_ch_finish_status(ChClient *client, ChHttpReply *reply)
+{
+	ChHttpStatus status;
+
+	if (client->http == NULL)
+		elog(ERROR, "ClickHouse client used after close");
+	status = dpwin_chhttp_wait(client->http, reply);
+	client->last_failure = ch_failure_verdict(status, reply);
+	return status;
 }
 
 /* Give up the started statement, if any, and the connection it runs on. */

@@ -81,13 +81,16 @@ extern char *dpwin_ch_exec_id(ChClient *client, const char *sql, const char *que
  * dpwin_ch_start() sends it (query_id: a fresh one tagged label);
  * dpwin_ch_poll() moves it on without waiting, for callers that work a
  * long time before they wait; dpwin_ch_finish() waits and returns the
- * answer, or fails as dpwin_ch_exec() does.  No other statement may use
- * the client in between.  dpwin_ch_abandon() gives the statement up.
+ * answer, or fails as dpwin_ch_exec() does; dpwin_ch_finish_status()
+ * returns the status instead, for a statement whose failure the caller
+ * settles another way.  No other statement may use the client in between.
+ * dpwin_ch_abandon() gives the statement up.
  */
 extern PGDLLEXPORT void dpwin_ch_start(ChClient *client, const char *sql,
 									   const char *label);
 extern PGDLLEXPORT void dpwin_ch_poll(ChClient *client);
 extern PGDLLEXPORT char *dpwin_ch_finish(ChClient *client);
+extern ChHttpStatus dpwin_ch_finish_status(ChClient *client, ChHttpReply *reply);
 extern void dpwin_ch_abandon(ChClient *client);
 
 /*

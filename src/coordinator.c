@@ -539,8 +539,8 @@ dpwin_coordinator_main(Datum main_arg)
 		dpwin_progress_release(c.progress_slot);
 	if (c.client)
 		dpwin_ch_client_close(c.client);
-	if (c.facts_client)
-		dpwin_ch_client_close(c.facts_client);
+	if (c.second_client)
+		dpwin_ch_client_close(c.second_client);
 	call->finished = true;
 	dsm_detach(seg);
 	proc_exit(0);

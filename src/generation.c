@@ -429,30 +429,40 @@ field_int64(List *row, int n)
 }
 
 /*
- * The active parts of the tables as sorted "partition\trows\thash"
- * strings, optionally only of the partitions in `only` (NIL: all).  With
- * sources and ids, also each (table, partition) that has parts, once, in
- * the same statement.  With layout, of one table, also its layout
- * fingerprint.
+ * The active parts of the tables, one row each, sorted by partition, rows
+ * and hash.
+ */
+static char *
+parts_sql(const char *database, List *tables)
+{
+	return psprintf("SELECT partition_id, rows, hash_of_all_files, `table`,"
+					" min_block_number, max_block_number, data_version FROM system.parts"
+					" WHERE database = %s AND `table` IN %s AND active"
+					" ORDER BY partition_id, rows, hash_of_all_files, `table`",
+					dpwin_ch_quote_literal(database), literal_list(tables));
+}
+
+static List *
+parts_rows(ChClient *client, const char *database, List *tables)
+{
+	return dpwin_ch_parse_tsv(dpwin_ch_exec(client, parts_sql(database, tables)));
+}
+
+/*
+ * The parts of parts_rows() (of `table` alone, unless NULL) as sorted
+ * "partition\trows\thash" strings.  With sources and ids, also each
+ * (table, partition) that has parts, once.  With layout, of one table,
+ * also its layout fingerprint.
  */
 static List *
-read_parts(ChClient *client, const char *database, List *tables, List *only,
-		   List **sources, List **ids, char **layout)
+parts_of_rows(List *rows, const char *table, List **sources, List **ids,
+			  char **layout)
 {
-	List	   *rows;
 	List	   *result = NIL;
 	List	   *pairs = NIL;
 	ListCell   *lc;
 	PartsLayout l = {0};
 
-	rows = dpwin_ch_parse_tsv(dpwin_ch_exec(client,
-											psprintf("SELECT partition_id, rows, hash_of_all_files, `table`,"
-													 " min_block_number, max_block_number, data_version FROM system.parts"
-													 " WHERE database = %s AND `table` IN %s AND active%s%s"
-													 " ORDER BY partition_id, rows, hash_of_all_files, `table`",
-													 dpwin_ch_quote_literal(database), literal_list(tables),
-													 only != NIL ? " AND partition_id IN " : "",
-													 only != NIL ? literal_list(only) : "")));
 	initStringInfo(&l.text);
 	appendStringInfoString(&l.text, "dpwin-layout-v1\n");
 	foreach(lc, rows)
@@ -460,6 +470,8 @@ read_parts(ChClient *client, const char *database, List *tables, List *only,
 		List	   *row = (List *) lfirst(lc);
 		char	   *pair;
 
+		if (table != NULL && strcmp(dpwin_ch_row_field(row, 3), table) != 0)
+			continue;
 		result = lappend(result, psprintf("%s\t%s\t%s", dpwin_ch_row_field(row, 0),
 										  dpwin_ch_row_field(row, 1), dpwin_ch_row_field(row, 2)));
 		if (layout != NULL)
@@ -483,6 +495,17 @@ read_parts(ChClient *client, const char *database, List *tables, List *only,
 	}
 	pfree(l.text.data);
 	return result;
+}
+
+/*
+ * The active parts of the tables as sorted "partition\trows\thash"
+ * strings; with layout, of one table, also its layout fingerprint.
+ */
+static List *
+read_parts(ChClient *client, const char *database, List *tables, char **layout)
+{
+	return parts_of_rows(parts_rows(client, database, tables), NULL, NULL, NULL,
+						 layout);
 }
 
 /* The partition of a read_parts() entry. */
@@ -697,7 +720,7 @@ dpwin_generation_clone(ChClient *client, const DpwinTargetInfo *target,
 	gen->table = pstrdup(name);
 	gen->window_column = window_column;
 	gen->ranges = ranges;
-	dpwin_target_create_like(client, target, name);
+	gen->uuid = dpwin_target_create_like(client, target, name);
 
 	if (target->partition_key[0] == '\0')
 	{
@@ -762,10 +785,10 @@ dpwin_generation_clone(ChClient *client, const DpwinTargetInfo *target,
 	 * where a merge on either side has already changed them, the rows are.
 	 */
 	gen->target_parts = read_parts(client, target->database,
-								   list_make1(target->table), NIL, NULL, NULL, NULL);
+								   list_make1(target->table), NULL);
 	differ = string_values(parts_differ(parts_of(gen->target_parts, cloned),
 										read_parts(client, target->database,
-												   clone_tables, NIL, NULL, NULL, NULL),
+												   clone_tables, NULL),
 										false));
 	if (differ != NIL)
 	{
@@ -880,16 +903,22 @@ dpwin_generation_remove_ranges(ChClient *client, const DpwinTargetInfo *target,
 	}
 }
 
+void
+dpwin_generation_staged_parts_start(ChClient *client, const char *database,
+									List *staging_tables)
+{
+	dpwin_ch_start(client, parts_sql(database, staging_tables), "parts");
+}
+
 int64
 dpwin_generation_attach_staged(ChClient *client, const DpwinTargetInfo *target,
-							   DpwinGeneration *gen, List *staging_tables,
-							   int64 staged_rows,
-							   const DpwinDigest *staged_digest,
+							   DpwinGeneration *gen, const DpwinStaged *staged,
 							   const DpwinDigestKey *key,
 							   void (*attached) (void *arg), void *arg)
 {
 	char	   *ranges_sql = window_ranges_sql(gen->window_column, gen->ranges);
 	List	   *staged_parts = NIL;
+	List	   *rows;
 	List	   *gen_parts;
 	List	   *ids = NIL;
 	List	   *whole = NIL;
@@ -899,12 +928,14 @@ dpwin_generation_attach_staged(ChClient *client, const DpwinTargetInfo *target,
 	int64		outside;
 	ListCell   *lc;
 
-	if (staging_tables != NIL)
+	if (staged->tables != NIL)
 	{
 		List	   *sources = NIL;
 
-		staged_parts = read_parts(client, target->database, staging_tables, NIL,
-								  &sources, &ids, NULL);
+		rows = staged->parts_from != NULL ?
+			dpwin_ch_parse_tsv(dpwin_ch_finish(staged->parts_from)) :
+			parts_rows(client, target->database, staged->tables);
+		staged_parts = parts_of_rows(rows, NULL, &sources, &ids, NULL);
 		gen->attached_parts = list_length(staged_parts);
 		if (ids != NIL)
 			attach_partitions(client, target->database, ids, sources, gen->table);
@@ -912,23 +943,26 @@ dpwin_generation_attach_staged(ChClient *client, const DpwinTargetInfo *target,
 
 	/*
 	 * The staged parts, file for file; after a merge in the generation, the
-	 * rows inside the ranges by digest.
+	 * rows inside the ranges by digest.  The target's parts come in the same
+	 * statement, for dpwin_generation_check_target().
 	 */
-	gen_parts = read_parts(client, target->database, list_make1(gen->table), NIL, NULL, NULL,
-						   &gen->layout);
+	rows = parts_rows(client, target->database, list_make2(gen->table, target->table));
+	gen_parts = parts_of_rows(rows, gen->table, NULL, NULL, &gen->layout);
+	gen->target_parts_now = parts_of_rows(rows, target->table, NULL, NULL, NULL);
+	gen->target_parts_read = true;
 	if (parts_differ(staged_parts, gen_parts, true) != NIL)
 	{
 		DpwinDigest g;
 
 		digest_partitions(client, target, gen->table, NIL, ranges_sql, key, &g);
 		gen->digest_checks++;
-		if (!dpwin_digest_equal(&g, staged_digest))
+		if (!dpwin_digest_equal(&g, staged->digest))
 			ereport(ERROR,
 					(errcode(ERRCODE_DATA_EXCEPTION),
 					 errmsg("generation %s does not hold the staged rows", gen->table),
 					 errdetail("Its rows inside the window are %s, the staged rows %s.",
 							   dpwin_digest_to_text(&g),
-							   dpwin_digest_to_text(staged_digest))));
+							   dpwin_digest_to_text(staged->digest))));
 	}
 
 	if (attached != NULL)
@@ -965,14 +999,14 @@ dpwin_generation_attach_staged(ChClient *client, const DpwinTargetInfo *target,
 		}
 	}
 	count_ranges(client, target->database, gen->table, ranges_sql, skip, &inside, &outside);
-	if (inside != staged_rows || outside != gen->target_kept_rows - skipped_rows)
+	if (inside != staged->rows || outside != gen->target_kept_rows - skipped_rows)
 		ereport(ERROR,
 				(errcode(ERRCODE_DATA_EXCEPTION),
 				 errmsg("generation %s does not verify", gen->table),
 				 errdetail("It holds " INT64_FORMAT " rows inside the window and " INT64_FORMAT
 						   " outside; expected " INT64_FORMAT " staged and " INT64_FORMAT
 						   " kept from the target.",
-						   inside, outside + skipped_rows, staged_rows, gen->target_kept_rows),
+						   inside, outside + skipped_rows, staged->rows, gen->target_kept_rows),
 				 errhint("The target may have been written to while the generation was built; hold dpwin.lock_target() in other writers of the target.")));
 	return inside + outside + skipped_rows;
 }
@@ -990,10 +1024,13 @@ dpwin_generation_check_target(ChClient *client, const DpwinTargetInfo *target,
 
 	if (gen->parts_known)
 	{
-		differ = string_values(parts_differ(gen->target_parts,
-											read_parts(client, target->database,
-													   list_make1(target->table), NIL, NULL, NULL, NULL),
-											false));
+		List	   *now = gen->target_parts_now;
+
+		if (!gen->target_parts_read)
+			now = read_parts(client, target->database, list_make1(target->table), NULL);
+		gen->target_parts_now = NIL;
+		gen->target_parts_read = false;
+		differ = string_values(parts_differ(gen->target_parts, now, false));
 		if (differ == NIL)
 			return NULL;
 	}
@@ -1021,8 +1058,7 @@ List *
 dpwin_generation_target_parts(ChClient *client, const DpwinTargetInfo *target,
 							  char **layout)
 {
-	return read_parts(client, target->database, list_make1(target->table), NIL, NULL, NULL,
-					  layout);
+	return read_parts(client, target->database, list_make1(target->table), layout);
 }
 
 bool

@@ -26,12 +26,21 @@
 typedef struct DpwinGeneration
 {
 	char	   *table;			/* the generation table */
+	char	   *uuid;			/* its UUID, read when it was created */
 	const char *window_column;
 	List	   *ranges;			/* DpwinChunkBounds: what is replaced */
 
 	/* the target's active parts when cloned, "partition\trows\thash" */
 	List	   *target_parts;
 	bool		parts_known;	/* target_parts describes the clone */
+
+	/*
+	 * The target's active parts read with the generation's once the staged
+	 * parts are attached, for dpwin_generation_check_target(), which uses
+	 * them once
+	 */
+	List	   *target_parts_now;
+	bool		target_parts_read;
 
 	int			partitions;		/* partitions of the target when cloned */
 	int			cloned_partitions;
@@ -82,12 +91,33 @@ extern void dpwin_generation_remove_ranges(ChClient *client,
 										   const DpwinTargetInfo *target,
 										   DpwinGeneration *gen);
 
+/* What the chunks staged, for dpwin_generation_attach_staged(). */
+typedef struct DpwinStaged
+{
+	List	   *tables;			/* the verified staging tables */
+	int64		rows;			/* their rows */
+	const DpwinDigest *digest;	/* their digest */
+	ChClient   *parts_from;		/* when not NULL, the client on which
+								 * dpwin_generation_staged_parts_start()
+								 * lists their parts */
+} DpwinStaged;
+
+/*
+ * Their parts, listed on a client of their own while the caller's works
+ * (one statement, started: dpwin_ch_start()).
+ */
+extern void dpwin_generation_staged_parts_start(ChClient *client,
+												const char *database,
+												List *staging_tables);
+
 /*
  * Attach the parts of the verified staging tables to the generation and
  * verify the result: every staged part is there file for file (or, after
  * a merge, the rows inside the ranges have the staged digest), the rows
  * inside the ranges are exactly staged_rows, and the rows outside are the
- * target's.  Returns the generation's row count.  attached(arg), when
+ * target's.  Reads the target's parts with the generation's, for the
+ * next dpwin_generation_check_target() to compare without a statement of
+ * its own.  Returns the generation's row count.  attached(arg), when
  * not NULL, is called once the generation holds every row it will
  * publish, before the rows are counted, so that the caller can read it on
  * another connection meanwhile.
@@ -95,17 +125,15 @@ extern void dpwin_generation_remove_ranges(ChClient *client,
 extern int64 dpwin_generation_attach_staged(ChClient *client,
 											const DpwinTargetInfo *target,
 											DpwinGeneration *gen,
-											List *staging_tables,
-											int64 staged_rows,
-											const DpwinDigest *staged_digest,
+											const DpwinStaged *staged,
 											const DpwinDigestKey *key,
 											void (*attached) (void *arg),
 											void *arg);
 
 /*
  * Right before the exchange, under the lease: is the target still the
- * table that was cloned?  Its parts are compared with those recorded at
- * cloning; where they differ (a merge, or a change), or when they were not
+ * table that was cloned?  Its parts (read now, or by the attach just
+ * before) are compared with those recorded at cloning; where they differ (a merge, or a change), or when they were not
  * recorded (recovery of an invocation built by an earlier process), the
  * rows outside the ranges are compared by digest, target against
  * generation.  Returns NULL when they are the same, else the refusal

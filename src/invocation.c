@@ -130,7 +130,52 @@ dpwin_invocation_adopt_digest_cache(Coordinator *c)
 		c->ext.key = c->digest_cache->key;
 }
 
-/* Drop every table of this invocation but backups (best effort). */
+/*
+ * The coordinator's second connection, opened when first needed: the
+ * statements that run on it while the first works (docs/design.md, "The
+ * conversation with ClickHouse") are the staged parts' listing, the
+ * window's facts and the staging tables' DROP.
+ */
+ChClient *
+dpwin_invocation_second_client(Coordinator *c)
+{
+	if (c->second_client == NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(c->cxt);
+
+		c->second_client = dpwin_ch_client_open(c->conf,
+												psprintf("dpwin-%s-2-", dpwin_uuid_text(&c->id)));
+		MemoryContextSwitchTo(old);
+	}
+	return c->second_client;
+}
+
+/*
+ * Once the generation is published, nothing reads the staging tables
+ * again.  Their DROP starts on the second connection, to run while the
+ * first renames the backup; dpwin_invocation_drop_own_tables() waits for
+ * it.
+ */
+void
+dpwin_invocation_drop_staging_start(Coordinator *c)
+{
+	List	   *staging = NIL;
+
+	for (int i = 0; i < c->ext.nchunks; i++)
+		if (c->ext.slots[i].result == DPWIN_CHUNK_VERIFIED)
+			staging = lappend(staging, c->ext.slots[i].staging_table);
+	if (staging == NIL)
+		return;
+	dpwin_target_drop_tables_start(dpwin_invocation_second_client(c),
+								   c->route->target_database, staging);
+	c->staging_dropping = true;
+}
+
+/*
+ * Drop every table of this invocation but backups (best effort).  The
+ * DROP started early is only waited for: whatever it did not drop, the
+ * listing finds.
+ */
 void
 dpwin_invocation_drop_own_tables(Coordinator *c)
 {
@@ -138,6 +183,13 @@ dpwin_invocation_drop_own_tables(Coordinator *c)
 
 	if (c->client == NULL || c->route == NULL)
 		return;
+	if (c->staging_dropping)
+	{
+		ChHttpReply reply;
+
+		c->staging_dropping = false;
+		(void) dpwin_ch_finish_status(c->second_client, &reply);
+	}
 	tables = dpwin_target_list_tables(c->client, c->route->target_database,
 									  dpwin_invocation_table_prefix(c->route->route_id, &c->id));
 	dpwin_target_drop_tables(c->client, c->route->target_database, tables);

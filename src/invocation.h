@@ -75,8 +75,9 @@ typedef struct Coordinator
 	DpwinRoute *route;
 	DpwinServerConf *conf;
 	ChClient   *client;
-	ChClient   *facts_client;	/* a second connection, for the window's
-								 * facts while the build's checks run */
+	ChClient   *second_client;	/* dpwin_invocation_second_client() */
+	bool		staging_dropping;	/* its DROP of the staging tables is
+									 * still to be waited for */
 	DpwinTargetInfo *target;	/* what admission learned */
 	char	   *schema_fingerprint; /* journaled by admission, if any */
 	int32		target_id;
@@ -121,6 +122,8 @@ extern void dpwin_invocation_transition(Coordinator *c, DpwinState to,
 
 extern DpwinExtractJob dpwin_invocation_extract_job(Coordinator *c);
 extern void dpwin_invocation_record_outcome(Coordinator *c);
+extern ChClient *dpwin_invocation_second_client(Coordinator *c);
+extern void dpwin_invocation_drop_staging_start(Coordinator *c);
 extern void dpwin_invocation_drop_own_tables(Coordinator *c);
 extern void dpwin_invocation_fill_result(Coordinator *c);
 

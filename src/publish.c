@@ -68,7 +68,7 @@ readmit_target(Coordinator *c, const char *when)
 
 /*
  * The window's facts for the evidence (docs/design.md, "The conversation
- * with ClickHouse"), read from the generation on a second connection
+ * with ClickHouse"), read from the generation on the second connection
  * while the build's checks run on the first: once the staged parts are
  * attached, the generation holds every row the exchange publishes, and
  * the checks that follow change nothing in it.
@@ -78,15 +78,7 @@ start_window_facts(void *arg)
 {
 	Coordinator *c = (Coordinator *) arg;
 
-	if (c->facts_client == NULL)
-	{
-		MemoryContext old = MemoryContextSwitchTo(c->cxt);
-
-		c->facts_client = dpwin_ch_client_open(c->conf,
-											   psprintf("dpwin-%s-f-", dpwin_uuid_text(&c->id)));
-		MemoryContextSwitchTo(old);
-	}
-	dpwin_chprobe_window_facts_start(c->facts_client, c->target,
+	dpwin_chprobe_window_facts_start(dpwin_invocation_second_client(c), c->target,
 									 c->route->target_database, c->build.generation,
 									 c->route->window_column, c->lo, c->hi);
 }
@@ -97,7 +89,7 @@ finish_window_facts(Coordinator *c)
 	char	   *days;
 	char	   *bounds;
 
-	dpwin_chprobe_window_facts_finish(c->facts_client, &days, &bounds);
+	dpwin_chprobe_window_facts_finish(c->second_client, &days, &bounds);
 	c->build.window_days = MemoryContextStrdup(c->cxt, days);
 	c->build.window_bounds = MemoryContextStrdup(c->cxt, bounds);
 }
@@ -106,10 +98,27 @@ DpwinStepResult
 dpwin_step_verified(Coordinator *c)
 {
 	DpwinPublication *pub;
-	List	   *staging = NIL;
+	DpwinStaged staged = {0};
 	TimestampTz started;
 	DpwinRefusal *refusal;
 
+	for (int i = 0; i < c->ext.nchunks; i++)
+		if (c->ext.slots[i].result == DPWIN_CHUNK_VERIFIED)
+			staged.tables = lappend(staged.tables, c->ext.slots[i].staging_table);
+	staged.rows = c->ext.staged_rows;
+	staged.digest = &c->ext.staged_digest;
+
+	/*
+	 * The staged parts are listed on the second connection while the target
+	 * is admitted again on the first: the staging tables are the
+	 * invocation's own, and admission's answer does not change them.
+	 */
+	if (staged.tables != NIL)
+	{
+		staged.parts_from = dpwin_invocation_second_client(c);
+		dpwin_generation_staged_parts_start(staged.parts_from,
+											c->route->target_database, staged.tables);
+	}
 	refusal = readmit_target(c, "while the generation was being built");
 	if (refusal != NULL)
 		dpwin_refusal_raise(refusal);
@@ -121,13 +130,8 @@ dpwin_step_verified(Coordinator *c)
 	}
 
 	started = GetCurrentTimestamp();
-	for (int i = 0; i < c->ext.nchunks; i++)
-		if (c->ext.slots[i].result == DPWIN_CHUNK_VERIFIED)
-			staging = lappend(staging, c->ext.slots[i].staging_table);
 	c->build.final_rows = dpwin_generation_attach_staged(c->client, c->target,
-														 c->build.gen, staging,
-														 c->ext.staged_rows,
-														 &c->ext.staged_digest,
+														 c->build.gen, &staged,
 														 &c->ext.key,
 														 start_window_facts, c);
 	c->build.kept_rows = c->build.gen->target_kept_rows;
@@ -147,8 +151,10 @@ dpwin_step_verified(Coordinator *c)
 	pub = MemoryContextAllocZero(c->cxt, sizeof(DpwinPublication));
 	pub->target_uuid_before = c->target->uuid;
 	pub->generation_table = c->build.generation;
-	pub->generation_uuid = dpwin_target_table_uuid(c->client, c->route->target_database,
-												   c->build.generation);
+	pub->generation_uuid = c->build.gen->uuid;
+	if (pub->generation_uuid == NULL || pub->generation_uuid[0] == '\0')
+		pub->generation_uuid = dpwin_target_table_uuid(c->client, c->route->target_database,
+													   c->build.generation);
 	if (pub->generation_uuid == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_TABLE),
@@ -369,6 +375,13 @@ dpwin_step_publishing(Coordinator *c)
 			c->build.replaced_uuid = generation_uuid ?
 				MemoryContextStrdup(c->cxt, generation_uuid) : NULL;
 			c->times.publish = dpwin_seconds_since(started);
+
+			/*
+			 * Nothing reads the staging tables again: they are dropped on the
+			 * second connection while the backup is renamed on the first.
+			 */
+			if (!c->recovering)
+				dpwin_invocation_drop_staging_start(c);
 
 			/*
 			 * Published: the outcome commits with the state, and cancellation

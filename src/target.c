@@ -46,7 +46,7 @@ clone_changed(const DpwinTargetInfo *target, const char *name)
 			 errhint("The copy is left in place; drop it, and run the refresh again.")));
 }
 
-void
+char *
 dpwin_target_create_like(ChClient *client, const DpwinTargetInfo *target,
 						 const char *name)
 {
@@ -56,7 +56,7 @@ dpwin_target_create_like(ChClient *client, const DpwinTargetInfo *target,
 	 * CREATE TABLE AS copies the target as it is now; make sure that is still
 	 * what admission saw, or the generation would not match it.
 	 */
-	dpwin_target_check_like(client, target, name);
+	return dpwin_target_check_like(client, target, name);
 }
 
 void
@@ -68,7 +68,7 @@ dpwin_target_create_unchecked(ChClient *client, const DpwinTargetInfo *target,
 								   dpwin_ch_qualified_name(target->database, target->table)));
 }
 
-void
+char *
 dpwin_target_check_like(ChClient *client, const DpwinTargetInfo *target,
 						const char *name)
 {
@@ -77,12 +77,18 @@ dpwin_target_check_like(ChClient *client, const DpwinTargetInfo *target,
 	List	   *rows;
 	ListCell   *lc;
 	char	   *engine_full = NULL;
+	char	   *uuid = NULL;
 	List	   *columns = NIL;
 	bool		same;
 
+	/*
+	 * The table's row (position 0) also carries its UUID: the generation's
+	 * is journaled with the intent, and reading it here saves a statement
+	 * after the build.
+	 */
 	rows = dpwin_ch_parse_tsv(dpwin_ch_exec(client,
-											psprintf("SELECT * FROM (SELECT 'T', engine_full, toUInt64(0) AS pos FROM system.tables WHERE database = %s AND name = %s\n"
-													 "UNION ALL SELECT name, type, position FROM system.columns WHERE database = %s AND `table` = %s)"
+											psprintf("SELECT * FROM (SELECT 'T', engine_full, toUInt64(0) AS pos, toString(uuid) FROM system.tables WHERE database = %s AND name = %s\n"
+													 "UNION ALL SELECT name, type, position, '' FROM system.columns WHERE database = %s AND `table` = %s)"
 													 " ORDER BY pos",
 													 ldb, lname, ldb, lname)));
 	foreach(lc, rows)
@@ -90,7 +96,10 @@ dpwin_target_check_like(ChClient *client, const DpwinTargetInfo *target,
 		List	   *row = (List *) lfirst(lc);
 
 		if (strcmp(dpwin_ch_row_field(row, 2), "0") == 0 && strcmp(dpwin_ch_row_field(row, 0), "T") == 0)
+		{
 			engine_full = pstrdup(dpwin_ch_row_field(row, 1));
+			uuid = pstrdup(dpwin_ch_row_field(row, 3));
+		}
 		else
 			columns = lappend(columns, row);
 	}
@@ -114,6 +123,7 @@ dpwin_target_check_like(ChClient *client, const DpwinTargetInfo *target,
 	}
 	if (!same)
 		clone_changed(target, name);
+	return uuid;
 }
 
 /*
@@ -168,22 +178,31 @@ dpwin_target_drop_table(ChClient *client, const char *database,
  * failure is sent again (docs/design.md, "The conversation with
  * ClickHouse").
  */
+static char *
+drop_tables_sql(const char *database, List *names)
+{
+	StringInfoData sql;
+	ListCell   *lc;
+
+	initStringInfo(&sql);
+	appendStringInfoString(&sql, "DROP TABLE IF EXISTS ");
+	foreach(lc, names)
+		appendStringInfo(&sql, "%s%s", foreach_current_index(lc) > 0 ? ", " : "",
+						 dpwin_ch_qualified_name(database, lfirst(lc)));
+	return sql.data;
+}
+
 void
 dpwin_target_drop_tables(ChClient *client, const char *database, List *names)
 {
-	StringInfoData sql;
 	ListCell   *lc;
 	ChHttpReply reply;
 	ChHttpStatus status;
 
 	if (names == NIL)
 		return;
-	initStringInfo(&sql);
-	appendStringInfoString(&sql, "DROP TABLE IF EXISTS ");
-	foreach(lc, names)
-		appendStringInfo(&sql, "%s%s", foreach_current_index(lc) > 0 ? ", " : "",
-						 dpwin_ch_qualified_name(database, lfirst(lc)));
-	status = dpwin_ch_try_idempotent(client, sql.data, "drop", &reply);
+	status = dpwin_ch_try_idempotent(client, drop_tables_sql(database, names),
+									 "drop", &reply);
 	if (status == CHHTTP_SERVER_ERROR &&
 		reply.exception_code == CH_SYNTAX_ERROR && list_length(names) > 1)
 	{
@@ -192,6 +211,13 @@ dpwin_target_drop_tables(ChClient *client, const char *database, List *names)
 	}
 	else if (status != CHHTTP_OK)
 		dpwin_ch_report(status, &reply, "dropping tables");
+}
+
+void
+dpwin_target_drop_tables_start(ChClient *client, const char *database,
+							   List *names)
+{
+	dpwin_ch_start(client, drop_tables_sql(database, names), "drop");
 }
 
 char *

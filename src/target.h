@@ -42,11 +42,12 @@ typedef struct DpwinTargetInfo
  * indices, settings), then check that the copy has target's columns and
  * types and, when target->engine_full is set, its engine_full: the target
  * may have changed since admission.  Only column_names/column_types/
- * ncolumns/database/table (and optionally engine_full) are read.
+ * ncolumns/database/table (and optionally engine_full) are read.  Returns
+ * the copy's UUID (palloc'd), read in the same statement.
  */
-extern void dpwin_target_create_like(ChClient *client,
-									 const DpwinTargetInfo *target,
-									 const char *name);
+extern char *dpwin_target_create_like(ChClient *client,
+									  const DpwinTargetInfo *target,
+									  const char *name);
 
 /*
  * dpwin_target_create_like() in two halves, for a caller that sends the
@@ -57,9 +58,9 @@ extern void dpwin_target_create_like(ChClient *client,
 extern void dpwin_target_create_unchecked(ChClient *client,
 										  const DpwinTargetInfo *target,
 										  const char *name);
-extern void dpwin_target_check_like(ChClient *client,
-									const DpwinTargetInfo *target,
-									const char *name);
+extern char *dpwin_target_check_like(ChClient *client,
+									 const DpwinTargetInfo *target,
+									 const char *name);
 
 /* DROP TABLE IF EXISTS db.name (the name is free at once; see target.c). */
 extern void dpwin_target_drop_table(ChClient *client, const char *database,
@@ -68,6 +69,14 @@ extern void dpwin_target_drop_table(ChClient *client, const char *database,
 /* The same for a list of names, in one statement where the server can. */
 extern void dpwin_target_drop_tables(ChClient *client, const char *database,
 									 List *names);
+
+/*
+ * The same DROP of a list, started (dpwin_ch_start()) for a caller that
+ * works meanwhile, and sent once: the caller waits for it with
+ * dpwin_ch_finish_status() and drops what is left another way.
+ */
+extern void dpwin_target_drop_tables_start(ChClient *client, const char *database,
+										   List *names);
 
 /* Does db.name exist?  Its uuid (palloc'd) or NULL. */
 extern char *dpwin_target_table_uuid(ChClient *client, const char *database,

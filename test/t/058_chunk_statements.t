@@ -10,7 +10,7 @@ use warnings;
 use Test::More;
 use DpwinTest;
 use DpwinFixture qw(fault fresh_fixture drop_fixture create_event_source new_event_route new_uuid route_id
-  invocation_prefix refresh_row_sql bg_psql bg_finish);
+  invocation_prefix refresh_row_sql bg_psql bg_finish uuid_of);
 use DpwinEndpoint qw(release wait_running wait_logged running);
 
 my $db = "t058_$$";
@@ -130,10 +130,10 @@ create_event_source();
 # ---- the window's facts are read from the generation during its checks ----------
 
 # Hold the statement that reads the evidence's window facts from the
-# generation: the build counts the generation's rows and reads its UUID
-# meanwhile, on its own connection, and sends the EXCHANGE only once the
-# facts are in.  Without the second connection the facts would be read
-# from the published target after the EXCHANGE.
+# generation: the build counts the generation's rows meanwhile, on its own
+# connection, and sends the EXCHANGE only once the facts are in.  Without
+# the second connection the facts would be read from the published target
+# after the EXCHANGE.
 {
 	my ($route, $t) = new_event_route('facts');
 	my $inv = new_uuid();
@@ -147,8 +147,6 @@ create_event_source();
 		'the window\'s facts are read from the generation');
 	ok(wait_logged($seq, qr/^SELECT countIf\(.* FROM `\Q$db\E`\.`\Q$gen\E`/s),
 		'... while the generation\'s rows are counted');
-	ok(wait_logged($seq, qr/^SELECT toString\(uuid\) FROM system\.tables WHERE .*'\Q$gen\E'/s),
-		'... and its UUID is read');
 	is(scalar(grep { $_->{query} =~ /^EXCHANGE TABLES `\Q$db\E`\.`\Q$t\E`/ } ch_log_since($seq)), 0,
 		'... and the EXCHANGE waits for them');
 	is(release($facts), 1, 'the facts are released');
@@ -157,13 +155,74 @@ create_event_source();
 	my @log = ch_log_since($seq);
 	my @read = grep { $_->{query} =~ /^SELECT toJSONString\(/ } @log;
 	is(scalar(@read), 1, 'the facts are read once');
-	like($read[0]{query_id} // '', qr/^dpwin-\Q$inv\E-f-/, '... on the connection kept for them');
+	like($read[0]{query_id} // '', qr/^dpwin-\Q$inv\E-2-/, '... on the coordinator\'s second connection');
 	my $days = ch_ok("SELECT concat(toJSONString(groupArray(n)), ' ', toString(sum(n))) FROM (SELECT toDate(w) d, count() n"
 		  . " FROM `$db`.`$t` WHERE w >= '2026-09-08 00:00:00' AND w < '2026-09-09 00:00:00' GROUP BY d ORDER BY d)");
 	chomp $days;
 	is(psql_ok("SELECT result->'evidence'->'utc_days'->>'rows' || ' ' || (result->'evidence'->'window_bounds'->>'window_rows')"
 		  . " FROM dpwin.invocation WHERE invocation_id = '$inv'"), $days,
 		'the evidence counts the rows the target holds in the window, day by day');
+}
+
+# ---- after the rows: what runs beside what, and what is read once ------------
+
+# One worker, four chunks.  While chunk 0's digest is held, nothing after
+# the rows can have started; a hold on the re-admission is set then.  The
+# staged parts are listed on the second connection while it is held.  Then
+# hold the RENAME to the backup: the staging tables are dropped on the
+# second connection meanwhile.  The generation's UUID comes with its
+# description when it is created, and the target's parts with the
+# generation's after the attach: neither has a statement of its own.
+{
+	my ($route, $t) = new_event_route('beside');
+	psql_ok("SELECT dpwin.alter_route('$route', parallelism => 1)");
+	my $inv = new_uuid();
+	my $prefix = invocation_prefix(route_id($route), $inv);
+	my $gen = "${prefix}gen";
+	my $digest0 = "FROM `$db`.`${prefix}stg_0_0`";
+	my $readmit = "SELECT 'D', engine";
+	my $rename = "RENAME TABLE `$db`.`$gen`";
+	my $staged = qr/FROM system\.parts WHERE .*'\Q${prefix}\Estg_0_0'/s;
+	my $drop = qr/^DROP TABLE IF EXISTS `\Q$db\E`\.`\Q${prefix}\Estg_0_0`/;
+	fault(pattern => $digest0, mode => 'hold', count => 1);
+	my $seq = ch_log_seq();
+	my $h = bg_psql(refresh_row_sql($route, $E, $inv));
+	ok(wait_running(qr/^SELECT count\(\), sum\(sipHash64Keyed\(.*\Q$digest0\E/s, 1, phase => 'holding'),
+		'beside: the digest of chunk 0 waits on the server');
+	fault(pattern => $readmit, mode => 'hold', count => 1);
+	fault(pattern => $rename, mode => 'hold', count => 1);
+	is(release($digest0), 1, 'beside: the digest is released');
+	ok(wait_running(qr/^\Q$readmit\E/, 1, phase => 'holding'), 'beside: the re-admission waits on the server');
+	ok(wait_logged($seq, $staged), '... while the staged parts are listed');
+	my ($listed) = grep { $_->{query} =~ $staged } ch_log_since($seq);
+	like($listed->{query_id} // '', qr/^dpwin-\Q$inv\E-2-/, '... on the coordinator\'s second connection');
+	is(scalar(grep { $_->{query} =~ /^ALTER TABLE .* ATTACH PARTITION .* FROM `\Q$db\E`\.`\Q${prefix}\Estg_/s } ch_log_since($seq)), 0,
+		'... and no staged part is attached before the target is admitted again');
+	is(release($readmit), 1, 'beside: the re-admission is released');
+	ok(wait_running(qr/^\Q$rename\E/, 1, phase => 'holding'), 'beside: the RENAME to the backup waits on the server');
+	ok(wait_logged($seq, $drop), '... while the staging tables are dropped');
+	my ($dropped) = grep { $_->{query} =~ $drop } ch_log_since($seq);
+	like($dropped->{query_id} // '', qr/^dpwin-\Q$inv\E-2-/, '... on the second connection');
+	is($dropped->{status}, '200', '... and the DROP ran');
+	is(release($rename), 1, 'beside: the RENAME is released');
+	my ($rc, $out, $err) = bg_finish($h);
+	is($rc, 0, 'beside: the refresh completes') or diag($err);
+	my @log = ch_log_since($seq);
+	is(scalar(grep { $_->{query} =~ /^DROP TABLE IF EXISTS .*\Q${prefix}\Estg_/ } @log), 1,
+		'beside: the staging tables are dropped once');
+	is(scalar(grep { $_->{query} =~ /^SELECT name FROM system\.tables .*startsWith\(name, '\Q$prefix\E'\)/ } @log), 1,
+		'... and the clean-up\'s listing finds nothing more to drop');
+	is(ch_ok("SELECT count() FROM system.tables WHERE database = '$db' AND startsWith(name, '$prefix')") + 0, 0,
+		'... and no table of the invocation is left');
+
+	my ($attach) = grep { $log[$_]{query} =~ /^ALTER TABLE `\Q$db\E`\.`\Q$gen\E` ATTACH .*stg_/s } 0 .. $#log;
+	my @parts = grep { $_->{query} =~ /FROM system\.parts WHERE/ } @log[ $attach + 1 .. $#log ];
+	is(scalar(@parts), 1, 'beside: after the attach, the parts are read in one statement');
+	like($parts[0]{query} // '', qr/`table` IN \('\Q$gen\E', '\Q$t\E'\)/, '... of the generation and the target');
+	is(scalar(grep { $_->{query} =~ /^SELECT toString\(uuid\) FROM system\.tables WHERE .*'\Q$gen\E'/ } @log), 0,
+		'beside: the generation\'s UUID is not read on its own');
+	is(psql_ok("SELECT generation_uuid FROM dpwin.publication WHERE invocation_id = '$inv'"), uuid_of($t),
+		'... and the intent names the UUID the published target has');
 }
 
 # ---- a target changed between admission and the copy --------------------------

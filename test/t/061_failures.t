@@ -301,9 +301,11 @@ for my $case ([ 'ddl', 'ADD COLUMN extra Nullable(Int32)' ],
 	my $pre = ch_rows($t);
 	my ($inv, $prefix) = new_invocation($route);
 	my $seq = ch_log_seq();
-	# The clean-up lists the invocation's tables, then names every one in
-	# one DROP; both connections are closed unanswered, and each statement
-	# is sent again.
+	# The staging tables are dropped beside the RENAME to the backup, then
+	# the clean-up lists the invocation's tables and drops what is left in
+	# one DROP.  The first DROP and the listing are closed unanswered: the
+	# listing is sent again, finds the staging tables, and the clean-up's
+	# DROP drops them.
 	fault(pattern => "startsWith(name, '$prefix')", mode => 'idle_close', ms => 0, count => 1);
 	fault(pattern => "DROP TABLE IF EXISTS `$db`.`${prefix}stg_", mode => 'idle_close', ms => 0, count => 1);
 	my ($inv1, $state) = split /\|/, psql_ok(refresh_sql($route, $inv));
@@ -313,14 +315,16 @@ for my $case ([ 'ddl', 'ADD COLUMN extra Nullable(Int32)' ],
 		'clean-up reply lost: the listing was closed unanswered, then sent again');
 	my @drops = grep { $_->{query} =~ /^DROP TABLE IF EXISTS `\Q$db\E`\.`\Q${prefix}\Estg_/ } ch_log_since($seq);
 	is(join(' ', map { $_->{status} } @drops), 'idle-closed 200',
-		'clean-up reply lost: the DROP was closed unanswered, then sent again and ran');
+		'clean-up reply lost: the first DROP was closed unanswered, the clean-up\'s ran');
 	is_deeply(own_tables($route, $inv), [], 'clean-up reply lost: no staging table is left');
 	is_deeply(ch_rows($t), after_refresh($pre, $E), 'clean-up reply lost: the target is the new generation');
 
-	# Refused: the window stays published, the caller gets its row and a
-	# warning that names recover(), which drops what is left.
+	# Refused, both when the staging tables are dropped beside the RENAME
+	# to the backup and by the clean-up: the window stays published, the
+	# caller gets its row and a warning that names recover(), which drops
+	# what is left.
 	my ($inv2, $prefix2) = new_invocation($route);
-	fault(pattern => "DROP TABLE IF EXISTS `$db`.`${prefix2}stg_", mode => 'error', code => 497, count => 1);
+	fault(pattern => "DROP TABLE IF EXISTS `$db`.`${prefix2}stg_", mode => 'error', code => 497, count => 2);
 	my ($rc, $out, $err) = psql(refresh_sql($route, $inv2));
 	is($rc, 0, 'clean-up refused: the refresh does not fail');
 	like($out, qr/^\Q$inv2\E\|completed\|/, 'clean-up refused: it returns the completed row');

@@ -285,8 +285,8 @@ both_modes(sub {
 {
 	my $s = scenario('completed');
 	my $stg = "$s->{prefix}stg_0_0";
-	# The only DROP of that table is the clean-up's, of every staging
-	# table at once.
+	# The first DROP of that table drops every staging table at once,
+	# beside the RENAME to the backup; the clean-up waits for it.
 	fault(pattern => "DROP TABLE IF EXISTS `$db`.`$stg`", mode => 'hold', count => 1);
 	my $h = bg_psql(refresh_sql($s->{route}, $E2, $s->{inv}));
 	wait_state($s, 'completed');
