@@ -942,6 +942,14 @@ dpwin_generation_attach_staged(ChClient *client, const DpwinTargetInfo *target,
 	}
 
 	/*
+	 * The generation holds every row it will publish: what the caller reads
+	 * from it meanwhile on another connection is what the checks below
+	 * verify, or they fail.
+	 */
+	if (attached != NULL)
+		attached(arg);
+
+	/*
 	 * The staged parts, file for file; after a merge in the generation, the
 	 * rows inside the ranges by digest.  The target's parts come in the same
 	 * statement, for dpwin_generation_check_target().
@@ -964,9 +972,6 @@ dpwin_generation_attach_staged(ChClient *client, const DpwinTargetInfo *target,
 							   dpwin_digest_to_text(&g),
 							   dpwin_digest_to_text(staged->digest))));
 	}
-
-	if (attached != NULL)
-		attached(arg);
 
 	/*
 	 * The partitions cloned whole, that no staged part joined and whose parts

@@ -119,8 +119,8 @@ extern void dpwin_generation_staged_parts_start(ChClient *client,
  * next dpwin_generation_check_target() to compare without a statement of
  * its own.  Returns the generation's row count.  attached(arg), when
  * not NULL, is called once the generation holds every row it will
- * publish, before the rows are counted, so that the caller can read it on
- * another connection meanwhile.
+ * publish, before its parts are checked and its rows counted, so that the
+ * caller can read it on another connection meanwhile.
  */
 extern int64 dpwin_generation_attach_staged(ChClient *client,
 											const DpwinTargetInfo *target,

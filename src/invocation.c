@@ -151,30 +151,54 @@ dpwin_invocation_second_client(Coordinator *c)
 }
 
 /*
- * Once the generation is published, nothing reads the staging tables
- * again.  Their DROP starts on the second connection, to run while the
- * first renames the backup; dpwin_invocation_drop_own_tables() waits for
- * it.
+ * The clean-up, started early on the second connection: the invocation's
+ * tables are listed before the EXCHANGE, while the intent commits and the
+ * first connection exchanges.  Nothing creates a table of the invocation
+ * after the generation is built.
  */
 void
-dpwin_invocation_drop_staging_start(Coordinator *c)
+dpwin_invocation_list_own_tables_start(Coordinator *c)
 {
-	List	   *staging = NIL;
-
-	for (int i = 0; i < c->ext.nchunks; i++)
-		if (c->ext.slots[i].result == DPWIN_CHUNK_VERIFIED)
-			staging = lappend(staging, c->ext.slots[i].staging_table);
-	if (staging == NIL)
-		return;
-	dpwin_target_drop_tables_start(dpwin_invocation_second_client(c),
-								   c->route->target_database, staging);
-	c->staging_dropping = true;
+	dpwin_target_list_tables_start(dpwin_invocation_second_client(c),
+								   c->route->target_database,
+								   dpwin_invocation_table_prefix(c->route->route_id, &c->id));
+	c->second_pending = DPWIN_SECOND_LISTING;
 }
 
 /*
- * Drop every table of this invocation but backups (best effort).  The
- * DROP started early is only waited for: whatever it did not drop, the
- * listing finds.
+ * Once the generation is published, nothing reads the staging tables
+ * again: every listed table but the generation (the replaced table under
+ * its name, about to become the backup) is dropped on the second
+ * connection while the first renames the backup.  When the listing
+ * failed, the clean-up lists again.
+ */
+void
+dpwin_invocation_drop_listed_start(Coordinator *c, const char *generation)
+{
+	List	   *tables;
+	List	   *drop = NIL;
+	ListCell   *lc;
+
+	if (c->second_pending != DPWIN_SECOND_LISTING)
+		return;
+	c->second_pending = DPWIN_SECOND_NONE;
+	if (!dpwin_target_list_tables_finish(c->second_client, &tables))
+		return;
+	foreach(lc, tables)
+		if (strcmp((char *) lfirst(lc), generation) != 0)
+			drop = lappend(drop, lfirst(lc));
+	c->own_tables_listed = true;
+	if (drop == NIL)
+		return;
+	dpwin_target_drop_tables_start(c->second_client, c->route->target_database, drop);
+	c->second_pending = DPWIN_SECOND_DROPPING;
+}
+
+/*
+ * Drop every table of this invocation but backups (best effort).  What the
+ * second connection runs is waited for first; when it listed the tables
+ * and dropped them, nothing is left, else they are listed and dropped
+ * here.
  */
 void
 dpwin_invocation_drop_own_tables(Coordinator *c)
@@ -183,13 +207,17 @@ dpwin_invocation_drop_own_tables(Coordinator *c)
 
 	if (c->client == NULL || c->route == NULL)
 		return;
-	if (c->staging_dropping)
+	if (c->second_pending != DPWIN_SECOND_NONE)
 	{
 		ChHttpReply reply;
+		bool		dropping = c->second_pending == DPWIN_SECOND_DROPPING;
 
-		c->staging_dropping = false;
-		(void) dpwin_ch_finish_status(c->second_client, &reply);
+		c->second_pending = DPWIN_SECOND_NONE;
+		if (dpwin_ch_finish_status(c->second_client, &reply) != CHHTTP_OK || !dropping)
+			c->own_tables_listed = false;
 	}
+	if (c->own_tables_listed)
+		return;
 	tables = dpwin_target_list_tables(c->client, c->route->target_database,
 									  dpwin_invocation_table_prefix(c->route->route_id, &c->id));
 	dpwin_target_drop_tables(c->client, c->route->target_database, tables);

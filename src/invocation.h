@@ -64,6 +64,17 @@ typedef struct DpwinTimings
 	double		publish;
 } DpwinTimings;
 
+/*
+ * The clean-up's statements on the second connection, still to be waited
+ * for (dpwin_invocation_list_own_tables_start()).
+ */
+typedef enum DpwinSecondPending
+{
+	DPWIN_SECOND_NONE,
+	DPWIN_SECOND_LISTING,		/* the invocation's tables are listed */
+	DPWIN_SECOND_DROPPING		/* the listed tables are dropped */
+} DpwinSecondPending;
+
 /* Everything the coordinator knows about one invocation. */
 typedef struct Coordinator
 {
@@ -76,8 +87,9 @@ typedef struct Coordinator
 	DpwinServerConf *conf;
 	ChClient   *client;
 	ChClient   *second_client;	/* dpwin_invocation_second_client() */
-	bool		staging_dropping;	/* its DROP of the staging tables is
-									 * still to be waited for */
+	DpwinSecondPending second_pending;	/* what it runs for the clean-up */
+	bool		own_tables_listed;	/* ... and all but the generation were
+									 * listed for that DROP */
 	DpwinTargetInfo *target;	/* what admission learned */
 	char	   *schema_fingerprint; /* journaled by admission, if any */
 	int32		target_id;
@@ -123,7 +135,9 @@ extern void dpwin_invocation_transition(Coordinator *c, DpwinState to,
 extern DpwinExtractJob dpwin_invocation_extract_job(Coordinator *c);
 extern void dpwin_invocation_record_outcome(Coordinator *c);
 extern ChClient *dpwin_invocation_second_client(Coordinator *c);
-extern void dpwin_invocation_drop_staging_start(Coordinator *c);
+extern void dpwin_invocation_list_own_tables_start(Coordinator *c);
+extern void dpwin_invocation_drop_listed_start(Coordinator *c,
+											   const char *generation);
 extern void dpwin_invocation_drop_own_tables(Coordinator *c);
 extern void dpwin_invocation_fill_result(Coordinator *c);
 

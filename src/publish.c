@@ -160,6 +160,7 @@ dpwin_step_verified(Coordinator *c)
 				(errcode(ERRCODE_UNDEFINED_TABLE),
 				 errmsg("generation %s vanished before publication", c->build.generation)));
 	finish_window_facts(c);
+	dpwin_invocation_list_own_tables_start(c);
 	pub->backup_table = dpwin_backup_name(c->route->route_id, &c->id, c->interval_end);
 	pub->outcome = DPWIN_OUTCOME_NONE;
 	c->build.pub = pub;
@@ -380,8 +381,7 @@ dpwin_step_publishing(Coordinator *c)
 			 * Nothing reads the staging tables again: they are dropped on the
 			 * second connection while the backup is renamed on the first.
 			 */
-			if (!c->recovering)
-				dpwin_invocation_drop_staging_start(c);
+			dpwin_invocation_drop_listed_start(c, pub->generation_table);
 
 			/*
 			 * Published: the outcome commits with the state, and cancellation

@@ -278,28 +278,56 @@ dpwin_target_rename(ChClient *client, const char *database,
 						query_id, NULL, NULL, reply);
 }
 
+static char *
+list_tables_sql(const char *database, const char *prefix)
+{
+	return psprintf("SELECT name FROM system.tables WHERE database = %s AND startsWith(name, %s) ORDER BY name",
+					dpwin_ch_quote_literal(database), dpwin_ch_quote_literal(prefix));
+}
+
+static List *
+listed_names(const char *body)
+{
+	List	   *names = NIL;
+	ListCell   *lc;
+
+	foreach(lc, dpwin_ch_parse_tsv(body))
+		names = lappend(names, pstrdup(dpwin_ch_row_field((List *) lfirst(lc), 0)));
+	return names;
+}
+
 List *
 dpwin_target_list_tables(ChClient *client, const char *database,
 						 const char *prefix)
 {
-	List	   *rows;
-	List	   *names = NIL;
-	ListCell   *lc;
 	ChHttpReply reply;
 	ChHttpStatus status;
 
 	/* a lookup: sent again after a transient failure, like the DROP after it */
-	status = dpwin_ch_try_idempotent(client,
-									 psprintf("SELECT name FROM system.tables WHERE database = %s AND startsWith(name, %s) ORDER BY name",
-											  dpwin_ch_quote_literal(database),
-											  dpwin_ch_quote_literal(prefix)),
+	status = dpwin_ch_try_idempotent(client, list_tables_sql(database, prefix),
 									 "list", &reply);
 	if (status != CHHTTP_OK)
 		dpwin_ch_report(status, &reply, "listing tables");
-	rows = dpwin_ch_parse_tsv(reply.body.data);
-	foreach(lc, rows)
-		names = lappend(names, pstrdup(dpwin_ch_row_field((List *) lfirst(lc), 0)));
-	return names;
+	return listed_names(reply.body.data);
+}
+
+void
+dpwin_target_list_tables_start(ChClient *client, const char *database,
+							   const char *prefix)
+{
+	dpwin_ch_start(client, list_tables_sql(database, prefix), "list");
+}
+
+bool
+dpwin_target_list_tables_finish(ChClient *client, List **names)
+{
+	ChHttpReply reply;
+
+	*names = NIL;
+	if (dpwin_ch_finish_status(client, &reply) != CHHTTP_OK)
+		return false;
+	*names = listed_names(reply.body.data);
+	return true;
 }
 
 

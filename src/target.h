@@ -166,4 +166,13 @@ extern ChHttpStatus dpwin_target_rename(ChClient *client, const char *database,
 extern List *dpwin_target_list_tables(ChClient *client, const char *database,
 									  const char *prefix);
 
+/*
+ * The same listing, started (dpwin_ch_start()) for a caller that works
+ * meanwhile, and sent once; _finish() waits for it and returns false when
+ * it failed, for the caller to list another way.
+ */
+extern void dpwin_target_list_tables_start(ChClient *client, const char *database,
+										   const char *prefix);
+extern bool dpwin_target_list_tables_finish(ChClient *client, List **names);
+
 #endif							/* DPWIN_TARGET_H */

@@ -130,8 +130,9 @@ create_event_source();
 # ---- the window's facts are read from the generation during its checks ----------
 
 # Hold the statement that reads the evidence's window facts from the
-# generation: the build counts the generation's rows meanwhile, on its own
-# connection, and sends the EXCHANGE only once the facts are in.  Without
+# generation, and the one that reads its parts after the attach: the facts
+# are sent while the parts are read, and the build counts the generation's
+# rows meanwhile, on its own connection, and sends the EXCHANGE only once the facts are in.  Without
 # the second connection the facts would be read from the published target
 # after the EXCHANGE.
 {
@@ -140,11 +141,16 @@ create_event_source();
 	my $prefix = invocation_prefix(route_id($route), $inv);
 	my $gen = "${prefix}gen";
 	my $facts = "FROM `$db`.`$gen` PREWHERE isNull(`w`)";
+	my $parts = "`table` IN ('$gen', '$t')";
 	fault(pattern => $facts, mode => 'hold', count => 1);
+	fault(pattern => $parts, mode => 'hold', count => 1);
 	my $seq = ch_log_seq();
 	my $h = bg_psql(refresh_row_sql($route, $E, $inv));
+	ok(wait_running(qr/FROM system\.parts WHERE .*\Q$parts\E/s, 1, phase => 'holding'),
+		'the generation\'s parts are read after the attach');
 	ok(wait_running(qr/^SELECT toJSONString\(.*\Q$facts\E/s, 1, phase => 'holding'),
-		'the window\'s facts are read from the generation');
+		'... while the window\'s facts are read from the generation');
+	is(release($parts), 1, 'the parts are released');
 	ok(wait_logged($seq, qr/^SELECT countIf\(.* FROM `\Q$db\E`\.`\Q$gen\E`/s),
 		'... while the generation\'s rows are counted');
 	is(scalar(grep { $_->{query} =~ /^EXCHANGE TABLES `\Q$db\E`\.`\Q$t\E`/ } ch_log_since($seq)), 0,
@@ -169,8 +175,9 @@ create_event_source();
 # One worker, four chunks.  While chunk 0's digest is held, nothing after
 # the rows can have started; a hold on the re-admission is set then.  The
 # staged parts are listed on the second connection while it is held.  Then
-# hold the RENAME to the backup: the staging tables are dropped on the
-# second connection meanwhile.  The generation's UUID comes with its
+# hold the RENAME to the backup: the invocation's tables, listed on the
+# second connection before the EXCHANGE, are dropped on it meanwhile, all
+# but the generation's name, which the RENAME moves.  The generation's UUID comes with its
 # description when it is created, and the target's parts with the
 # generation's after the attach: neither has a statement of its own.
 {
@@ -210,8 +217,11 @@ create_event_source();
 	my @log = ch_log_since($seq);
 	is(scalar(grep { $_->{query} =~ /^DROP TABLE IF EXISTS .*\Q${prefix}\Estg_/ } @log), 1,
 		'beside: the staging tables are dropped once');
-	is(scalar(grep { $_->{query} =~ /^SELECT name FROM system\.tables .*startsWith\(name, '\Q$prefix\E'\)/ } @log), 1,
-		'... and the clean-up\'s listing finds nothing more to drop');
+	my @lists = grep { $_->{query} =~ /^SELECT name FROM system\.tables .*startsWith\(name, '\Q$prefix\E'\)/ } @log;
+	is(scalar(@lists), 1, 'beside: the invocation\'s tables are listed once');
+	like($lists[0]{query_id} // '', qr/^dpwin-\Q$inv\E-2-/, '... on the second connection');
+	my ($renamed) = grep { $_->{query} =~ /^\Q$rename\E/ } @log;
+	ok(($lists[0]{seq} // 1e9) < ($renamed->{seq} // 0), '... answered before the RENAME, which waited');
 	is(ch_ok("SELECT count() FROM system.tables WHERE database = '$db' AND startsWith(name, '$prefix')") + 0, 0,
 		'... and no table of the invocation is left');
 
