@@ -8,83 +8,91 @@
  */
 #include "dpwin.h"
 
+#include "utils/builtins.h"
+
 #include "chprobe.h"
 
 static char *
 window_facts_sql(const DpwinTargetInfo *target, const char *database,
 				 const char *table, const char *window_column,
-				 TimestampTz lo, TimestampTz hi)
+				 TimestampTz lo, TimestampTz hi, const char *ranges_sql)
 {
 	char	   *w = dpwin_ch_quote_ident(window_column);
 	char	   *tbl = dpwin_ch_qualified_name(database, table);
 	char	   *inwin = dpwin_target_window_predicate(target, window_column, lo, hi);
 
 	/*
-	 * Both facts in one statement (one round trip), reading the window
-	 * once: the rows of each UTC day with their lowest and highest value.
-	 * The NULL-window rows, wherever they are, are counted apart, from the
-	 * NULL map alone (a filter of "in the window or NULL" reads the whole
-	 * column of every partition).  PREWHERE, not WHERE: choosing what to
-	 * move to PREWHERE costs the server about a millisecond per part,
-	 * 0.25 s on a 300-partition target (docs/benchmark.md).
+	 * Every fact in one statement (one round trip), reading the window
+	 * once: the rows of each UTC day with their lowest and highest value,
+	 * and of them those inside the ranges.  The NULL-window rows, wherever
+	 * they are, are counted apart, from the NULL map alone (a filter of "in
+	 * the window or NULL" reads the whole column of every partition), and
+	 * the table's rows from its parts' row counts and lightweight-delete
+	 * masks.  PREWHERE, not WHERE: choosing what to move to PREWHERE costs
+	 * the server about a millisecond per part, 0.25 s on a 300-partition
+	 * target (docs/benchmark.md).
 	 */
 	return psprintf("SELECT toJSONString(CAST((arrayMap(x -> toString(x.1), _dpwin_days), arrayMap(x -> x.2, _dpwin_days))"
 					" AS Tuple(days Array(String), rows Array(UInt64)))),"
 					" toJSONString(CAST((toString(_dpwin_min), toString(_dpwin_max), _dpwin_rows,"
 					" (SELECT count() FROM %s PREWHERE isNull(%s))) AS"
-					" Tuple(min Nullable(String), max Nullable(String), window_rows UInt64, null_window_rows UInt64)))"
+					" Tuple(min Nullable(String), max Nullable(String), window_rows UInt64, null_window_rows UInt64))),"
+					" _dpwin_in, (SELECT count() FROM %s)"
 					" FROM (SELECT arraySort(groupArray((assumeNotNull(_dpwin_d), _dpwin_n))) AS _dpwin_days,"
 					" minOrNull(_dpwin_lo) AS _dpwin_min, maxOrNull(_dpwin_hi) AS _dpwin_max,"
-					" sum(_dpwin_n) AS _dpwin_rows"
+					" sum(_dpwin_n) AS _dpwin_rows, sum(_dpwin_r) AS _dpwin_in"
 					" FROM (SELECT toDate32(%s) AS _dpwin_d, count() AS _dpwin_n,"
-					" min(%s) AS _dpwin_lo, max(%s) AS _dpwin_hi"
+					" countIf(%s) AS _dpwin_r, min(%s) AS _dpwin_lo, max(%s) AS _dpwin_hi"
 					" FROM %s PREWHERE %s GROUP BY _dpwin_d))",
-					tbl, w, w, w, w, tbl, inwin);
+					tbl, w, tbl, w, ranges_sql ? ranges_sql : "1", w, w, tbl, inwin);
 }
 
 static void
-window_facts_answer(char *answer, char **days, char **bounds)
+window_facts_answer(char *answer, DpwinWindowFacts *facts)
 {
 	List	   *rows = dpwin_ch_parse_tsv(answer);
 	List	   *row = rows != NIL ? (List *) linitial(rows) : NIL;
 
-	if (list_length(rows) != 1 || list_length(row) != 2)
+	if (list_length(rows) != 1 || list_length(row) != 4)
 		ereport(ERROR,
 				(errcode(ERRCODE_FDW_ERROR),
 				 errmsg("unexpected answer from ClickHouse to the window's evidence query"),
-				 errdetail("Expected one row with two columns, got %d rows.",
+				 errdetail("Expected one row with four columns, got %d rows.",
 						   list_length(rows))));
-	*days = pstrdup(dpwin_ch_row_field(row, 0));
-	*bounds = pstrdup(dpwin_ch_row_field(row, 1));
+	facts->days = pstrdup(dpwin_ch_row_field(row, 0));
+	facts->bounds = pstrdup(dpwin_ch_row_field(row, 1));
+	facts->ranges_rows = pg_strtoint64(dpwin_ch_row_field(row, 2));
+	facts->rows = pg_strtoint64(dpwin_ch_row_field(row, 3));
 }
 
 void
 dpwin_chprobe_window_facts(ChClient *client, const DpwinTargetInfo *target,
 						   const char *database, const char *table,
 						   const char *window_column, TimestampTz lo,
-						   TimestampTz hi, char **days, char **bounds)
+						   TimestampTz hi, DpwinWindowFacts *facts)
 {
 	window_facts_answer(dpwin_ch_exec(client,
 									  window_facts_sql(target, database, table,
-													   window_column, lo, hi)),
-						days, bounds);
+													   window_column, lo, hi, NULL)),
+						facts);
 }
 
 void
 dpwin_chprobe_window_facts_start(ChClient *client, const DpwinTargetInfo *target,
 								 const char *database, const char *table,
 								 const char *window_column, TimestampTz lo,
-								 TimestampTz hi)
+								 TimestampTz hi, const char *ranges_sql)
 {
 	dpwin_ch_start(client,
-				   window_facts_sql(target, database, table, window_column, lo, hi),
+				   window_facts_sql(target, database, table, window_column, lo, hi,
+									ranges_sql),
 				   "facts");
 }
 
 void
-dpwin_chprobe_window_facts_finish(ChClient *client, char **days, char **bounds)
+dpwin_chprobe_window_facts_finish(ChClient *client, DpwinWindowFacts *facts)
 {
-	window_facts_answer(dpwin_ch_finish(client), days, bounds);
+	window_facts_answer(dpwin_ch_finish(client), facts);
 }
 
 int64

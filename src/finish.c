@@ -49,9 +49,15 @@ evidence_metrics(Coordinator *c)
 		bounds = c->build.window_bounds;
 	}
 	else
+	{
+		DpwinWindowFacts facts;
+
 		dpwin_chprobe_window_facts(c->client, c->target, c->route->target_database,
 								   c->route->target_table, c->route->window_column,
-								   c->lo, c->hi, &days, &bounds);
+								   c->lo, c->hi, &facts);
+		days = facts.days;
+		bounds = facts.bounds;
+	}
 
 	initStringInfo(&buf);
 	appendStringInfoString(&buf, "{");

@@ -655,22 +655,6 @@ count_partitions(ChClient *client, const char *database, const char *table,
 	return result;
 }
 
-/* Rows of partition id in a count_partitions() list (0 if absent). */
-static int64
-partition_rows(List *counts, const char *id)
-{
-	ListCell   *lc;
-
-	foreach(lc, counts)
-	{
-		PartitionMeta *p = lfirst(lc);
-
-		if (strcmp(p->id, id) == 0)
-			return p->rows;
-	}
-	return 0;
-}
-
 /* Is id one of the strings of ids? */
 static bool
 id_member(List *ids, const char *id)
@@ -910,7 +894,7 @@ dpwin_generation_staged_parts_start(ChClient *client, const char *database,
 	dpwin_ch_start(client, parts_sql(database, staging_tables), "parts");
 }
 
-int64
+void
 dpwin_generation_attach_staged(ChClient *client, const DpwinTargetInfo *target,
 							   DpwinGeneration *gen, const DpwinStaged *staged,
 							   const DpwinDigestKey *key,
@@ -921,12 +905,6 @@ dpwin_generation_attach_staged(ChClient *client, const DpwinTargetInfo *target,
 	List	   *rows;
 	List	   *gen_parts;
 	List	   *ids = NIL;
-	List	   *whole = NIL;
-	List	   *skip = NIL;
-	int64		skipped_rows = 0;
-	int64		inside;
-	int64		outside;
-	ListCell   *lc;
 
 	if (staged->tables != NIL)
 	{
@@ -943,7 +921,8 @@ dpwin_generation_attach_staged(ChClient *client, const DpwinTargetInfo *target,
 
 	/*
 	 * The generation holds every row it will publish: what the caller reads
-	 * from it meanwhile on another connection is what the checks below
+	 * from it meanwhile on another connection (the window's facts and the
+	 * counts of dpwin_generation_check_counts()) is what the checks below
 	 * verify, or they fail.
 	 */
 	if (attached != NULL)
@@ -972,48 +951,28 @@ dpwin_generation_attach_staged(ChClient *client, const DpwinTargetInfo *target,
 							   dpwin_digest_to_text(&g),
 							   dpwin_digest_to_text(staged->digest))));
 	}
+}
 
-	/*
-	 * The partitions cloned whole, that no staged part joined and whose parts
-	 * are still the target's file for file, hold the target's rows: they are
-	 * not counted again.  The rest of the generation is counted on the window
-	 * column: the staged rows inside the ranges, and outside them the
-	 * target's kept rows but those of the partitions left out.
-	 */
-	foreach(lc, gen->outside)
-	{
-		char	   *id = lfirst(lc);
+char *
+dpwin_generation_ranges_sql(const DpwinGeneration *gen)
+{
+	return window_ranges_sql(gen->window_column, gen->ranges);
+}
 
-		if (!id_member(ids, id))
-			whole = lappend(whole, id);
-	}
-	if (whole != NIL)
-	{
-		List	   *changed = string_values(parts_differ(parts_of(gen->target_parts, whole),
-														 parts_of(gen_parts, whole),
-														 false));
-
-		foreach(lc, whole)
-		{
-			char	   *id = lfirst(lc);
-
-			if (id_member(changed, id))
-				continue;
-			skip = lappend(skip, id);
-			skipped_rows += partition_rows(gen->outside_rows, id);
-		}
-	}
-	count_ranges(client, target->database, gen->table, ranges_sql, skip, &inside, &outside);
-	if (inside != staged->rows || outside != gen->target_kept_rows - skipped_rows)
+int64
+dpwin_generation_check_counts(const DpwinGeneration *gen, int64 staged_rows,
+							  int64 ranges_rows, int64 rows)
+{
+	if (ranges_rows != staged_rows || rows - ranges_rows != gen->target_kept_rows)
 		ereport(ERROR,
 				(errcode(ERRCODE_DATA_EXCEPTION),
 				 errmsg("generation %s does not verify", gen->table),
 				 errdetail("It holds " INT64_FORMAT " rows inside the window and " INT64_FORMAT
 						   " outside; expected " INT64_FORMAT " staged and " INT64_FORMAT
 						   " kept from the target.",
-						   inside, outside + skipped_rows, staged->rows, gen->target_kept_rows),
+						   ranges_rows, rows - ranges_rows, staged_rows, gen->target_kept_rows),
 				 errhint("The target may have been written to while the generation was built; hold dpwin.lock_target() in other writers of the target.")));
-	return inside + outside + skipped_rows;
+	return rows;
 }
 
 DpwinRefusal *

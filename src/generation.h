@@ -112,23 +112,35 @@ extern void dpwin_generation_staged_parts_start(ChClient *client,
 
 /*
  * Attach the parts of the verified staging tables to the generation and
- * verify the result: every staged part is there file for file (or, after
- * a merge, the rows inside the ranges have the staged digest), the rows
- * inside the ranges are exactly staged_rows, and the rows outside are the
- * target's.  Reads the target's parts with the generation's, for the
- * next dpwin_generation_check_target() to compare without a statement of
- * its own.  Returns the generation's row count.  attached(arg), when
- * not NULL, is called once the generation holds every row it will
- * publish, before its parts are checked and its rows counted, so that the
- * caller can read it on another connection meanwhile.
+ * check them: every staged part is there file for file (or, after a
+ * merge, the rows inside the ranges have the staged digest).  Reads the
+ * target's parts with the generation's, for the next
+ * dpwin_generation_check_target() to compare without a statement of its
+ * own.  attached(arg), when not NULL, is called once the generation holds
+ * every row it will publish, before its parts are checked, so that the
+ * caller reads it on another connection meanwhile: the window's facts and
+ * the counts that dpwin_generation_check_counts() checks.
  */
-extern int64 dpwin_generation_attach_staged(ChClient *client,
-											const DpwinTargetInfo *target,
-											DpwinGeneration *gen,
-											const DpwinStaged *staged,
-											const DpwinDigestKey *key,
-											void (*attached) (void *arg),
-											void *arg);
+extern void dpwin_generation_attach_staged(ChClient *client,
+										   const DpwinTargetInfo *target,
+										   DpwinGeneration *gen,
+										   const DpwinStaged *staged,
+										   const DpwinDigestKey *key,
+										   void (*attached) (void *arg),
+										   void *arg);
+
+/* The predicate of the generation's ranges, as the counts use it. */
+extern char *dpwin_generation_ranges_sql(const DpwinGeneration *gen);
+
+/*
+ * The counts of the built generation, read on the window column inside
+ * the window and from the parts for the whole table: the rows inside the
+ * ranges are the staged rows, and the rest are the target's kept rows.
+ * Returns the generation's rows; ERRCODE_DATA_EXCEPTION when they differ.
+ */
+extern int64 dpwin_generation_check_counts(const DpwinGeneration *gen,
+										   int64 staged_rows,
+										   int64 ranges_rows, int64 rows);
 
 /*
  * Right before the exchange, under the lease: is the target still the

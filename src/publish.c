@@ -80,18 +80,21 @@ start_window_facts(void *arg)
 
 	dpwin_chprobe_window_facts_start(dpwin_invocation_second_client(c), c->target,
 									 c->route->target_database, c->build.generation,
-									 c->route->window_column, c->lo, c->hi);
+									 c->route->window_column, c->lo, c->hi,
+									 dpwin_generation_ranges_sql(c->build.gen));
 }
 
+/* The facts, and the generation's counts read with them. */
 static void
 finish_window_facts(Coordinator *c)
 {
-	char	   *days;
-	char	   *bounds;
+	DpwinWindowFacts facts;
 
-	dpwin_chprobe_window_facts_finish(c->second_client, &days, &bounds);
-	c->build.window_days = MemoryContextStrdup(c->cxt, days);
-	c->build.window_bounds = MemoryContextStrdup(c->cxt, bounds);
+	dpwin_chprobe_window_facts_finish(c->second_client, &facts);
+	c->build.final_rows = dpwin_generation_check_counts(c->build.gen, c->ext.staged_rows,
+														facts.ranges_rows, facts.rows);
+	c->build.window_days = MemoryContextStrdup(c->cxt, facts.days);
+	c->build.window_bounds = MemoryContextStrdup(c->cxt, facts.bounds);
 }
 
 DpwinStepResult
@@ -130,10 +133,8 @@ dpwin_step_verified(Coordinator *c)
 	}
 
 	started = GetCurrentTimestamp();
-	c->build.final_rows = dpwin_generation_attach_staged(c->client, c->target,
-														 c->build.gen, &staged,
-														 &c->ext.key,
-														 start_window_facts, c);
+	dpwin_generation_attach_staged(c->client, c->target, c->build.gen, &staged,
+								   &c->ext.key, start_window_facts, c);
 	c->build.kept_rows = c->build.gen->target_kept_rows;
 
 	/*
@@ -146,6 +147,9 @@ dpwin_step_verified(Coordinator *c)
 											"between generation build and publication");
 	if (refusal != NULL)
 		dpwin_refusal_raise(refusal);
+
+	/* The generation's counts, read with the window's facts. */
+	finish_window_facts(c);
 	c->times.verify = dpwin_seconds_since(started);
 
 	pub = MemoryContextAllocZero(c->cxt, sizeof(DpwinPublication));
@@ -159,7 +163,6 @@ dpwin_step_verified(Coordinator *c)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_TABLE),
 				 errmsg("generation %s vanished before publication", c->build.generation)));
-	finish_window_facts(c);
 	dpwin_invocation_list_own_tables_start(c);
 	pub->backup_table = dpwin_backup_name(c->route->route_id, &c->id, c->interval_end);
 	pub->outcome = DPWIN_OUTCOME_NONE;

@@ -131,10 +131,12 @@ create_event_source();
 
 # Hold the statement that reads the evidence's window facts from the
 # generation, and the one that reads its parts after the attach: the facts
-# are sent while the parts are read, and the build counts the generation's
-# rows meanwhile, on its own connection, and sends the EXCHANGE only once the facts are in.  Without
-# the second connection the facts would be read from the published target
-# after the EXCHANGE.
+# are sent while the parts are read, on the coordinator's second
+# connection, and the EXCHANGE is sent only once they are in.  The same
+# statement counts the generation's rows, inside the replaced ranges and
+# in all, for the build's check: no statement of its own reads the
+# generation's window column again.  Without the second connection the
+# facts would be read from the published target after the EXCHANGE.
 {
 	my ($route, $t) = new_event_route('facts');
 	my $inv = new_uuid();
@@ -151,8 +153,7 @@ create_event_source();
 	ok(wait_running(qr/^SELECT toJSONString\(.*\Q$facts\E/s, 1, phase => 'holding'),
 		'... while the window\'s facts are read from the generation');
 	is(release($parts), 1, 'the parts are released');
-	ok(wait_logged($seq, qr/^SELECT countIf\(.* FROM `\Q$db\E`\.`\Q$gen\E`/s),
-		'... while the generation\'s rows are counted');
+	ok(wait_logged($seq, qr/FROM system\.parts WHERE .*\Q$parts\E/s), '... and answered while the facts are held');
 	is(scalar(grep { $_->{query} =~ /^EXCHANGE TABLES `\Q$db\E`\.`\Q$t\E`/ } ch_log_since($seq)), 0,
 		'... and the EXCHANGE waits for them');
 	is(release($facts), 1, 'the facts are released');
@@ -162,6 +163,10 @@ create_event_source();
 	my @read = grep { $_->{query} =~ /^SELECT toJSONString\(/ } @log;
 	is(scalar(@read), 1, 'the facts are read once');
 	like($read[0]{query_id} // '', qr/^dpwin-\Q$inv\E-2-/, '... on the coordinator\'s second connection');
+	like($read[0]{query} // '', qr/, _dpwin_in, \(SELECT count\(\) FROM `\Q$db\E`\.`\Q$gen\E`\)/,
+		'... with the generation\'s rows, inside the ranges and in all');
+	is(scalar(grep { $_->{query} =~ /countIf\(.* FROM `\Q$db\E`\.`\Q$gen\E`/s && $_->{query} !~ /^SELECT toJSONString\(/ } @log), 0,
+		'... and no other statement counts the generation on its window column');
 	my $days = ch_ok("SELECT concat(toJSONString(groupArray(n)), ' ', toString(sum(n))) FROM (SELECT toDate(w) d, count() n"
 		  . " FROM `$db`.`$t` WHERE w >= '2026-09-08 00:00:00' AND w < '2026-09-09 00:00:00' GROUP BY d ORDER BY d)");
 	chomp $days;
