@@ -134,7 +134,8 @@ dpwin_invocation_adopt_digest_cache(Coordinator *c)
  * The coordinator's second connection, opened when first needed: the
  * statements that run on it while the first works (docs/design.md, "The
  * conversation with ClickHouse") are the staged parts' listing, the
- * window's facts and the staging tables' DROP.
+ * window's facts with the generation's counts, and the clean-up's listing
+ * and DROP.
  */
 ChClient *
 dpwin_invocation_second_client(Coordinator *c)

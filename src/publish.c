@@ -155,14 +155,9 @@ dpwin_step_verified(Coordinator *c)
 	pub = MemoryContextAllocZero(c->cxt, sizeof(DpwinPublication));
 	pub->target_uuid_before = c->target->uuid;
 	pub->generation_table = c->build.generation;
+	/* read when the generation was created, which checked that it exists */
 	pub->generation_uuid = c->build.gen->uuid;
-	if (pub->generation_uuid == NULL || pub->generation_uuid[0] == '\0')
-		pub->generation_uuid = dpwin_target_table_uuid(c->client, c->route->target_database,
-													   c->build.generation);
-	if (pub->generation_uuid == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_TABLE),
-				 errmsg("generation %s vanished before publication", c->build.generation)));
+	Assert(pub->generation_uuid != NULL && pub->generation_uuid[0] != '\0');
 	dpwin_invocation_list_own_tables_start(c);
 	pub->backup_table = dpwin_backup_name(c->route->route_id, &c->id, c->interval_end);
 	pub->outcome = DPWIN_OUTCOME_NONE;

@@ -168,16 +168,6 @@ dpwin_target_drop_table(ChClient *client, const char *database,
 								   dpwin_ch_qualified_name(database, name)));
 }
 
-/*
- * One statement for the whole list: a refresh's clean-up drops every
- * staging table at once instead of one round trip each.  Servers before
- * 24.1 take one table per DROP and reject the list as a syntax error;
- * they get one statement per table, as before.  The clean-up often runs
- * on a connection that sat idle while the target was published, and a
- * DROP ... IF EXISTS may run twice: a lost reply or another transient
- * failure is sent again (docs/design.md, "The conversation with
- * ClickHouse").
- */
 static char *
 drop_tables_sql(const char *database, List *names)
 {
@@ -192,6 +182,16 @@ drop_tables_sql(const char *database, List *names)
 	return sql.data;
 }
 
+/*
+ * One statement for the whole list: a refresh's clean-up drops every
+ * staging table at once instead of one round trip each.  Servers before
+ * 24.1 take one table per DROP and reject the list as a syntax error;
+ * they get one statement per table, as before.  The clean-up often runs
+ * on a connection that sat idle while the target was published, and a
+ * DROP ... IF EXISTS may run twice: a lost reply or another transient
+ * failure is sent again (docs/design.md, "The conversation with
+ * ClickHouse").
+ */
 void
 dpwin_target_drop_tables(ChClient *client, const char *database, List *names)
 {
