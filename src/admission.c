@@ -48,7 +48,8 @@ static const struct
 }			required_functions[] =
 
 {
-	{"sipHash64Keyed", "the typed multiset digest", "sipHash64Keyed((toUInt64(0), toUInt64(0)), '')"},
+	{"sipHash128ReferenceKeyed", "the typed multiset digest", "sipHash128ReferenceKeyed((toUInt64(0), toUInt64(0)), '')"},
+	{"sipHash64Keyed", "the typed multiset digest of an invocation of dpwin 0.1", "sipHash64Keyed((toUInt64(0), toUInt64(0)), '')"},
 	{"formatRow", "the typed multiset digest", "formatRow('RowBinary', toUInt8(0))"},
 	{"fromUnixTimestamp64Micro", "the window bounds", "fromUnixTimestamp64Micro(toInt64(0), 'UTC')"},
 };

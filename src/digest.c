@@ -6,16 +6,18 @@
  *
  *	  Sums are independent of row order and keep multiplicity, so the
  *	  digest of a chunk can be computed while encoding and compared with
- *	  the one ClickHouse computes over the staged rows:
+ *	  the one ClickHouse computes over the staged rows.  With h the
+ *	  128-bit SipHash of a row, R = formatRow('RowBinary', cols...):
  *
  *		count(),
- *		sum(sipHash64Keyed((toUInt64(k0), toUInt64(k1)), formatRow('RowBinary', cols...))),
- *		sum(sipHash64Keyed((toUInt64(k2), toUInt64(k3)), formatRow('RowBinary', cols...)))
+ *		sum(reinterpretAsUInt64(sipHash128ReferenceKeyed((toUInt64(k0), toUInt64(k1)), R))),
+ *		sum(reinterpretAsUInt64(substring(sipHash128ReferenceKeyed(...), 9, 8)))
  *
- *	  ClickHouse's sipHash64Keyed of a String is reference SipHash-2-4 under
- *	  that key (docs/design.md, "Why this is exact").  formatRowNoNewline
- *	  must not be used: it
- *	  strips a trailing 0x0A byte.
+ *	  the sums of h's two halves; keys of dpwin 0.1 name the older scheme,
+ *	  two 64-bit SipHashes (sipHash64Keyed) under two keys.  Both ClickHouse
+ *	  functions are the reference algorithms on a String (docs/design.md,
+ *	  "Why this is exact").  formatRowNoNewline must not be used: it strips
+ *	  a trailing 0x0A byte.
  *
  *	  No I/O.
  *
@@ -126,6 +128,51 @@ siphash24_pair(const uint64 ka[2], const uint64 kb[2],
 }
 
 /*
+ * Reference SipHash-2-4 with its 128-bit output, one lane: one pass over
+ * the row where the pair above makes two, and the two halves of its
+ * output are as independent as two keys' values (docs/design.md, "Why
+ * this is exact").
+ */
+static inline void
+siphash24_128(const uint64 k[2], const unsigned char *p, size_t len, uint64 out[2])
+{
+	const unsigned char *end = p + (len & ~((size_t) 7));
+	uint64		v0 = k[0] ^ UINT64CONST(0x736f6d6570736575);
+	uint64		v1 = k[1] ^ UINT64CONST(0x646f72616e646f6d) ^ 0xee;
+	uint64		v2 = k[0] ^ UINT64CONST(0x6c7967656e657261);
+	uint64		v3 = k[1] ^ UINT64CONST(0x7465646279746573);
+	uint64		m;
+	int			left = (int) (len & 7);
+
+	for (; p != end; p += 8)
+	{
+		m = load_le64(p);
+		v3 ^= m;
+		SIPROUND(v0, v1, v2, v3);
+		SIPROUND(v0, v1, v2, v3);
+		v0 ^= m;
+	}
+
+	m = ((uint64) len) << 56;
+	for (int i = left - 1; i >= 0; i--)
+		m |= ((uint64) p[i]) << (8 * i);
+	v3 ^= m;
+	SIPROUND(v0, v1, v2, v3);
+	SIPROUND(v0, v1, v2, v3);
+	v0 ^= m;
+
+	/* finalization: one half, then the other */
+	v2 ^= 0xee;
+	for (int r = 0; r < 4; r++)
+		SIPROUND(v0, v1, v2, v3);
+	out[0] = v0 ^ v1 ^ v2 ^ v3;
+	v1 ^= 0xdd;
+	for (int r = 0; r < 4; r++)
+		SIPROUND(v0, v1, v2, v3);
+	out[1] = v0 ^ v1 ^ v2 ^ v3;
+}
+
+/*
  * One key through both lanes of siphash24_pair, so that the reference
  * test vectors (dpwin_test.siphash24) exercise the code the digest runs;
  * the lanes must agree.
@@ -143,6 +190,14 @@ dpwin_siphash24(uint64 k0, uint64 k1, const void *data, size_t len)
 	return h1;
 }
 
+void
+dpwin_siphash24_128(uint64 k0, uint64 k1, const void *data, size_t len, uint64 out[2])
+{
+	uint64		k[2] = {k0, k1};
+
+	siphash24_128(k, (const unsigned char *) data, len, out);
+}
+
 /* ----------------------------------------------------------------
  * The multiset digest
  * ----------------------------------------------------------------
@@ -153,13 +208,15 @@ dpwin_digest_add_row(DpwinDigest *d, const DpwinDigestKey *key,
 					 const void *row, size_t len)
 {
 	/* unsigned arithmetic wraps modulo 2^64, as ClickHouse's sum(UInt64) */
-	uint64		h1;
-	uint64		h2;
+	uint64		h[2];
 
-	siphash24_pair(key->k1, key->k2, (const unsigned char *) row, len, &h1, &h2);
+	if (likely(key->scheme == DPWIN_DIGEST_SIP128))
+		siphash24_128(key->k1, (const unsigned char *) row, len, h);
+	else
+		siphash24_pair(key->k1, key->k2, (const unsigned char *) row, len, &h[0], &h[1]);
 	d->count++;
-	d->sum1 += h1;
-	d->sum2 += h2;
+	d->sum1 += h[0];
+	d->sum2 += h[1];
 }
 
 void
@@ -265,16 +322,29 @@ dpwin_digest_key_generate(DpwinDigestKey *key)
 
 	if (!pg_strong_random(k, sizeof(k)))
 		elog(ERROR, "could not generate a random digest key");
+	memset(key, 0, sizeof(*key));
+	key->scheme = DPWIN_DIGEST_SCHEME_CURRENT;
 	key->k1[0] = k[0];
 	key->k1[1] = k[1];
-	key->k2[0] = k[2];
-	key->k2[1] = k[3];
+	if (key->scheme == DPWIN_DIGEST_SIP64_PAIR)
+	{
+		key->k2[0] = k[2];
+		key->k2[1] = k[3];
+	}
 }
 
-/* "k1[0]:k1[1]:k2[0]:k2[1]", decimal, as ClickHouse's toUInt64() reads them */
+#define SIP128_KEY_PREFIX "sip128:"
+
+/*
+ * "sip128:k0:k1", or "k1[0]:k1[1]:k2[0]:k2[1]" for the pair, in decimal as
+ * ClickHouse's toUInt64() reads them.
+ */
 char *
 dpwin_digest_key_to_text(const DpwinDigestKey *key)
 {
+	if (key->scheme == DPWIN_DIGEST_SIP128)
+		return psprintf(SIP128_KEY_PREFIX UINT64_FORMAT ":" UINT64_FORMAT,
+						key->k1[0], key->k1[1]);
 	return psprintf(UINT64_FORMAT ":" UINT64_FORMAT ":" UINT64_FORMAT ":" UINT64_FORMAT,
 					key->k1[0], key->k1[1], key->k2[0], key->k2[1]);
 }
@@ -284,8 +354,19 @@ dpwin_digest_key_from_text(const char *text, DpwinDigestKey *key)
 {
 	uint64		v[4];
 
+	memset(key, 0, sizeof(*key));
+	if (text != NULL && strncmp(text, SIP128_KEY_PREFIX, strlen(SIP128_KEY_PREFIX)) == 0)
+	{
+		if (!parse_u64_list(text + strlen(SIP128_KEY_PREFIX), ':', 2, v, false))
+			return false;
+		key->scheme = DPWIN_DIGEST_SIP128;
+		key->k1[0] = v[0];
+		key->k1[1] = v[1];
+		return true;
+	}
 	if (!parse_u64_list(text, ':', 4, v, false))
 		return false;
+	key->scheme = DPWIN_DIGEST_SIP64_PAIR;
 	key->k1[0] = v[0];
 	key->k1[1] = v[1];
 	key->k2[0] = v[2];
@@ -296,11 +377,23 @@ dpwin_digest_key_from_text(const char *text, DpwinDigestKey *key)
 /*
  * formatRow must get the columns themselves: RowBinary of LowCardinality
  * and Nullable columns is what the loader sent, so the hash covers the
- * same bytes.
+ * same bytes.  The 128-bit hash is written twice, once for each half: the
+ * server computes an expression that occurs twice once.  Its FixedString
+ * holds the reference output's bytes, so reinterpretAsUInt64() of its
+ * first and of its last eight bytes are the halves siphash24_128() gives.
  */
 char *
 dpwin_digest_ch_select_list(const DpwinDigestKey *key, const char *quoted_columns)
 {
+	if (key->scheme == DPWIN_DIGEST_SIP128)
+	{
+		char	   *h = psprintf("sipHash128ReferenceKeyed((toUInt64(" UINT64_FORMAT "), toUInt64("
+								 UINT64_FORMAT ")), formatRow('RowBinary', %s))",
+								 key->k1[0], key->k1[1], quoted_columns);
+
+		return psprintf("count(), sum(reinterpretAsUInt64(%s)), "
+						"sum(reinterpretAsUInt64(substring(%s, 9, 8)))", h, h);
+	}
 	return psprintf("count(), "
 					"sum(sipHash64Keyed((toUInt64(" UINT64_FORMAT "), toUInt64(" UINT64_FORMAT ")), "
 					"formatRow('RowBinary', %s))), "

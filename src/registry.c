@@ -808,7 +808,12 @@ dpwin_registry_digest_cache(int32 route_id, const char *config_fingerprint)
 	cache->layout = get_text(0, Anum_cache_layout);
 	cache->target_uuid = get_text(0, Anum_cache_target_uuid);
 	MemoryContextSwitchTo(spicxt);
+	/*
+	 * Digests of an older scheme are not compared with new ones: the
+	 * refresh digests every chunk under a fresh key, once.
+	 */
 	if (key == NULL || !dpwin_digest_key_from_text(key, &cache->key) ||
+		cache->key.scheme != DPWIN_DIGEST_SCHEME_CURRENT ||
 		cache->schema_fingerprint == NULL || cache->layout == NULL ||
 		cache->target_uuid == NULL)
 		return NULL;

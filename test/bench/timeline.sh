@@ -77,7 +77,7 @@ phases() {
 	awk -F'\t' -v wall="$wall" '
 		NR == 1 { first = $1 }
 		$3 ~ /_stg_/ && stage == "" { stage = $1 }
-		$3 ~ /^SELECT count\(\), sum\(sipHash64Keyed/ && $3 ~ /_stg_/ { digest = $1 }
+		$3 ~ /^SELECT count\(\), sum\((sipHash64Keyed|reinterpretAsUInt64\(sipHash128ReferenceKeyed)/ && $3 ~ /_stg_/ { digest = $1 }
 		$3 ~ /^EXCHANGE TABLES/ && $3 !~ /_dpwin_probe_/ { exch = $1 }
 		{ n++ }
 		END {

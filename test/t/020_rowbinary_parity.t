@@ -1,7 +1,8 @@
 # RowBinary encoder parity: dpwin's bytes for each supported type and its
 # edge values equal ClickHouse's own formatRow('RowBinary', CAST(x AS T));
-# fidelity errors carry the documented SQLSTATEs; SipHash-2-4 and the
-# multiset digest agree with ClickHouse's sipHash64Keyed.  See
+# fidelity errors carry the documented SQLSTATEs; SipHash-2-4, its 128-bit
+# form and the multiset digest agree with ClickHouse's sipHash64Keyed and
+# sipHash128ReferenceKeyed.  See
 # docs/types.md.
 use strict;
 use warnings;
@@ -433,11 +434,34 @@ my @chh = split /\n/, trim(ch_ok("SELECT h FROM (" . join(' UNION ALL ', @chq) .
 is(scalar(@pgh), 64, '64 SipHash values from PostgreSQL');
 is_deeply(\@pgh, \@chh, 'SipHash-2-4 equals ClickHouse sipHash64Keyed on 64 inputs');
 
+# SipHash-2-4-128, the digest's function: the reference vector of the
+# empty message, then the same 64 inputs against sipHash128ReferenceKeyed,
+# all 16 bytes of each.
+is(psql_ok("SELECT encode(dpwin_test.siphash24_128("
+		  . u64_to_s64(Math::BigInt->from_hex('0706050403020100')) . ", "
+		  . u64_to_s64(Math::BigInt->from_hex('0f0e0d0c0b0a0908'))
+		  . ", ''::bytea), 'hex')"),
+	'a3817f04ba25a8e66df67214c7550293',
+	'SipHash-2-4-128 reference vector (empty message)');
+{
+	my @pg128q = map { s/dpwin_test\.siphash24\(/encode(dpwin_test.siphash24_128(/r =~ s/::bytea\)\)$/::bytea), 'hex'))/r } @pgq;
+	my @ch128q = map { s/sipHash64Keyed\((.*)\) AS h$/lower(hex(sipHash128ReferenceKeyed($1))) AS h/r } @chq;
+	my @pg128 = map { (split /\|/)[1] }
+	  split /\n/, psql_ok("SELECT * FROM (VALUES " . join(', ', @pg128q) . ") v(i, h) ORDER BY i");
+	my @ch128 = split /\n/, trim(ch_ok("SELECT h FROM (" . join(' UNION ALL ', @ch128q) . ") ORDER BY i"));
+	is(scalar(@pg128), 64, '64 SipHash-128 values from PostgreSQL');
+	like($pg128[1] // '', qr/^[0-9a-f]{32}$/, 'a SipHash-128 value is 16 bytes');
+	is_deeply(\@pg128, \@ch128, 'SipHash-2-4-128 equals ClickHouse sipHash128ReferenceKeyed on 64 inputs');
+}
+
 # The row digest: PostgreSQL over its encoded rows, ClickHouse over
 # formatRow('RowBinary', ...) of the same rows, with the select list that
-# target.c sends.  Rows end in byte 0x0A on purpose.
+# target.c sends, in both schemes: a new key's, and the four-number key of
+# an invocation journaled by dpwin 0.1.  Rows end in byte 0x0A on purpose.
+for my $key ('sip128:18446744073709551615:9223372036854775808',
+	'1:2:18446744073709551615:9223372036854775808')
 {
-	my $key = '1:2:18446744073709551615:9223372036854775808';
+	my $scheme = $key =~ /^sip128:/ ? 'SipHash-128' : 'two SipHash-64';
 	my @rows = (
 		[ "1::int8", "'2026-09-02 00:00:00.5+00'::timestamptz", "10.25::numeric", "E'line\\n'::text", "2560::int2" ],
 		[ "(-1)::int8", "'1969-12-31 23:59:59.999999+00'::timestamptz", "(-0.01)::numeric", "NULL::text", "10::int2" ],
@@ -457,12 +481,14 @@ is_deeply(\@pgh, \@chh, 'SipHash-2-4 equals ClickHouse sipHash64Keyed on 64 inpu
 	}
 	my $pgdigest = psql_ok("SELECT dpwin_test.digest_rows(" . pg_literal($key) . ", ARRAY[" . join(', ', @rowexprs) . "])");
 	my $select = psql_ok("SELECT dpwin_test.digest_ch_select_list(" . pg_literal($key) . ", '`a`, `b`, `c`, `d`, `e`')");
-	like($select, qr/formatRow\('RowBinary', `a`, `b`, `c`, `d`, `e`\)/, 'select list uses formatRow RowBinary');
-	unlike($select, qr/NoNewline/, 'select list does not use formatRowNoNewline');
+	like($select, qr/formatRow\('RowBinary', `a`, `b`, `c`, `d`, `e`\)/, "$scheme: select list uses formatRow RowBinary");
+	unlike($select, qr/NoNewline/, "$scheme: select list does not use formatRowNoNewline");
+	like($select, $key =~ /^sip128:/ ? qr/^count\(\), sum\(reinterpretAsUInt64\(sipHash128ReferenceKeyed\(/
+		: qr/^count\(\), sum\(sipHash64Keyed\(/, "$scheme: the key names the function");
 	my $chdigest = trim(ch_ok("SELECT $select FROM (" . join(' UNION ALL ', @chrows) . ")"));
 	$chdigest =~ s/\t/:/g;
-	like($pgdigest, qr/^3:\d+:\d+$/, 'PostgreSQL digest has count 3');
-	is($pgdigest, $chdigest, 'multiset digest equals ClickHouse digest');
+	like($pgdigest, qr/^3:\d+:\d+$/, "$scheme: PostgreSQL digest has count 3");
+	is($pgdigest, $chdigest, "$scheme: multiset digest equals ClickHouse digest");
 }
 
 done_testing();

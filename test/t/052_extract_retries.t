@@ -134,7 +134,7 @@ $exp = src_window();
 for my $case (
 	[ 'creating the staging table', sub { insert_pattern(4, 0) =~ s/\($/AS/r }, qr/^CREATE TABLE / ],
 	[ 'digesting a staging table', sub { "FROM `$db`.`" . table_prefix(next_invocation()) . 'stg_' },
-		qr/^SELECT count\(\), sum\(sipHash64Keyed\(/ ])
+		qr/^SELECT count\(\), sum\(reinterpretAsUInt64\(sipHash128ReferenceKeyed\(/ ])
 {
 	my ($what, $pattern_of, $faulted_re) = @$case;
 	my $pattern = $pattern_of->();

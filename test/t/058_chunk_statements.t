@@ -41,13 +41,13 @@ create_event_source();
 		{
 			next unless $l->{query} =~ /[`']\Q$stg\E[`']/;
 			push @mine, $l->{query};
-			last if $l->{query} =~ /^SELECT count\(\), sum\(sipHash64Keyed\(/;
+			last if $l->{query} =~ /^SELECT count\(\), sum\(reinterpretAsUInt64\(sipHash128ReferenceKeyed\(/;
 		}
 		my @kinds = map {
 			/^DROP TABLE IF EXISTS / ? 'DROP'
 			  : /^CREATE TABLE / ? 'CREATE'
 			  : /^INSERT INTO / ? 'INSERT'
-			  : /^SELECT count\(\), sum\(sipHash64Keyed\(/ ? 'DIGEST'
+			  : /^SELECT count\(\), sum\(reinterpretAsUInt64\(sipHash128ReferenceKeyed\(/ ? 'DIGEST'
 			  : 'OTHER'
 		} @mine;
 		is("@kinds", 'CREATE INSERT DIGEST', "chunk $c: CREATE, one INSERT, the digest: 3 statements");
@@ -83,14 +83,14 @@ create_event_source();
 {
 	my ($route) = new_event_route('functions');
 	my $inv = new_uuid();
-	fault(pattern => 'if(isNull(tuple(sipHash64Keyed(', mode => 'error', code => 46, count => 1);
+	fault(pattern => 'if(isNull(tuple(sipHash128ReferenceKeyed(', mode => 'error', code => 46, count => 1);
 	my $seq = ch_log_seq();
 	like(psql_ok(refresh_row_sql($route, $E, $inv)), qr/\|completed\|/, 'the refresh completes');
 	my @first = grep { $_->{query} =~ /^SELECT version\(\)/ } ch_log_since($seq);
 	is(scalar(@first), 2, 'the server\'s facts are asked twice');
-	like($first[0]{query} // '', qr/isNull\(tuple\(sipHash64Keyed\(.*formatRow\(.*fromUnixTimestamp64Micro\(/,
+	like($first[0]{query} // '', qr/isNull\(tuple\(sipHash128ReferenceKeyed\(.*sipHash64Keyed\(.*formatRow\(.*fromUnixTimestamp64Micro\(/,
 		'... first by calling the functions');
-	like($first[1]{query} // '', qr/FROM system\.functions WHERE name IN \('sipHash64Keyed', 'formatRow', 'fromUnixTimestamp64Micro'\)/,
+	like($first[1]{query} // '', qr/FROM system\.functions WHERE name IN \('sipHash128ReferenceKeyed', 'sipHash64Keyed', 'formatRow', 'fromUnixTimestamp64Micro'\)/,
 		'... then, as the call failed, from system.functions');
 }
 
@@ -110,7 +110,7 @@ create_event_source();
 	fault(pattern => $digest0, mode => 'hold', count => 1);
 	my $seq = ch_log_seq();
 	my $h = bg_psql(refresh_row_sql($route, $E, $inv));
-	ok(wait_running(qr/^SELECT count\(\), sum\(sipHash64Keyed\(.*\Q$digest0\E/s, 1, phase => 'holding'),
+	ok(wait_running(qr/^SELECT count\(\), sum\(reinterpretAsUInt64\(sipHash128ReferenceKeyed\(.*\Q$digest0\E/s, 1, phase => 'holding'),
 		'the digest of chunk 0 waits on the server');
 	ok(wait_logged($seq, qr/^INSERT INTO `\Q$db\E`\.`\Q${prefix}\Estg_1_0` /),
 		'... while the worker loads chunk 1 into its staging table');
@@ -199,7 +199,7 @@ create_event_source();
 	fault(pattern => $digest0, mode => 'hold', count => 1);
 	my $seq = ch_log_seq();
 	my $h = bg_psql(refresh_row_sql($route, $E, $inv));
-	ok(wait_running(qr/^SELECT count\(\), sum\(sipHash64Keyed\(.*\Q$digest0\E/s, 1, phase => 'holding'),
+	ok(wait_running(qr/^SELECT count\(\), sum\(reinterpretAsUInt64\(sipHash128ReferenceKeyed\(.*\Q$digest0\E/s, 1, phase => 'holding'),
 		'beside: the digest of chunk 0 waits on the server');
 	fault(pattern => $readmit, mode => 'hold', count => 1);
 	fault(pattern => $rename, mode => 'hold', count => 1);

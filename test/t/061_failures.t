@@ -354,7 +354,7 @@ for my $case ([ 'ddl', 'ADD COLUMN extra Nullable(Int32)' ],
 	my @log = ch_log_since($seq);
 	my @creates = grep { $log[$_]{query} =~ /^CREATE TABLE `\Q$db\E`\.`\Q${prefix}\Eprobe_[0-9a-f]+_a`/ } 0 .. $#log;
 	is(join(' ', map { $log[$_]{status} } @creates), '500 200', 'probe refused: its first CREATE failed, a second one ran');
-	my ($last_digest) = reverse grep { $log[$_]{query} =~ /^SELECT count\(\), sum\(sipHash64Keyed.* FROM `\Q$db\E`\.`\Q${prefix}\Estg_/s } 0 .. $#log;
+	my ($last_digest) = reverse grep { $log[$_]{query} =~ /^SELECT count\(\), sum\(reinterpretAsUInt64\(sipHash128ReferenceKeyed.* FROM `\Q$db\E`\.`\Q${prefix}\Estg_/s } 0 .. $#log;
 	ok(defined $last_digest && $creates[1] > $last_digest, 'probe refused: it was asked again after the last chunk was verified');
 	is_deeply(own_tables($route, $inv), [], 'probe refused: no probe or staging table is left');
 	is_deeply(ch_rows($t), after_refresh($pre, $E), 'probe refused: the target is the new generation');

@@ -271,6 +271,22 @@ is_deeply(drifting(verify($skip)), [], 'skip_unchanged: verify matches afterward
 	is_deeply(ch_rows('days'), [ sort(@$w06[grep { $w06->[$_] ne $kept } 0 .. $#$w06],
 				@{ $expect->('2026-09-07 00:00:00+00', $E2) }) ],
 		'cache: the target is the source\'s window again');
+
+	# The last publication digested under dpwin 0.1's scheme (a key of four
+	# numbers, two 64-bit SipHashes): its digests are not compared with the
+	# current scheme's.  The refresh digests the target under a fresh
+	# SipHash-128 key and still skips what did not change.
+	my $last = psql_ok("SELECT e.invocation_id FROM dpwin.evidence e JOIN dpwin.route r USING (route_id)"
+		  . " WHERE r.route_name = '$route' ORDER BY e.written_at DESC LIMIT 1");
+	psql_ok("UPDATE dpwin.invocation SET plan = jsonb_set(plan, '{digest_key}', '\"1:2:3:4\"')"
+		  . " WHERE invocation_id = '$last'");
+	psql_ok("UPDATE $schema.days SET v = 'third' WHERE id = 140");
+	my $inv;
+	($cached, $skipped, $states, $digests, $inv) = $refresh->($E2);
+	is("$cached/$digests", '0/1', 'cache: digests of the older scheme are not taken; the target is digested');
+	is($states, '0:skipped,1:skipped,2:verified', 'cache: and only the changed chunk re-staged');
+	like(psql_ok("SELECT plan->>'digest_key' FROM dpwin.invocation WHERE invocation_id = '$inv'"),
+		qr/^sip128:\d+:\d+$/, 'cache: under a fresh SipHash-128 key');
 	drop_routes($route);
 }
 

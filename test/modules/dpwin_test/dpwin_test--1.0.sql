@@ -33,6 +33,12 @@ CREATE FUNCTION dpwin_test.siphash24(k0 bigint, k1 bigint, data bytea)
 	LANGUAGE C STRICT IMMUTABLE PARALLEL SAFE
 	AS 'MODULE_PATHNAME', 'dpwin__siphash24';
 
+/* Reference SipHash-2-4-128 under key (k0, k1): its 16 bytes in order. */
+CREATE FUNCTION dpwin_test.siphash24_128(k0 bigint, k1 bigint, data bytea)
+	RETURNS bytea
+	LANGUAGE C STRICT IMMUTABLE PARALLEL SAFE
+	AS 'MODULE_PATHNAME', 'dpwin__siphash24_128';
+
 /* NULL if a column of type typ(typmod) can be written as ch_type, else why not. */
 CREATE FUNCTION dpwin_test.rb_type_parity(typ regtype, typmod integer,
 									  ch_type text)

@@ -153,6 +153,28 @@ dpwin__siphash24(PG_FUNCTION_ARGS)
 											VARSIZE_ANY_EXHDR(data)));
 }
 
+PG_FUNCTION_INFO_V1(dpwin__siphash24_128);
+
+/*
+ * dpwin_test.siphash24_128(k0 bigint, k1 bigint, data bytea) -> bytea: the
+ * 16 bytes of the reference output, as ClickHouse's FixedString holds them.
+ */
+Datum
+dpwin__siphash24_128(PG_FUNCTION_ARGS)
+{
+	uint64		k0 = (uint64) PG_GETARG_INT64(0);
+	uint64		k1 = (uint64) PG_GETARG_INT64(1);
+	bytea	   *data = PG_GETARG_BYTEA_PP(2);
+	uint64		h[2];
+	bytea	   *out = palloc(VARHDRSZ + 16);
+
+	dpwin_siphash24_128(k0, k1, VARDATA_ANY(data), VARSIZE_ANY_EXHDR(data), h);
+	SET_VARSIZE(out, VARHDRSZ + 16);
+	for (int i = 0; i < 16; i++)
+		((unsigned char *) VARDATA(out))[i] = (unsigned char) (h[i / 8] >> (8 * (i % 8)));
+	PG_RETURN_BYTEA_P(out);
+}
+
 PG_FUNCTION_INFO_V1(dpwin__digest_rows);
 PG_FUNCTION_INFO_V1(dpwin__digest_ch_select_list);
 
@@ -165,7 +187,7 @@ digest_key_arg(text *t, DpwinDigestKey *key)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("invalid digest key \"%s\"", s),
-				 errhint("A digest key is four unsigned 64-bit decimal numbers separated by colons.")));
+				 errhint("A digest key is \"sip128:\" and two unsigned 64-bit decimal numbers separated by a colon, or four such numbers.")));
 }
 
 /*
