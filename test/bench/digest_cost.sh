@@ -17,10 +17,12 @@
 #
 #   count            count(): the floor of any statement over the table
 #   format           formatRow('RowBinary', ...) alone, its bytes summed
-#   dpwin            what a refresh sends: two sums of sipHash64Keyed under
+#   dpwin            what a refresh sends: one pass of
+#                    sipHash128ReferenceKeyed over one formatRow of the
+#                    row, its two halves summed
+#   pair             what a refresh of dpwin 0.1 sent (and an invocation
+#                    of it still does): two sums of sipHash64Keyed under
 #                    two keys over one formatRow of the row
-#   one_128          one pass of sipHash128ReferenceKeyed over the same
-#                    formatRow, its two halves summed
 #   typed            two sums of sipHash64Keyed over the typed columns, no
 #                    formatRow (the "typed-column digest")
 #   typed_not_null   the same over the columns with their NULLs replaced
@@ -59,15 +61,16 @@ cols='`id`, `w`, `amount`, `note`, `qty`, `flag`'
 nn="id, ifNull(w, toDateTime64(0, 6, 'UTC')), ifNull(amount, toDecimal64(0, 2)), ifNull(note, ''), qty, flag"
 k1='(toUInt64(4793260715006215843), toUInt64(8949485148759187680))'
 k2='(toUInt64(1216405301342718271), toUInt64(6329802512240981187))'
+h="sipHash128ReferenceKeyed($k1, formatRow('RowBinary', $cols))"
 declare -A sql=(
 	[count]="SELECT count() FROM $DB.t"
 	[format]="SELECT count(), sum(length(formatRow('RowBinary', $cols))) FROM $DB.t"
-	[dpwin]="SELECT count(), sum(sipHash64Keyed($k1, formatRow('RowBinary', $cols))), sum(sipHash64Keyed($k2, formatRow('RowBinary', $cols))) FROM $DB.t"
-	[one_128]="SELECT count(), sum(reinterpretAsUInt64(substring(reinterpretAsString(h), 1, 8))), sum(reinterpretAsUInt64(substring(reinterpretAsString(h), 9, 8))) FROM (SELECT sipHash128ReferenceKeyed($k1, formatRow('RowBinary', $cols)) AS h FROM $DB.t)"
+	[dpwin]="SELECT count(), sum(reinterpretAsUInt64($h)), sum(reinterpretAsUInt64(substring($h, 9, 8))) FROM $DB.t"
+	[pair]="SELECT count(), sum(sipHash64Keyed($k1, formatRow('RowBinary', $cols))), sum(sipHash64Keyed($k2, formatRow('RowBinary', $cols))) FROM $DB.t"
 	[typed]="SELECT count(), sum(sipHash64Keyed($k1, $cols)), sum(sipHash64Keyed($k2, $cols)) FROM $DB.t"
 	[typed_not_null]="SELECT count(), sum(sipHash64Keyed($k1, $nn)), sum(sipHash64Keyed($k2, $nn)) FROM $DB.t"
 )
-names=(count format dpwin one_128 typed typed_not_null)
+names=(count format dpwin pair typed typed_not_null)
 declare -A times answer
 for ((r = 0; r < ROUNDS; r++)); do
 	for ((i = 0; i < ${#names[@]}; i++)); do
