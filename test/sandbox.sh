@@ -70,10 +70,13 @@ else
 	PGBIN=/usr/lib/postgresql/$PGMAJOR/bin
 fi
 PG_CONFIG_=$PGBIN/pg_config
+# The default ports lie below the kernel's range of ephemeral ports
+# (32768 and up on Linux), where no client connection of the machine can
+# hold them while the server starts.
 if [ "$PGMAJOR" = 15 ]; then
-	pg_port=54329 ch_port=18123
+	pg_port=25329 ch_port=18123
 else
-	pg_port=$((54300 + PGMAJOR)) ch_port=$((18100 + 2 * (PGMAJOR - 10)))
+	pg_port=$((25300 + PGMAJOR)) ch_port=$((18100 + 2 * (PGMAJOR - 10)))
 fi
 PGPORT_=${DPWIN_PGPORT:-$pg_port}
 CHPORT=${DPWIN_CH_PORT:-$ch_port}
@@ -218,8 +221,8 @@ dpwin.max_workers = 16
 EOF
 }
 
-# The server's port lies in the kernel's range of ephemeral ports: for a
-# moment a client connection of the machine may hold it, and the
+# A port given in the kernel's range of ephemeral ports may, for a
+# moment, be held by a client connection of the machine, and the
 # postmaster exits ("Address already in use").  It is started again then,
 # up to three times; any other failure shows the log's last lines.
 start_pg() {

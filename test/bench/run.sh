@@ -2,7 +2,7 @@
 #
 # test/bench/run.sh — the dpwin benchmark (docs/benchmark.md).
 #
-# Starts a sandbox of its own (test/bench/out/sb, PostgreSQL port 54990,
+# Starts a sandbox of its own (test/bench/out/sb, PostgreSQL port 25990,
 # ClickHouse endpoint ports 18990/18991) unless one is already running
 # there, generates the dataset (or reuses it), runs every variant in
 # interleaved rounds, checks every result, prints the table, writes
@@ -34,7 +34,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 export BENCH_OUT=${BENCH_OUT:-$ROOT/test/bench/out}
 export DPWIN_SANDBOX_DIR=${DPWIN_SANDBOX_DIR:-$BENCH_OUT/sb}
-export DPWIN_PGPORT=${DPWIN_PGPORT:-54990}
+export DPWIN_PGPORT=${DPWIN_PGPORT:-25990}
 export DPWIN_CH_PORT=${DPWIN_CH_PORT:-18990}
 export DPWIN_CH_CONTROL_PORT=${DPWIN_CH_CONTROL_PORT:-18991}
 
