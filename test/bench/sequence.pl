@@ -17,12 +17,19 @@
 # worker's first CREATE of a staging table, the expert's INSERT ... SELECT
 # FROM postgresql()), from it to the end of the rows' statements (the last
 # staging digest's answer, the pull's answer), and after them, to the last
-# answer.
+# answer.  For a dpwin refresh it then splits the time after the rows:
+# the last staging digest, from its answer to the ATTACH of the staged
+# parts (the re-admission among it), from that ATTACH to the answer of
+# the window's facts (the facts statement itself among it), to the
+# EXCHANGE that publishes, and from it to the last answer.
 use strict;
 use warnings;
 use List::Util qw(sum);
 use POSIX qw(floor);
 
+# The first kind that matches is the statement's.  The files may hold a
+# statement's text cut short, so the staged parts' ATTACH (it names a
+# staging table early) is recognised before the generation's clone.
 my @kinds = (
 	[ 'admission: server, target, policies, plan' => qr/^(SELECT version\(\)|SELECT 'D', engine|SELECT name FROM system\.row_policies|EXPLAIN )/ ],
 	[ 'admission: EXCHANGE probe' => qr/_dpwin_(?:[0-9]+_[0-9a-f]{12}_)?probe_|^SELECT engine FROM system\.databases/ ],
@@ -30,8 +37,8 @@ my @kinds = (
 	[ 'staging table description' => qr/^SELECT \* FROM \(SELECT 'T', engine_full.*_stg_/ ],
 	[ 'staging INSERT' => qr/^INSERT INTO .*_stg_/ ],
 	[ 'staging digest' => qr/sipHash64Keyed|sipHash128ReferenceKeyed/ ],
-	[ 'generation: create, describe, clone' => qr/_gen`? AS |^SELECT \* FROM \(SELECT 'T', engine_full|ATTACH PARTITION .* FROM `[^`]+`\.`(?!_dpwin_)|__dpwin_p/ ],
 	[ 'build: attach staged parts' => qr/ATTACH PARTITION .*_stg_/ ],
+	[ 'generation: create, describe, clone' => qr/_gen`? AS |^SELECT \* FROM \(SELECT 'T', engine_full|ATTACH PARTITION .* FROM `[^`]+`\.`(?!_dpwin_)|__dpwin_p/ ],
 	[ 'DELETE of the window in the generation' => qr/^DELETE FROM|^ALTER TABLE \S+ DELETE WHERE|APPLY DELETED MASK/ ],
 	[ 'checks: parts, counts' => qr/hash_of_all_files|partition_id, count\(\), sum\(rows\)|_partition_id, count\(\)|^SELECT countIf|^SELECT DISTINCT `table`, partition_id/ ],
 	[ 'EXCHANGE and its UUID checks' => qr/^EXCHANGE TABLES|^SELECT (?:name, )?toString\(uuid\)/ ],
@@ -55,8 +62,36 @@ sub median
 	return @v % 2 ? $v[ $#v / 2 ] : ($v[ @v / 2 - 1 ] + $v[ @v / 2 ]) / 2;
 }
 
+# The steps after a dpwin refresh's rows, in ms, into %$into; nothing for
+# a file without them (a peer's, or a refresh that failed).
+sub after_rows
+{
+	my ($st, $into) = @_;
+	my ($attach) = grep { $_->[2] eq 'build: attach staged parts' } @$st;
+	my ($facts) = grep { $_->[2] eq 'evidence' } @$st;
+	my ($exchange) = reverse grep { $_->[3] =~ /^EXCHANGE TABLES/ } @$st;
+	return unless $attach && $facts && $exchange;
+	# the last digest answered before the ATTACH (a cut partition's digest
+	# in the generation may come later)
+	my ($digest) = sort { $b->[1] <=> $a->[1] }
+	  grep { $_->[2] eq 'staging digest' && $_->[1] <= $attach->[0] } @$st;
+	return unless $digest;
+	my ($readmit) = grep { $_->[3] =~ /^SELECT 'D', engine/ && $_->[0] >= $digest->[0] } @$st;
+	my $end = (sort { $b <=> $a } map { $_->[1] } @$st)[0];
+	my %v = (
+		'the last staging digest' => $digest->[1] - $digest->[0],
+		'its answer to the staged parts\' ATTACH' => $attach->[0] - $digest->[1],
+		'  the re-admission among it' => $readmit ? $readmit->[1] - $readmit->[0] : 0,
+		'the ATTACH to the facts\' answer' => $facts->[1] - $attach->[0],
+		'  the facts statement among it' => $facts->[1] - $facts->[0],
+		'the facts\' answer to the EXCHANGE' => $exchange->[0] - $facts->[1],
+		'the EXCHANGE to the last answer' => $end - $exchange->[0],
+	);
+	push @{ $into->{$_} }, $v{$_} for keys %v;
+}
+
 die "usage: perl test/bench/sequence.pl STATEMENTS.tsv ...\n" unless @ARGV;
-my (%seq, %all, @gaps, @nseq, @nall, @walls, @head, @rows, @tail);
+my (%seq, %all, @gaps, @nseq, @nall, @walls, @head, @rows, @tail, %after);
 for my $file (@ARGV)
 {
 	open my $f, '<', $file or die "$file: $!\n";
@@ -90,6 +125,7 @@ for my $file (@ARGV)
 		push @rows, $rows_end - $first;
 		push @tail, $end - $rows_end;
 	}
+	after_rows(\@st, \%after);
 	# the sequence again (the file's ranks may count statements left out
 	# above): greedy by answer time, as the benchmark does
 	my (%s, @in);
@@ -123,3 +159,12 @@ printf "gap between two statements of the sequence: median %.1f ms, mean %.1f ms
 printf "wall time, medians: before the rows %.0f ms, the rows %.0f ms, after them %.0f ms (%d files)\n",
   median(@head), median(@rows), median(@tail), scalar @head
   if @head;
+if (%after)
+{
+	my @order = ('the last staging digest', 'its answer to the staged parts\' ATTACH',
+		'  the re-admission among it', 'the ATTACH to the facts\' answer',
+		'  the facts statement among it', 'the facts\' answer to the EXCHANGE',
+		'the EXCHANGE to the last answer');
+	printf "after the rows, medians over %d files, ms:\n", scalar @{ $after{ $order[0] } };
+	printf "  %-42s %5.0f\n", $_, median(@{ $after{$_} }) for @order;
+}
