@@ -62,8 +62,15 @@ sub median
 	return @v % 2 ? $v[ $#v / 2 ] : ($v[ @v / 2 - 1 ] + $v[ @v / 2 ]) / 2;
 }
 
-# The steps after a dpwin refresh's rows, in ms, into %$into; nothing for
-# a file without them (a peer's, or a refresh that failed).
+# The steps after a dpwin refresh's rows, in the order after_rows() gives
+# their times.
+my @after_steps = ('the last staging digest', 'its answer to the staged parts\' ATTACH',
+	'  the re-admission among it', 'the ATTACH to the facts\' answer',
+	'  the facts statement among it', 'the facts\' answer to the EXCHANGE',
+	'the EXCHANGE to the last answer');
+
+# Their times in ms, pushed onto @$into (one list per step); nothing for a
+# file without them (a peer's, or a refresh that failed).
 sub after_rows
 {
 	my ($st, $into) = @_;
@@ -78,20 +85,14 @@ sub after_rows
 	return unless $digest;
 	my ($readmit) = grep { $_->[3] =~ /^SELECT 'D', engine/ && $_->[0] >= $digest->[0] } @$st;
 	my $end = (sort { $b <=> $a } map { $_->[1] } @$st)[0];
-	my %v = (
-		'the last staging digest' => $digest->[1] - $digest->[0],
-		'its answer to the staged parts\' ATTACH' => $attach->[0] - $digest->[1],
-		'  the re-admission among it' => $readmit ? $readmit->[1] - $readmit->[0] : 0,
-		'the ATTACH to the facts\' answer' => $facts->[1] - $attach->[0],
-		'  the facts statement among it' => $facts->[1] - $facts->[0],
-		'the facts\' answer to the EXCHANGE' => $exchange->[0] - $facts->[1],
-		'the EXCHANGE to the last answer' => $end - $exchange->[0],
-	);
-	push @{ $into->{$_} }, $v{$_} for keys %v;
+	my @v = ($digest->[1] - $digest->[0], $attach->[0] - $digest->[1],
+		$readmit ? $readmit->[1] - $readmit->[0] : 0, $facts->[1] - $attach->[0],
+		$facts->[1] - $facts->[0], $exchange->[0] - $facts->[1], $end - $exchange->[0]);
+	push @{ $into->[$_] }, $v[$_] for 0 .. $#v;
 }
 
 die "usage: perl test/bench/sequence.pl STATEMENTS.tsv ...\n" unless @ARGV;
-my (%seq, %all, @gaps, @nseq, @nall, @walls, @head, @rows, @tail, %after);
+my (%seq, %all, @gaps, @nseq, @nall, @walls, @head, @rows, @tail, @after);
 for my $file (@ARGV)
 {
 	open my $f, '<', $file or die "$file: $!\n";
@@ -125,7 +126,7 @@ for my $file (@ARGV)
 		push @rows, $rows_end - $first;
 		push @tail, $end - $rows_end;
 	}
-	after_rows(\@st, \%after);
+	after_rows(\@st, \@after);
 	# the sequence again (the file's ranks may count statements left out
 	# above): greedy by answer time, as the benchmark does
 	my (%s, @in);
@@ -159,12 +160,8 @@ printf "gap between two statements of the sequence: median %.1f ms, mean %.1f ms
 printf "wall time, medians: before the rows %.0f ms, the rows %.0f ms, after them %.0f ms (%d files)\n",
   median(@head), median(@rows), median(@tail), scalar @head
   if @head;
-if (%after)
+if (@after)
 {
-	my @order = ('the last staging digest', 'its answer to the staged parts\' ATTACH',
-		'  the re-admission among it', 'the ATTACH to the facts\' answer',
-		'  the facts statement among it', 'the facts\' answer to the EXCHANGE',
-		'the EXCHANGE to the last answer');
-	printf "after the rows, medians over %d files, ms:\n", scalar @{ $after{ $order[0] } };
-	printf "  %-42s %5.0f\n", $_, median(@{ $after{$_} }) for @order;
+	printf "after the rows, medians over %d files, ms:\n", scalar @{ $after[0] };
+	printf "  %-42s %5.0f\n", $after_steps[$_], median(@{ $after[$_] }) for 0 .. $#after_steps;
 }
