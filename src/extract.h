@@ -24,6 +24,14 @@
 
 #define DPWIN_EXTRACT_MAGIC		0x44505745
 
+/*
+ * Room for a chunk's window facts: a window value as text, and the rows of
+ * about sixteen days ("2026-09-08:100000,").  A chunk of more days falls
+ * back to reading the facts from the generation.
+ */
+#define DPWIN_FACT_VALUE_LEN	64
+#define DPWIN_FACT_DAYS_LEN		320
+
 typedef enum DpwinChunkResult
 {
 	DPWIN_CHUNK_PENDING = 0,
@@ -55,6 +63,16 @@ typedef struct DpwinChunkSlot
 	/* SKIP_UNCHANGED: the target's rows of [lo, hi) */
 	DpwinDigest target_digest;
 	char		staging_table[NAMEDATALEN * 2];
+
+	/*
+	 * The window's facts among the staged rows, read with the staging
+	 * digest (facts.h); facts_known is false where they did not fit here.
+	 */
+	bool		facts_known;
+	int64		window_rows;
+	char		window_min[DPWIN_FACT_VALUE_LEN];	/* "" when no row */
+	char		window_max[DPWIN_FACT_VALUE_LEN];
+	char		window_days[DPWIN_FACT_DAYS_LEN];	/* "day:rows,..." */
 } DpwinChunkSlot;
 
 typedef struct DpwinExtractShared
@@ -71,6 +89,8 @@ typedef struct DpwinExtractShared
 	int			retry_backoff_ms;
 	DpwinExtractMode mode;
 	DpwinDigestKey key;
+	TimestampTz window_lo;		/* the window, of which the chunks are part */
+	TimestampTz window_hi;
 	char		snapshot_name[64];
 
 	pg_atomic_uint32 next_chunk;	/* the chunk queue */

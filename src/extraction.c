@@ -79,6 +79,8 @@ extract_segment(DpwinExtraction *x, const DpwinExtractJob *job)
 	sh->progress_slot = job->progress_slot;
 	sh->retry_backoff_ms = dpwin_retry_backoff_ms;
 	sh->key = x->key;
+	sh->window_lo = job->window_lo;
+	sh->window_hi = job->window_hi;
 	pg_atomic_init_u32(&sh->next_chunk, 0);
 	pg_atomic_init_u32(&sh->stop, 0);
 	pg_atomic_init_u32(&sh->finished, 0);

@@ -45,6 +45,8 @@ typedef struct DpwinExtractJob
 	int32		target_id;
 	int64		epoch;
 	int			progress_slot;
+	TimestampTz window_lo;		/* the window the chunks are part of */
+	TimestampTz window_hi;
 	MemoryContext cxt;			/* where the receipts live */
 } DpwinExtractJob;
 

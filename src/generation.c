@@ -448,6 +448,13 @@ parts_rows(ChClient *client, const char *database, List *tables)
 	return dpwin_ch_parse_tsv(dpwin_ch_exec(client, parts_sql(database, tables)));
 }
 
+/* The order of the "partition\trows\thash" strings, which parts_differ() walks. */
+static int
+part_cmp(const ListCell *a, const ListCell *b)
+{
+	return strcmp((const char *) lfirst(a), (const char *) lfirst(b));
+}
+
 /*
  * The parts of parts_rows() (of `table` alone, unless NULL) as sorted
  * "partition\trows\thash" strings.  With sources and ids, also each
@@ -494,6 +501,9 @@ parts_of_rows(List *rows, const char *table, List **sources, List **ids,
 		*layout = dpwin_sha256_hex(l.text.data, l.text.len);
 	}
 	pfree(l.text.data);
+
+	/* as strings: the server sorts the rows as numbers */
+	list_sort(result, part_cmp);
 	return result;
 }
 
@@ -937,6 +947,8 @@ dpwin_generation_attach_staged(ChClient *client, const DpwinTargetInfo *target,
 	gen_parts = parts_of_rows(rows, gen->table, NULL, NULL, &gen->layout);
 	gen->target_parts_now = parts_of_rows(rows, target->table, NULL, NULL, NULL);
 	gen->target_parts_read = true;
+	gen->staged_parts = staged_parts;
+	gen->attached_parts_now = gen_parts;
 	if (parts_differ(staged_parts, gen_parts, true) != NIL)
 	{
 		DpwinDigest g;
@@ -951,6 +963,62 @@ dpwin_generation_attach_staged(ChClient *client, const DpwinTargetInfo *target,
 							   dpwin_digest_to_text(&g),
 							   dpwin_digest_to_text(staged->digest))));
 	}
+}
+
+void
+dpwin_generation_read_baseline(ChClient *client, const DpwinTargetInfo *target,
+							   DpwinGeneration *gen)
+{
+	char	   *tbl = dpwin_ch_qualified_name(target->database, gen->table);
+	List	   *rows;
+	List	   *row;
+
+	gen->baseline_known = false;
+	gen->baseline_parts = read_parts(client, target->database,
+									 list_make1(gen->table), NULL);
+
+	/*
+	 * PREWHERE on the ranges reads the window column of the partitions
+	 * that may hold rows inside them only; the NULL rows are counted from
+	 * the NULL map, the rows from the parts' counts and delete masks.
+	 */
+	rows = dpwin_ch_parse_tsv(dpwin_ch_exec(client,
+											psprintf("SELECT (SELECT count() FROM %s PREWHERE %s),"
+													 " (SELECT count() FROM %s PREWHERE isNull(%s)),"
+													 " (SELECT count() FROM %s)",
+													 tbl, window_ranges_sql(gen->window_column, gen->ranges),
+													 tbl, dpwin_ch_quote_ident(gen->window_column), tbl)));
+	row = list_length(rows) == 1 ? (List *) linitial(rows) : NIL;
+	if (list_length(row) != 3)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROTOCOL_VIOLATION),
+				 errmsg("unexpected answer from ClickHouse counting the rows of %s", tbl)));
+	gen->baseline_null_rows = pg_strtoint64(dpwin_ch_row_field(row, 1));
+	gen->baseline_known = pg_strtoint64(dpwin_ch_row_field(row, 0)) == 0 &&
+		pg_strtoint64(dpwin_ch_row_field(row, 2)) == gen->target_kept_rows;
+}
+
+bool
+dpwin_generation_parts_add_up(DpwinGeneration *gen, int64 *rows)
+{
+	List	   *expect;
+	List	   *now;
+	ListCell   *lc;
+	int64		staged = 0;
+
+	if (!gen->baseline_known || gen->attached_parts_now == NIL)
+		return false;
+	expect = list_concat_copy(gen->baseline_parts, gen->staged_parts);
+	now = list_copy(gen->attached_parts_now);
+	list_sort(expect, part_cmp);
+	list_sort(now, part_cmp);
+	if (parts_differ(expect, now, false) != NIL)
+		return false;
+	foreach(lc, gen->staged_parts)
+		staged += strtoi64(strchr((const char *) lfirst(lc), '\t') + 1, NULL, 10);
+	*rows = gen->target_kept_rows + staged;
+	gen->counted_by_parts = true;
+	return true;
 }
 
 char *
@@ -1043,11 +1111,12 @@ dpwin_generation_json(const DpwinGeneration *gen)
 					 ", \"dropped_partitions\": %d, \"cloned_parts\": " INT64_FORMAT
 					 ", \"cloned_rows\": " INT64_FORMAT ", \"ranges\": %d"
 					 ", \"deleted\": %s, \"attached_parts\": " INT64_FORMAT
-					 ", \"digest_checks\": %d, \"minmax\": %s",
+					 ", \"digest_checks\": %d, \"minmax\": %s, \"counted_by_parts\": %s",
 					 gen->partitions, gen->cloned_partitions, gen->dropped_partitions,
 					 gen->cloned_parts, gen->cloned_rows, list_length(gen->ranges),
 					 gen->deleted ? "true" : "false", gen->attached_parts,
-					 gen->digest_checks, gen->minmax_used ? "true" : "false");
+					 gen->digest_checks, gen->minmax_used ? "true" : "false",
+					 gen->counted_by_parts ? "true" : "false");
 	if (gen->deleted)
 		appendStringInfo(&buf, ", \"rewritten\": %s", gen->rewritten ? "true" : "false");
 	if (gen->minmax_why_not)

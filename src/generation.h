@@ -64,6 +64,19 @@ typedef struct DpwinGeneration
 									 * attached (NULL until then): see
 									 * dpwin_generation_target_parts() */
 	int			digest_checks;	/* checks that fell back to a digest */
+
+	/*
+	 * Before the staged parts are attached (dpwin_generation_read_baseline()):
+	 * its parts, and of its rows, all kept, those whose window value is NULL
+	 */
+	bool		baseline_known;
+	List	   *baseline_parts;
+	int64		baseline_null_rows;
+
+	/* once attached: the staged parts, and the generation's parts then */
+	List	   *staged_parts;
+	List	   *attached_parts_now;
+	bool		counted_by_parts;	/* dpwin_generation_parts_add_up() held */
 } DpwinGeneration;
 
 /*
@@ -128,6 +141,27 @@ extern void dpwin_generation_attach_staged(ChClient *client,
 										   const DpwinDigestKey *key,
 										   void (*attached) (void *arg),
 										   void *arg);
+
+/*
+ * Once the clone holds no row inside the ranges, before the staged parts
+ * are attached: its parts, and in one statement its rows (which must be
+ * the target's kept rows, none inside the ranges) and those whose window
+ * value is NULL.  Sets baseline_known when the counts are as they must be;
+ * otherwise the checks after the attach read the counts and report.
+ */
+extern void dpwin_generation_read_baseline(ChClient *client,
+										   const DpwinTargetInfo *target,
+										   DpwinGeneration *gen);
+
+/*
+ * After dpwin_generation_attach_staged(): are the generation's parts
+ * exactly its parts before the attach and the staged parts, file for
+ * file?  Then it holds the kept rows counted before and the staged rows:
+ * *rows is their sum, read from the parts, and the caller need not count
+ * the generation again.  False when the baseline is not known or any part
+ * differs (a merge, or a write).
+ */
+extern bool dpwin_generation_parts_add_up(DpwinGeneration *gen, int64 *rows);
 
 /* The predicate of the generation's ranges, as the counts use it. */
 extern char *dpwin_generation_ranges_sql(const DpwinGeneration *gen);

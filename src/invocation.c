@@ -372,6 +372,8 @@ dpwin_invocation_extract_job(Coordinator *c)
 	job.target_id = c->target_id;
 	job.epoch = c->epoch;
 	job.progress_slot = c->progress_slot;
+	job.window_lo = c->lo;
+	job.window_hi = c->hi;
 	job.cxt = c->cxt;
 	return job;
 }

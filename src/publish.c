@@ -28,6 +28,7 @@
 #include "bgworker.h"
 #include "build.h"
 #include "chprobe.h"
+#include "facts.h"
 #include "names.h"
 #include "steps.h"
 #include "window.h"
@@ -84,6 +85,16 @@ start_window_facts(void *arg)
 									 dpwin_generation_ranges_sql(c->build.gen));
 }
 
+/* Check the generation's counts, and keep the window's facts. */
+static void
+take_window_facts(Coordinator *c, const DpwinWindowFacts *facts)
+{
+	c->build.final_rows = dpwin_generation_check_counts(c->build.gen, c->ext.staged_rows,
+														facts->ranges_rows, facts->rows);
+	c->build.window_days = MemoryContextStrdup(c->cxt, facts->days);
+	c->build.window_bounds = MemoryContextStrdup(c->cxt, facts->bounds);
+}
+
 /* The facts, and the generation's counts read with them. */
 static void
 finish_window_facts(Coordinator *c)
@@ -91,10 +102,29 @@ finish_window_facts(Coordinator *c)
 	DpwinWindowFacts facts;
 
 	dpwin_chprobe_window_facts_finish(c->second_client, &facts);
-	c->build.final_rows = dpwin_generation_check_counts(c->build.gen, c->ext.staged_rows,
-														facts.ranges_rows, facts.rows);
-	c->build.window_days = MemoryContextStrdup(c->cxt, facts.days);
-	c->build.window_bounds = MemoryContextStrdup(c->cxt, facts.bounds);
+	take_window_facts(c, &facts);
+}
+
+/*
+ * The window's facts without reading the generation (docs/design.md,
+ * "Building the generation"): where its parts are exactly those it had
+ * before the attach and the staged ones, its rows are the kept rows
+ * counted then and the staged rows, and its window holds the rows each
+ * chunk's digest described.  False when they cannot be taken so: a
+ * skipped chunk, a generation cloned without its baseline, a merge.
+ */
+static bool
+window_facts_from_chunks(Coordinator *c)
+{
+	DpwinWindowFacts facts;
+
+	if (c->ext.skipped_chunks > 0 ||
+		!dpwin_generation_parts_add_up(c->build.gen, &facts.rows) ||
+		!dpwin_facts_from_chunks(c->ext.slots, c->ext.nchunks,
+								 c->build.gen->baseline_null_rows, &facts))
+		return false;
+	take_window_facts(c, &facts);
+	return true;
 }
 
 DpwinStepResult
@@ -104,6 +134,7 @@ dpwin_step_verified(Coordinator *c)
 	DpwinStaged staged = {0};
 	TimestampTz started;
 	DpwinRefusal *refusal;
+	bool		from_chunks;
 
 	for (int i = 0; i < c->ext.nchunks; i++)
 		if (c->ext.slots[i].result == DPWIN_CHUNK_VERIFIED)
@@ -132,9 +163,14 @@ dpwin_step_verified(Coordinator *c)
 			dpwin_build_check_skipped_rows(c);
 	}
 
+	/*
+	 * A generation whose contents before the attach are known needs no read
+	 * of its window after it, unless its parts then say otherwise.
+	 */
 	started = GetCurrentTimestamp();
+	from_chunks = c->ext.skipped_chunks == 0 && c->build.gen->baseline_known;
 	dpwin_generation_attach_staged(c->client, c->target, c->build.gen, &staged,
-								   &c->ext.key, start_window_facts, c);
+								   &c->ext.key, from_chunks ? NULL : start_window_facts, c);
 	c->build.kept_rows = c->build.gen->target_kept_rows;
 
 	/*
@@ -148,8 +184,13 @@ dpwin_step_verified(Coordinator *c)
 	if (refusal != NULL)
 		dpwin_refusal_raise(refusal);
 
-	/* The generation's counts, read with the window's facts. */
-	finish_window_facts(c);
+	/* The generation's counts, with the window's facts. */
+	if (!from_chunks || !window_facts_from_chunks(c))
+	{
+		if (from_chunks)
+			start_window_facts(c);
+		finish_window_facts(c);
+	}
 	c->times.verify = dpwin_seconds_since(started);
 
 	pub = MemoryContextAllocZero(c->cxt, sizeof(DpwinPublication));

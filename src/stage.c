@@ -157,7 +157,11 @@ overlap_head_start(Coordinator *c, bool clone)
 	{
 		probe_exchange(c);
 		if (clone)
+		{
 			dpwin_build_prepare_generation(c, dpwin_build_window_ranges(c));
+			/* what the generation holds before the attach, for its counts */
+			dpwin_generation_read_baseline(c->client, c->target, c->build.gen);
+		}
 		ReleaseCurrentSubTransaction();
 	}
 	PG_CATCH();

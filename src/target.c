@@ -358,7 +358,8 @@ dpwin_target_digest(ChClient *client, const DpwinTargetInfo *target,
 
 void
 dpwin_target_digest_like_start(ChClient *client, const DpwinTargetInfo *target,
-							   const char *table, const DpwinDigestKey *key)
+							   const char *table, const DpwinDigestKey *key,
+							   const char *also_sql)
 {
 	/*
 	 * The check rides on the digest, whose answer it ends: the copy's
@@ -366,32 +367,36 @@ dpwin_target_digest_like_start(ChClient *client, const DpwinTargetInfo *target,
 	 * what checking it right after CREATE would have.
 	 */
 	dpwin_ch_start(client,
-				   psprintf("SELECT %s, %s FROM %s",
+				   psprintf("SELECT %s, %s%s%s FROM %s",
 							dpwin_digest_ch_select_list(key, target->quoted_columns),
+							also_sql != NULL ? also_sql : "",
+							also_sql != NULL ? ", " : "",
 							clone_check_sql(target, table),
 							dpwin_ch_qualified_name(target->database, table)),
 				   "digest");
 }
 
-void
+List *
 dpwin_target_digest_like_finish(ChClient *client, const DpwinTargetInfo *target,
-								const char *table, DpwinDigest *out)
+								const char *table, int nalso, DpwinDigest *out)
 {
 	char	   *answer = dpwin_ch_finish(client);
-	char	   *tab = strrchr(answer, '\t');
+	List	   *rows = dpwin_ch_parse_tsv(answer);
+	List	   *row = list_length(rows) == 1 ? (List *) linitial(rows) : NIL;
+	const char *check = list_length(row) == 4 + nalso ? list_nth(row, 3 + nalso) : NULL;
 
-	if (tab == NULL ||
-		(strcmp(tab + 1, "0") != 0 && strcmp(tab + 1, "0\n") != 0 &&
-		 strcmp(tab + 1, "1") != 0 && strcmp(tab + 1, "1\n") != 0))
+	if (check == NULL || (strcmp(check, "0") != 0 && strcmp(check, "1") != 0))
 		ereport(ERROR,
 				(errcode(ERRCODE_PROTOCOL_VIOLATION),
 				 errmsg("unexpected answer from ClickHouse to the digest of %s",
 						dpwin_ch_qualified_name(target->database, table)),
 				 errdetail_internal("Answer: \"%s\".", answer)));
-	if (tab[1] != '1')
+	if (check[0] != '1')
 		clone_changed(target, table);
-	*tab = '\0';
-	digest_answer(answer, target, table, out);
+	digest_answer(psprintf("%s\t%s\t%s", dpwin_ch_row_field(row, 0),
+						   dpwin_ch_row_field(row, 1), dpwin_ch_row_field(row, 2)),
+				  target, table, out);
+	return list_truncate(list_copy_tail(row, 3), nalso);
 }
 
 /*

@@ -109,18 +109,20 @@ extern void dpwin_target_digest(ChClient *client, const DpwinTargetInfo *target,
 /*
  * Digest of all of db.table, a copy made by dpwin_target_create_unchecked(),
  * and in the same statement dpwin_target_check_like()'s check of it, with
- * its error.  The statement is started (dpwin_ch_start()) and its answer
- * read later, so that the caller works while ClickHouse digests: nothing
- * else may use the client in between.
+ * its error; also_sql (or NULL) adds nalso columns of the same read, whose
+ * values _finish() returns (NULL for a NULL).  The statement is started
+ * (dpwin_ch_start()) and its answer read later, so that the caller works
+ * while ClickHouse digests: nothing else may use the client in between.
  */
 extern void dpwin_target_digest_like_start(ChClient *client,
 										   const DpwinTargetInfo *target,
 										   const char *table,
-										   const DpwinDigestKey *key);
-extern void dpwin_target_digest_like_finish(ChClient *client,
-											const DpwinTargetInfo *target,
-											const char *table,
-											DpwinDigest *out);
+										   const DpwinDigestKey *key,
+										   const char *also_sql);
+extern List *dpwin_target_digest_like_finish(ChClient *client,
+											 const DpwinTargetInfo *target,
+											 const char *table, int nalso,
+											 DpwinDigest *out);
 
 /*
  * Digest of the rows of db.table in each chunk (a List of

@@ -42,6 +42,7 @@
 #include "bgworker.h"
 #include "chclient.h"
 #include "extract.h"
+#include "facts.h"
 #include "names.h"
 #include "progress.h"
 #include "registry.h"
@@ -412,6 +413,18 @@ worker_attempt(WorkerState *ws, DpwinChunkSlot *slot, int attempt)
 }
 
 /*
+ * Ask the verifier for a staging table's digest, and in the same read for
+ * the window's facts among its rows (facts.h).
+ */
+static void
+worker_digest_start(WorkerState *ws, const char *staging)
+{
+	dpwin_target_digest_like_start(ws->verifier, &ws->target, staging, &ws->sh->key,
+								   dpwin_facts_chunk_sql(&ws->target, ws->route->window_column,
+														 ws->sh->window_lo, ws->sh->window_hi));
+}
+
+/*
  * Verify a loaded chunk whose digest the verifier was asked for
  * (dpwin_target_digest_like_start()): ClickHouse's digest of the staging
  * table must equal the source's.  Then journal the receipt, fenced by the
@@ -423,9 +436,10 @@ worker_verify(WorkerState *ws, const StagedChunk *c)
 	DpwinExtractShared *sh = ws->sh;
 	DpwinChunkSlot *slot = c->slot;
 	DpwinDigest remote;
+	List	   *facts;
 
-	dpwin_target_digest_like_finish(ws->verifier, &ws->target, c->staging,
-									&remote);
+	facts = dpwin_target_digest_like_finish(ws->verifier, &ws->target, c->staging,
+											DPWIN_FACTS_CHUNK_COLUMNS, &remote);
 	if (!dpwin_digest_equal(&c->local, &remote))
 	{
 		/*
@@ -453,6 +467,7 @@ worker_verify(WorkerState *ws, const StagedChunk *c)
 	slot->digest = c->local;
 	slot->seconds = (double) (GetCurrentTimestamp() - c->started) / USECS_PER_SEC;
 	strlcpy(slot->staging_table, c->staging, sizeof(slot->staging_table));
+	dpwin_facts_chunk_store(slot, facts);
 	slot->result = DPWIN_CHUNK_VERIFIED;
 	dpwin_progress_add(sh->progress_slot, 1, 0, c->bytes);
 }
@@ -613,8 +628,7 @@ worker_try(WorkerState *ws, DpwinChunkSlot *slot, int attempt, bool defer,
 			worker_attempt(ws, slot, attempt);
 			if (!defer)
 			{
-				dpwin_target_digest_like_start(ws->verifier, &ws->target,
-											   ws->loaded.staging, &ws->sh->key);
+				worker_digest_start(ws, ws->loaded.staging);
 				worker_verify(ws, &ws->loaded);
 			}
 		}
@@ -792,8 +806,7 @@ worker_chunk(WorkerState *ws, DpwinChunkSlot *slot)
 	/* a retry of the chunk before may load again: keep what this one loaded */
 	loaded = ws->loaded;
 	worker_complete_pending(ws);
-	dpwin_target_digest_like_start(ws->verifier, &ws->target, loaded.staging,
-								   &ws->sh->key);
+	worker_digest_start(ws, loaded.staging);
 	ws->pending = loaded;
 	ws->has_pending = true;
 }

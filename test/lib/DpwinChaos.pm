@@ -361,7 +361,7 @@ my @STATEMENTS = (
 	'INSERT INTO `DB`.`%sstg_',
 	'CREATE TABLE `DB`.`%sstg_',
 	"' FROM `DB`.`%sstg_",
-	'countIf(',
+	'SELECT countIf(',
 	'EXCHANGE TABLES `DB`.`%t` AND',
 	'RENAME TABLE `DB`.`%sgen` TO',
 	'DROP TABLE IF EXISTS `DB`.`%sstg_',

@@ -127,52 +127,85 @@ create_event_source();
 		3, "each chunk's receipt was journaled after the next chunk's attempt began");
 }
 
-# ---- the window's facts are read from the generation during its checks ----------
+# ---- the window's facts come with the chunks' digests -------------------------
 
-# Hold the statement that reads the evidence's window facts from the
-# generation, and the one that reads its parts after the attach: the facts
-# are sent while the parts are read, on the coordinator's second
-# connection, and the EXCHANGE is sent only once they are in.  The same
-# statement counts the generation's rows, inside the replaced ranges and
-# in all, for the build's check: no statement of its own reads the
-# generation's window column again.  Without the second connection the
-# facts would be read from the published target after the EXCHANGE.
+# Each staging digest also reads the window's facts among its chunk's
+# rows.  The generation is counted once, before the attach, while the
+# workers read the source; after the attach its parts are those it had
+# then and the staged ones, file for file, so no statement reads it again
+# before the EXCHANGE: its counts are added up from the parts, and the
+# evidence's days are the chunks'.  A merge of the generation in between
+# changes its parts: the facts are then read from it, as before.
+sub facts_days
+{
+	my ($t) = @_;
+	my $days = ch_ok("SELECT concat(toJSONString(groupArray(n)), ' ', toString(sum(n))) FROM (SELECT toDate(w) d, count() n"
+		  . " FROM `$db`.`$t` WHERE w >= '2026-09-08 00:00:00' AND w < '2026-09-09 00:00:00' GROUP BY d ORDER BY d)");
+	chomp $days;
+	return $days;
+}
+
+sub facts_evidence
+{
+	my ($inv) = @_;
+	return psql_ok("SELECT (result->'evidence'->'generation'->>'counted_by_parts') || ' '"
+		  . " || (result->'evidence'->'utc_days'->>'rows') || ' ' || (result->'evidence'->'window_bounds'->>'window_rows')"
+		  . " FROM dpwin.invocation WHERE invocation_id = '$inv'");
+}
+
 {
 	my ($route, $t) = new_event_route('facts');
 	my $inv = new_uuid();
 	my $prefix = invocation_prefix(route_id($route), $inv);
 	my $gen = "${prefix}gen";
-	my $facts = "FROM `$db`.`$gen` PREWHERE isNull(`w`)";
-	my $parts = "`table` IN ('$gen', '$t')";
-	fault(pattern => $facts, mode => 'hold', count => 1);
-	fault(pattern => $parts, mode => 'hold', count => 1);
+	my $seq = ch_log_seq();
+	like(psql_ok(refresh_row_sql($route, $E, $inv)), qr/\|completed\|/, 'facts: the refresh completes');
+	my @log = ch_log_since($seq);
+	my $chunks = psql_ok("SELECT count(*) FROM dpwin.chunk WHERE invocation_id = '$inv' AND state = 'verified'");
+	ok($chunks > 1, "facts: $chunks chunks");
+	is(scalar(grep { $_->{query} =~ /^SELECT count\(\), sum\(.*, countIf\(.*sumMapIf\(.* FROM `\Q$db\E`\.`\Q${prefix}\Estg_/s } @log),
+		$chunks, 'facts: each chunk\'s digest reads the window\'s facts among its rows');
+	my ($attach) = grep { $log[$_]{query} =~ /^ALTER TABLE `\Q$db\E`\.`\Q$gen\E` ATTACH .*stg_/s } 0 .. $#log;
+	my @counted = grep { $log[$_]{query} =~ /FROM `\Q$db\E`\.`\Q$gen\E` PREWHERE isNull\(`w`\)/ } 0 .. $#log;
+	is(scalar(@counted), 1, 'facts: the generation is counted once');
+	ok(defined $attach && $counted[0] < $attach, '... before the staged parts are attached');
+	my @after = grep { $_->{query} =~ /FROM `\Q$db\E`\.`\Q$gen\E`/ } @log[ $attach + 1 .. $#log ];
+	is(scalar(@after), 0, '... and no statement reads it after the attach') or diag(join("\n", map { $_->{query} } @after));
+	is(facts_evidence($inv), 'true ' . facts_days($t),
+		'facts: its counts are added up from its parts, and the evidence counts the rows the target holds in the window, day by day');
+}
+
+{
+	my ($route, $t) = new_event_route('facts_merged');
+	psql_ok("SELECT dpwin.alter_route('$route', parallelism => 1)");
+	my $inv = new_uuid();
+	my $prefix = invocation_prefix(route_id($route), $inv);
+	my $gen = "${prefix}gen";
+	my $digest0 = "FROM `$db`.`${prefix}stg_0_0`";
+	my $readmit = "SELECT 'D', engine";
+	my $names = "SELECT arrayStringConcat(arraySort(groupArray(name)), ',') FROM system.parts"
+	  . " WHERE database = '$db' AND `table` = '$gen' AND active";
+	fault(pattern => $digest0, mode => 'hold', count => 1);
 	my $seq = ch_log_seq();
 	my $h = bg_psql(refresh_row_sql($route, $E, $inv));
-	ok(wait_running(qr/FROM system\.parts WHERE .*\Q$parts\E/s, 1, phase => 'holding'),
-		'the generation\'s parts are read after the attach');
-	ok(wait_running(qr/^SELECT toJSONString\(.*\Q$facts\E/s, 1, phase => 'holding'),
-		'... while the window\'s facts are read from the generation');
-	is(release($parts), 1, 'the parts are released');
-	ok(wait_logged($seq, qr/FROM system\.parts WHERE .*\Q$parts\E/s), '... and answered while the facts are held');
-	is(scalar(grep { $_->{query} =~ /^EXCHANGE TABLES `\Q$db\E`\.`\Q$t\E`/ } ch_log_since($seq)), 0,
-		'... and the EXCHANGE waits for them');
-	is(release($facts), 1, 'the facts are released');
+	ok(wait_running(qr/\Q$digest0\E/, 1, phase => 'holding'), 'merged: the digest of chunk 0 waits on the server');
+	fault(pattern => $readmit, mode => 'hold', count => 1);
+	is(release($digest0), 1, 'merged: the digest is released');
+	ok(wait_running(qr/^\Q$readmit\E/, 1, phase => 'holding'), 'merged: the re-admission waits on the server');
+	my $before = ch_ok($names);
+	ch_ok("OPTIMIZE TABLE `$db`.`$gen` FINAL");
+	isnt(ch_ok($names), $before, 'merged: a merge changed the generation\'s parts');
+	is(release($readmit), 1, 'merged: the re-admission is released');
 	my ($rc, $out, $err) = bg_finish($h);
-	is($rc, 0, 'the refresh completes') or diag($err);
+	is($rc, 0, 'merged: the refresh completes') or diag($err);
 	my @log = ch_log_since($seq);
-	my @read = grep { $_->{query} =~ /^SELECT toJSONString\(/ } @log;
-	is(scalar(@read), 1, 'the facts are read once');
+	my @read = grep { $_->{query} =~ /^SELECT toJSONString\(.*FROM `\Q$db\E`\.`\Q$gen\E`/s } @log;
+	is(scalar(@read), 1, 'merged: the facts are read from the generation');
 	like($read[0]{query_id} // '', qr/^dpwin-\Q$inv\E-2-/, '... on the coordinator\'s second connection');
 	like($read[0]{query} // '', qr/, _dpwin_in, \(SELECT count\(\) FROM `\Q$db\E`\.`\Q$gen\E`\)/,
 		'... with the generation\'s rows, inside the ranges and in all');
-	is(scalar(grep { $_->{query} =~ /countIf\(.* FROM `\Q$db\E`\.`\Q$gen\E`/s && $_->{query} !~ /^SELECT toJSONString\(/ } @log), 0,
-		'... and no other statement counts the generation on its window column');
-	my $days = ch_ok("SELECT concat(toJSONString(groupArray(n)), ' ', toString(sum(n))) FROM (SELECT toDate(w) d, count() n"
-		  . " FROM `$db`.`$t` WHERE w >= '2026-09-08 00:00:00' AND w < '2026-09-09 00:00:00' GROUP BY d ORDER BY d)");
-	chomp $days;
-	is(psql_ok("SELECT result->'evidence'->'utc_days'->>'rows' || ' ' || (result->'evidence'->'window_bounds'->>'window_rows')"
-		  . " FROM dpwin.invocation WHERE invocation_id = '$inv'"), $days,
-		'the evidence counts the rows the target holds in the window, day by day');
+	is(facts_evidence($inv), 'false ' . facts_days($t),
+		'merged: its counts are read, and the evidence counts the rows the target holds in the window, day by day');
 }
 
 # ---- after the rows: what runs beside what, and what is read once ------------

@@ -1,0 +1,42 @@
+/*-------------------------------------------------------------------------
+ *
+ * facts.h
+ *	  The window's facts for the evidence (the rows of each UTC day, the
+ *	  bounds, the rows inside the window), read by each chunk's staging
+ *	  digest and added up once every chunk is staged.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef DPWIN_FACTS_H
+#define DPWIN_FACTS_H
+
+#include "chprobe.h"
+#include "extract.h"
+#include "target.h"
+
+/* The columns dpwin_facts_chunk_sql() adds to a staging digest. */
+#define DPWIN_FACTS_CHUNK_COLUMNS	4
+
+/*
+ * The select items that read, beside a staging table's digest and over
+ * the same rows, the facts of the window [lo, hi) among them.
+ */
+extern char *dpwin_facts_chunk_sql(const DpwinTargetInfo *target,
+								   const char *window_column,
+								   TimestampTz lo, TimestampTz hi);
+
+/* Keep the values of those columns in the chunk's slot. */
+extern void dpwin_facts_chunk_store(DpwinChunkSlot *slot, List *values);
+
+/*
+ * The window's facts from the slots of every chunk of the window, in
+ * order, all staged and verified, and the rows of the generation whose
+ * window value is NULL (all of them kept rows): facts->days, bounds and
+ * ranges_rows (the rows inside the window); rows is left to the caller.
+ * False when a slot lacks its facts.
+ */
+extern bool dpwin_facts_from_chunks(const DpwinChunkSlot *slots, int nslots,
+									int64 null_window_rows,
+									DpwinWindowFacts *facts);
+
+#endif							/* DPWIN_FACTS_H */
