@@ -25,12 +25,12 @@
 #define DPWIN_EXTRACT_MAGIC		0x44505745
 
 /*
- * Room for a chunk's window facts: a window value as text, and the rows of
- * about sixteen days ("2026-09-08:100000,").  A chunk of more days falls
- * back to reading the facts from the generation.
+ * Room for a chunk's window facts: a window value as text, and the rows
+ * of each UTC day of a chunk of up to sixteen days.  A chunk of more days
+ * falls back to reading the facts from the generation.
  */
 #define DPWIN_FACT_VALUE_LEN	64
-#define DPWIN_FACT_DAYS_LEN		320
+#define DPWIN_FACT_MAX_DAYS		16
 
 typedef enum DpwinChunkResult
 {
@@ -72,7 +72,9 @@ typedef struct DpwinChunkSlot
 	int64		window_rows;
 	char		window_min[DPWIN_FACT_VALUE_LEN];	/* "" when no row */
 	char		window_max[DPWIN_FACT_VALUE_LEN];
-	char		window_days[DPWIN_FACT_DAYS_LEN];	/* "day:rows,..." */
+	int64		first_day;		/* its first UTC day, in days from 2000-01-01 */
+	int			ndays;
+	int64		day_rows[DPWIN_FACT_MAX_DAYS];
 } DpwinChunkSlot;
 
 typedef struct DpwinExtractShared

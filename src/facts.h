@@ -19,14 +19,17 @@
 
 /*
  * The select items that read, beside a staging table's digest and over
- * the same rows, the facts of the window [lo, hi) among them.
+ * the same rows, the facts of the window [lo, hi) among the rows of the
+ * slot's chunk.
  */
 extern char *dpwin_facts_chunk_sql(const DpwinTargetInfo *target,
 								   const char *window_column,
+								   const DpwinChunkSlot *slot,
 								   TimestampTz lo, TimestampTz hi);
 
 /* Keep the values of those columns in the chunk's slot. */
-extern void dpwin_facts_chunk_store(DpwinChunkSlot *slot, List *values);
+extern void dpwin_facts_chunk_store(DpwinChunkSlot *slot, TimestampTz lo,
+									TimestampTz hi, List *values);
 
 /*
  * The window's facts from the slots of every chunk of the window, in

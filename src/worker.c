@@ -417,10 +417,10 @@ worker_attempt(WorkerState *ws, DpwinChunkSlot *slot, int attempt)
  * the window's facts among its rows (facts.h).
  */
 static void
-worker_digest_start(WorkerState *ws, const char *staging)
+worker_digest_start(WorkerState *ws, const DpwinChunkSlot *slot, const char *staging)
 {
 	dpwin_target_digest_like_start(ws->verifier, &ws->target, staging, &ws->sh->key,
-								   dpwin_facts_chunk_sql(&ws->target, ws->route->window_column,
+								   dpwin_facts_chunk_sql(&ws->target, ws->route->window_column, slot,
 														 ws->sh->window_lo, ws->sh->window_hi));
 }
 
@@ -456,6 +456,9 @@ worker_verify(WorkerState *ws, const StagedChunk *c)
 						   dpwin_digest_to_text(&remote))));
 	}
 
+	/* kept in the slot, which the coordinator reads once it is verified */
+	dpwin_facts_chunk_store(slot, sh->window_lo, sh->window_hi, facts);
+
 	dpwin_xact_begin("dpwin: chunk receipt");
 	dpwin_chunk_end(&sh->invocation_id, slot->chunk_no, c->attempt, "verified",
 					(int64) c->rows, (int64) c->bytes, &c->local, NULL,
@@ -467,7 +470,6 @@ worker_verify(WorkerState *ws, const StagedChunk *c)
 	slot->digest = c->local;
 	slot->seconds = (double) (GetCurrentTimestamp() - c->started) / USECS_PER_SEC;
 	strlcpy(slot->staging_table, c->staging, sizeof(slot->staging_table));
-	dpwin_facts_chunk_store(slot, facts);
 	slot->result = DPWIN_CHUNK_VERIFIED;
 	dpwin_progress_add(sh->progress_slot, 1, 0, c->bytes);
 }
@@ -628,7 +630,7 @@ worker_try(WorkerState *ws, DpwinChunkSlot *slot, int attempt, bool defer,
 			worker_attempt(ws, slot, attempt);
 			if (!defer)
 			{
-				worker_digest_start(ws, ws->loaded.staging);
+				worker_digest_start(ws, slot, ws->loaded.staging);
 				worker_verify(ws, &ws->loaded);
 			}
 		}
@@ -806,7 +808,7 @@ worker_chunk(WorkerState *ws, DpwinChunkSlot *slot)
 	/* a retry of the chunk before may load again: keep what this one loaded */
 	loaded = ws->loaded;
 	worker_complete_pending(ws);
-	worker_digest_start(ws, loaded.staging);
+	worker_digest_start(ws, loaded.slot, loaded.staging);
 	ws->pending = loaded;
 	ws->has_pending = true;
 }

@@ -20,8 +20,9 @@
 # answer.  For a dpwin refresh it then splits the time after the rows:
 # the last staging digest, from its answer to the ATTACH of the staged
 # parts (the re-admission among it), from that ATTACH to the answer of
-# the window's facts (the facts statement itself among it), to the
-# EXCHANGE that publishes, and from it to the last answer.
+# the window's facts (the facts statement itself among it; without one,
+# to the checks' last answer), to the EXCHANGE that publishes, and from
+# it to the last answer.
 use strict;
 use warnings;
 use List::Util qw(sum);
@@ -64,9 +65,11 @@ sub median
 
 # The steps after a dpwin refresh's rows, in the order after_rows() gives
 # their times.
+# Without a facts statement (the facts came with the chunks' digests),
+# the checks' last answer before the EXCHANGE stands for its answer.
 my @after_steps = ('the last staging digest', 'its answer to the staged parts\' ATTACH',
-	'  the re-admission among it', 'the ATTACH to the facts\' answer',
-	'  the facts statement among it', 'the facts\' answer to the EXCHANGE',
+	'  the re-admission among it', 'the ATTACH to the facts\' (checks\') answer',
+	'  the facts statement among it', 'that answer to the EXCHANGE',
 	'the EXCHANGE to the last answer');
 
 # Their times in ms, pushed onto @$into (one list per step); nothing for a
@@ -77,7 +80,14 @@ sub after_rows
 	my ($attach) = grep { $_->[2] eq 'build: attach staged parts' } @$st;
 	my ($facts) = grep { $_->[2] eq 'evidence' } @$st;
 	my ($exchange) = reverse grep { $_->[3] =~ /^EXCHANGE TABLES/ } @$st;
-	return unless $attach && $facts && $exchange;
+	return unless $attach && $exchange;
+	unless ($facts)
+	{
+		my ($last) = sort { $b->[1] <=> $a->[1] }
+		  grep { $_->[0] >= $attach->[0] && $_->[1] <= $exchange->[0] } @$st;
+		return unless $last;
+		$facts = [ $last->[1], $last->[1] ];
+	}
 	# the last digest answered before the ATTACH (a cut partition's digest
 	# in the generation may come later)
 	my ($digest) = sort { $b->[1] <=> $a->[1] }

@@ -163,7 +163,7 @@ sub facts_evidence
 	my @log = ch_log_since($seq);
 	my $chunks = psql_ok("SELECT count(*) FROM dpwin.chunk WHERE invocation_id = '$inv' AND state = 'verified'");
 	ok($chunks > 1, "facts: $chunks chunks");
-	is(scalar(grep { $_->{query} =~ /^SELECT count\(\), sum\(.*, countIf\(.*sumMapIf\(.* FROM `\Q$db\E`\.`\Q${prefix}\Estg_/s } @log),
+	is(scalar(grep { $_->{query} =~ /^SELECT count\(\), sum\(.*, countIf\(.*minOrNullIf\(.* FROM `\Q$db\E`\.`\Q${prefix}\Estg_/s } @log),
 		$chunks, 'facts: each chunk\'s digest reads the window\'s facts among its rows');
 	my ($attach) = grep { $log[$_]{query} =~ /^ALTER TABLE `\Q$db\E`\.`\Q$gen\E` ATTACH .*stg_/s } 0 .. $#log;
 	my @counted = grep { $log[$_]{query} =~ /FROM `\Q$db\E`\.`\Q$gen\E` PREWHERE isNull\(`w`\)/ } 0 .. $#log;
@@ -173,6 +173,29 @@ sub facts_evidence
 	is(scalar(@after), 0, '... and no statement reads it after the attach') or diag(join("\n", map { $_->{query} } @after));
 	is(facts_evidence($inv), 'true ' . facts_days($t),
 		'facts: its counts are added up from its parts, and the evidence counts the rows the target holds in the window, day by day');
+}
+
+# Chunks of 10 hours in a window from 03:00 to 03:00: a UTC day in two
+# chunks, a chunk across midnight.  The days, their rows and the bounds
+# are the target's, counted here on its own.
+{
+	my ($route, $t) = new_event_route('facts_days');
+	psql_ok("SELECT dpwin.alter_route('$route', chunk_interval => interval '10 hours')");
+	my $inv = new_uuid();
+	like(psql_ok(refresh_row_sql($route, '2026-09-09 03:00:00+00', $inv)), qr/\|completed\|/, 'days: the refresh completes');
+	my $in = "w >= '2026-09-08 03:00:00' AND w < '2026-09-09 03:00:00'";
+	my $days = ch_ok("SELECT concat(toJSONString(groupArray(toString(d))), ' ', toJSONString(groupArray(n))) FROM"
+		  . " (SELECT toDate(w) d, count() n FROM `$db`.`$t` WHERE $in GROUP BY d ORDER BY d)");
+	chomp $days;
+	like($days, qr/^\["2026-09-08","2026-09-09"\] /, 'days: the window holds rows of two days');
+	(my $evidence = psql_ok("SELECT (result->'evidence'->'generation'->>'counted_by_parts') || ' ' || (result->'evidence'->'utc_days'->>'days')"
+		  . " || ' ' || (result->'evidence'->'utc_days'->>'rows') FROM dpwin.invocation WHERE invocation_id = '$inv'")) =~ s/, /,/g;
+	is($evidence, "true $days", 'days: the evidence counts the rows of each day, added up from the chunks');
+	my $bounds = ch_ok("SELECT concat(toString(min(w)), '|', toString(max(w)), '|', toString(count())) FROM `$db`.`$t` WHERE $in");
+	chomp $bounds;
+	is(psql_ok("SELECT concat_ws('|', b->>'min', b->>'max', b->>'window_rows') FROM"
+		  . " (SELECT result->'evidence'->'window_bounds' b FROM dpwin.invocation WHERE invocation_id = '$inv') e"),
+		$bounds, '... and its bounds and rows');
 }
 
 {
