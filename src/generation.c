@@ -1002,17 +1002,15 @@ bool
 dpwin_generation_parts_add_up(DpwinGeneration *gen, int64 *rows)
 {
 	List	   *expect;
-	List	   *now;
 	ListCell   *lc;
 	int64		staged = 0;
 
 	if (!gen->baseline_known || gen->attached_parts_now == NIL)
 		return false;
+	/* parts_of_rows() sorted each list; their union is sorted here */
 	expect = list_concat_copy(gen->baseline_parts, gen->staged_parts);
-	now = list_copy(gen->attached_parts_now);
 	list_sort(expect, part_cmp);
-	list_sort(now, part_cmp);
-	if (parts_differ(expect, now, false) != NIL)
+	if (parts_differ(expect, gen->attached_parts_now, false) != NIL)
 		return false;
 	foreach(lc, gen->staged_parts)
 		staged += strtoi64(strchr((const char *) lfirst(lc), '\t') + 1, NULL, 10);

@@ -111,15 +111,14 @@ finish_window_facts(Coordinator *c)
  * before the attach and the staged ones, its rows are the kept rows
  * counted then and the staged rows, and its window holds the rows each
  * chunk's digest described.  False when they cannot be taken so: a
- * skipped chunk, a generation cloned without its baseline, a merge.
+ * merge, or a chunk whose facts did not fit its slot.
  */
 static bool
 window_facts_from_chunks(Coordinator *c)
 {
 	DpwinWindowFacts facts;
 
-	if (c->ext.skipped_chunks > 0 ||
-		!dpwin_generation_parts_add_up(c->build.gen, &facts.rows) ||
+	if (!dpwin_generation_parts_add_up(c->build.gen, &facts.rows) ||
 		!dpwin_facts_from_chunks(c->ext.slots, c->ext.nchunks,
 								 c->build.gen->baseline_null_rows, &facts))
 		return false;

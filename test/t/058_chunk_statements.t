@@ -198,23 +198,36 @@ sub facts_evidence
 		$bounds, '... and its bounds and rows');
 }
 
+# A one-worker refresh of a new route, started and held at its
+# re-admission after the rows: chunk 0's digest is held first, so that
+# the holds set then (the re-admission's, and those `holds` make of the
+# generation's name) cannot catch an earlier statement.  Returns the route, target, invocation, table
+# prefix, generation, log position and the psql handle.
+my $readmit = "SELECT 'D', engine";
+
+sub held_at_readmission
 {
-	my ($route, $t) = new_event_route('facts_merged');
+	my ($tag, @holds) = @_;
+	my ($route, $t) = new_event_route($tag);
 	psql_ok("SELECT dpwin.alter_route('$route', parallelism => 1)");
 	my $inv = new_uuid();
 	my $prefix = invocation_prefix(route_id($route), $inv);
-	my $gen = "${prefix}gen";
 	my $digest0 = "FROM `$db`.`${prefix}stg_0_0`";
-	my $readmit = "SELECT 'D', engine";
-	my $names = "SELECT arrayStringConcat(arraySort(groupArray(name)), ',') FROM system.parts"
-	  . " WHERE database = '$db' AND `table` = '$gen' AND active";
 	fault(pattern => $digest0, mode => 'hold', count => 1);
 	my $seq = ch_log_seq();
 	my $h = bg_psql(refresh_row_sql($route, $E, $inv));
-	ok(wait_running(qr/\Q$digest0\E/, 1, phase => 'holding'), 'merged: the digest of chunk 0 waits on the server');
-	fault(pattern => $readmit, mode => 'hold', count => 1);
-	is(release($digest0), 1, 'merged: the digest is released');
-	ok(wait_running(qr/^\Q$readmit\E/, 1, phase => 'holding'), 'merged: the re-admission waits on the server');
+	ok(wait_running(qr/^SELECT count\(\), sum\(reinterpretAsUInt64\(sipHash128ReferenceKeyed\(.*\Q$digest0\E/s, 1, phase => 'holding'),
+		"$tag: the digest of chunk 0 waits on the server");
+	fault(pattern => $_, mode => 'hold', count => 1) for ($readmit, map { $_->("${prefix}gen") } @holds);
+	is(release($digest0), 1, "$tag: the digest is released");
+	ok(wait_running(qr/^\Q$readmit\E/, 1, phase => 'holding'), "$tag: the re-admission waits on the server");
+	return ($route, $t, $inv, $prefix, "${prefix}gen", $seq, $h);
+}
+
+{
+	my ($route, $t, $inv, $prefix, $gen, $seq, $h) = held_at_readmission('merged');
+	my $names = "SELECT arrayStringConcat(arraySort(groupArray(name)), ',') FROM system.parts"
+	  . " WHERE database = '$db' AND `table` = '$gen' AND active";
 	my $before = ch_ok($names);
 	ch_ok("OPTIMIZE TABLE `$db`.`$gen` FINAL");
 	isnt(ch_ok($names), $before, 'merged: a merge changed the generation\'s parts');
@@ -242,25 +255,11 @@ sub facts_evidence
 # description when it is created, and the target's parts with the
 # generation's after the attach: neither has a statement of its own.
 {
-	my ($route, $t) = new_event_route('beside');
-	psql_ok("SELECT dpwin.alter_route('$route', parallelism => 1)");
-	my $inv = new_uuid();
-	my $prefix = invocation_prefix(route_id($route), $inv);
-	my $gen = "${prefix}gen";
-	my $digest0 = "FROM `$db`.`${prefix}stg_0_0`";
-	my $readmit = "SELECT 'D', engine";
-	my $rename = "RENAME TABLE `$db`.`$gen`";
+	my $rename_of = sub { "RENAME TABLE `$db`.`$_[0]`" };
+	my ($route, $t, $inv, $prefix, $gen, $seq, $h) = held_at_readmission('beside', $rename_of);
+	my $rename = $rename_of->($gen);
 	my $staged = qr/FROM system\.parts WHERE .*'\Q${prefix}\Estg_0_0'/s;
 	my $drop = qr/^DROP TABLE IF EXISTS `\Q$db\E`\.`\Q${prefix}\Estg_0_0`/;
-	fault(pattern => $digest0, mode => 'hold', count => 1);
-	my $seq = ch_log_seq();
-	my $h = bg_psql(refresh_row_sql($route, $E, $inv));
-	ok(wait_running(qr/^SELECT count\(\), sum\(reinterpretAsUInt64\(sipHash128ReferenceKeyed\(.*\Q$digest0\E/s, 1, phase => 'holding'),
-		'beside: the digest of chunk 0 waits on the server');
-	fault(pattern => $readmit, mode => 'hold', count => 1);
-	fault(pattern => $rename, mode => 'hold', count => 1);
-	is(release($digest0), 1, 'beside: the digest is released');
-	ok(wait_running(qr/^\Q$readmit\E/, 1, phase => 'holding'), 'beside: the re-admission waits on the server');
 	ok(wait_logged($seq, $staged), '... while the staged parts are listed');
 	my ($listed) = grep { $_->{query} =~ $staged } ch_log_since($seq);
 	like($listed->{query_id} // '', qr/^dpwin-\Q$inv\E-2-/, '... on the coordinator\'s second connection');
