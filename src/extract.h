@@ -49,6 +49,22 @@ typedef enum DpwinExtractMode
 	DPWIN_EXTRACT_DIGEST		/* digest only: no staging, no journal */
 } DpwinExtractMode;
 
+/*
+ * The window's facts among a chunk's rows (facts.h): its rows inside the
+ * window, its lowest and highest window value, and its rows of each UTC
+ * day.  known is false where they did not fit here.
+ */
+typedef struct DpwinChunkFacts
+{
+	bool		known;
+	int64		window_rows;
+	char		window_min[DPWIN_FACT_VALUE_LEN];	/* "" when no row */
+	char		window_max[DPWIN_FACT_VALUE_LEN];
+	int64		first_day;		/* its first UTC day, in days from 2000-01-01 */
+	int			ndays;
+	int64		day_rows[DPWIN_FACT_MAX_DAYS];
+} DpwinChunkFacts;
+
 typedef struct DpwinChunkSlot
 {
 	int			chunk_no;
@@ -64,17 +80,8 @@ typedef struct DpwinChunkSlot
 	DpwinDigest target_digest;
 	char		staging_table[NAMEDATALEN * 2];
 
-	/*
-	 * The window's facts among the staged rows, read with the staging
-	 * digest (facts.h); facts_known is false where they did not fit here.
-	 */
-	bool		facts_known;
-	int64		window_rows;
-	char		window_min[DPWIN_FACT_VALUE_LEN];	/* "" when no row */
-	char		window_max[DPWIN_FACT_VALUE_LEN];
-	int64		first_day;		/* its first UTC day, in days from 2000-01-01 */
-	int			ndays;
-	int64		day_rows[DPWIN_FACT_MAX_DAYS];
+	/* the window's facts among the staged rows, read with their digest */
+	DpwinChunkFacts facts;
 } DpwinChunkSlot;
 
 typedef struct DpwinExtractShared

@@ -34,6 +34,11 @@ typedef struct DpwinExtraction
 	int64		source_rows;
 	int64		staged_rows;
 	int64		encoded_bytes;
+	/*
+	 * SKIP_UNCHANGED: the window's facts among the target's rows of each
+	 * chunk, for the chunks kept from it; NULL when not known.
+	 */
+	DpwinChunkFacts *kept_facts;
 } DpwinExtraction;
 
 /* Who extracts: what the chunk workers need to know besides the chunks. */

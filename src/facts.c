@@ -7,10 +7,12 @@
  *	  The staging digest reads every row of a chunk anyway; the same read
  *	  yields the chunk's rows per UTC day, its lowest and highest window
  *	  value and its rows inside the window, in the worker, while the next
- *	  chunk loads.  Added up, they describe the generation's window once
- *	  its parts are shown to be the staged ones (docs/design.md, "Building
- *	  the generation"), so that no statement reads the window again
- *	  between the attach and the exchange.
+ *	  chunk loads.  A refresh that skips unchanged chunks reads the same
+ *	  facts of the chunks it keeps from the target, while its workers
+ *	  read the source.  Added up, they describe the generation's window
+ *	  once its parts are shown to be the kept and the staged ones
+ *	  (docs/design.md, "Building the generation"), so that no statement
+ *	  reads the window again between the attach and the exchange.
  *
  *-------------------------------------------------------------------------
  */
@@ -30,15 +32,15 @@ floor_div(int64 a, int64 b)
 }
 
 /*
- * The UTC days that the chunk's part of the window [lo, hi) touches: the
- * first (in days from 2000-01-01) and how many.
+ * The UTC days that the part of the window [lo, hi) in the chunk [clo,
+ * chi) touches: the first (in days from 2000-01-01) and how many.
  */
 static int
-chunk_days(const DpwinChunkSlot *slot, TimestampTz lo, TimestampTz hi,
+chunk_days(TimestampTz clo, TimestampTz chi, TimestampTz lo, TimestampTz hi,
 		   int64 *first)
 {
-	TimestampTz from = Max(slot->lo, lo);
-	TimestampTz to = Min(slot->hi, hi);
+	TimestampTz from = Max(clo, lo);
+	TimestampTz to = Min(chi, hi);
 
 	*first = 0;
 	if (to <= from)
@@ -55,7 +57,7 @@ dpwin_facts_chunk_sql(const DpwinTargetInfo *target, const char *window_column,
 	char	   *in = dpwin_target_window_predicate(target, window_column, lo, hi);
 	StringInfoData before;
 	int64		first;
-	int			ndays = chunk_days(slot, lo, hi, &first);
+	int			ndays = chunk_days(slot->lo, slot->hi, lo, hi, &first);
 
 	/*
 	 * On the window's predicate, not the chunk's: the rows the server
@@ -91,40 +93,129 @@ void
 dpwin_facts_chunk_store(DpwinChunkSlot *slot, TimestampTz lo, TimestampTz hi,
 						List *values)
 {
+	DpwinChunkFacts *f = &slot->facts;
 	const char *before = list_nth(values, 1);
 	int64		prior = 0;
 	int			d = 0;
 
 	Assert(list_length(values) == DPWIN_FACTS_CHUNK_COLUMNS);
-	slot->facts_known = false;
-	slot->window_rows = pg_strtoint64(dpwin_ch_row_field(values, 0));
-	slot->ndays = chunk_days(slot, lo, hi, &slot->first_day);
-	if (slot->ndays > DPWIN_FACT_MAX_DAYS || before == NULL || before[0] != '[' ||
-		!store_text(slot->window_min, sizeof(slot->window_min), list_nth(values, 2)) ||
-		!store_text(slot->window_max, sizeof(slot->window_max), list_nth(values, 3)))
+	f->known = false;
+	f->window_rows = pg_strtoint64(dpwin_ch_row_field(values, 0));
+	f->ndays = chunk_days(slot->lo, slot->hi, lo, hi, &f->first_day);
+	if (f->ndays > DPWIN_FACT_MAX_DAYS || before == NULL || before[0] != '[' ||
+		!store_text(f->window_min, sizeof(f->window_min), list_nth(values, 2)) ||
+		!store_text(f->window_max, sizeof(f->window_max), list_nth(values, 3)))
 		return;
 
 	/* "[a,b,...]": the rows before each midnight, then all of them */
-	for (const char *p = before + 1; *p != ']' && *p != '\0' && d < slot->ndays - 1; d++)
+	for (const char *p = before + 1; *p != ']' && *p != '\0' && d < f->ndays - 1; d++)
 	{
 		char	   *end;
 		int64		n = strtoi64(p, &end, 10);
 
 		if (end == p || n < prior)
 			return;
-		slot->day_rows[d] = n - prior;
+		f->day_rows[d] = n - prior;
 		prior = n;
 		p = *end == ',' ? end + 1 : end;
 	}
-	if (slot->ndays > 0)
+	if (f->ndays > 0)
 	{
-		if (d != slot->ndays - 1 || slot->window_rows < prior)
+		if (d != f->ndays - 1 || f->window_rows < prior)
 			return;
-		slot->day_rows[d] = slot->window_rows - prior;
+		f->day_rows[d] = f->window_rows - prior;
 	}
-	else if (slot->window_rows != 0)
+	else if (f->window_rows != 0)
 		return;
-	slot->facts_known = true;
+	f->known = true;
+}
+
+/* Add one (chunk, UTC day) group of the target's answer to its chunk's facts. */
+static void
+add_target_day(DpwinChunkFacts *f, List *row)
+{
+	int			y;
+	int			m;
+	int			d;
+	int64		day;
+	int64		n = pg_strtoint64(dpwin_ch_row_field(row, 2));
+	const char *text = dpwin_ch_row_field(row, 1);
+
+	if (!f->known)
+		return;
+	if (text == NULL || sscanf(text, "%d-%d-%d", &y, &m, &d) != 3)
+	{
+		f->known = false;
+		return;
+	}
+	day = date2j(y, m, d) - POSTGRES_EPOCH_JDATE - f->first_day;
+	if (day < 0 || day >= f->ndays ||
+		(f->window_min[0] == '\0' &&
+		 !store_text(f->window_min, sizeof(f->window_min), dpwin_ch_row_field(row, 3))) ||
+		!store_text(f->window_max, sizeof(f->window_max), dpwin_ch_row_field(row, 4)))
+	{
+		f->known = false;
+		return;
+	}
+	f->day_rows[day] += n;
+	f->window_rows += n;
+}
+
+DpwinChunkFacts *
+dpwin_facts_read_target(ChClient *client, const DpwinTargetInfo *target,
+						const char *window_column, List *chunks,
+						TimestampTz lo, TimestampTz hi)
+{
+	char	   *index = dpwin_target_chunk_index_sql(window_column, chunks);
+	char	   *w = dpwin_ch_quote_ident(window_column);
+	int			nchunks = list_length(chunks);
+	DpwinChunkFacts *facts;
+	List	   *rows;
+	ListCell   *lc;
+	int			i = 0;
+
+	if (index == NULL)
+		return NULL;
+	facts = palloc0(sizeof(DpwinChunkFacts) * nchunks);
+	foreach(lc, chunks)
+	{
+		DpwinChunkBounds *b = lfirst(lc);
+		DpwinChunkFacts *f = &facts[i++];
+
+		f->ndays = chunk_days(b->lo, b->hi, lo, hi, &f->first_day);
+		f->known = f->ndays <= DPWIN_FACT_MAX_DAYS;
+	}
+
+	/*
+	 * On the window's predicate, as the staging digests read them; a row's
+	 * UTC day is its date, the window column being DateTime64 in UTC.  The
+	 * groups come in order, so a chunk's first holds its lowest value and
+	 * its last its highest.  The aliases are prefixed so that they cannot
+	 * shadow a column.
+	 */
+	rows = dpwin_ch_parse_tsv(dpwin_ch_exec(client,
+											psprintf("SELECT %s AS __dpwin_chunk, toDate32(%s) AS __dpwin_day,"
+													 " count(), toString(min(%s)), toString(max(%s))"
+													 " FROM %s PREWHERE %s"
+													 " GROUP BY __dpwin_chunk, __dpwin_day"
+													 " ORDER BY __dpwin_chunk, __dpwin_day"
+													 " FORMAT TabSeparated",
+													 index, w, w, w,
+													 dpwin_ch_qualified_name(target->database, target->table),
+													 dpwin_target_window_predicate(target, window_column, lo, hi))));
+	foreach(lc, rows)
+	{
+		List	   *row = lfirst(lc);
+		int			chunk = list_length(row) == 5 ? atoi(dpwin_ch_row_field(row, 0)) : 0;
+
+		if (chunk < 1 || chunk > nchunks)
+			ereport(ERROR,
+					(errcode(ERRCODE_PROTOCOL_VIOLATION),
+					 errmsg("unexpected answer from ClickHouse to the window's facts of %s",
+							dpwin_ch_qualified_name(target->database, target->table))));
+		add_target_day(&facts[chunk - 1], row);
+	}
+	return facts;
 }
 
 /* A JSON string, or null for NULL. */
@@ -159,13 +250,15 @@ append_day(StringInfo days, StringInfo rows, int64 day, int64 n)
 
 bool
 dpwin_facts_from_chunks(const DpwinChunkSlot *slots, int nslots,
-						int64 null_window_rows, DpwinWindowFacts *facts)
+						const DpwinChunkFacts *kept, int64 null_window_rows,
+						DpwinWindowFacts *facts)
 {
 	StringInfoData days;
 	StringInfoData rows;
 	StringInfoData bounds;
 	const char *min = NULL;
 	const char *max = NULL;
+	int64		window_rows = 0;
 	int64		day = 0;		/* the day being added up ... */
 	int64		day_rows = 0;	/* ... and its rows so far */
 
@@ -175,29 +268,39 @@ dpwin_facts_from_chunks(const DpwinChunkSlot *slots, int nslots,
 	for (int i = 0; i < nslots; i++)
 	{
 		const DpwinChunkSlot *s = &slots[i];
+		const DpwinChunkFacts *f;
 
-		if (s->result != DPWIN_CHUNK_VERIFIED || !s->facts_known)
+		if (s->result == DPWIN_CHUNK_VERIFIED)
+		{
+			f = &s->facts;
+			facts->ranges_rows += f->window_rows;
+		}
+		else if (s->result == DPWIN_CHUNK_SKIPPED && kept != NULL)
+			f = &kept[i];
+		else
+			return false;
+		if (!f->known)
 			return false;
 		/* the chunks follow one another: the days and bounds come in order */
 		Assert(i == 0 || s->lo >= slots[i - 1].hi);
-		facts->ranges_rows += s->window_rows;
-		if (s->window_rows > 0)
+		window_rows += f->window_rows;
+		if (f->window_rows > 0)
 		{
 			if (min == NULL)
-				min = s->window_min;
-			max = s->window_max;
+				min = f->window_min;
+			max = f->window_max;
 		}
-		for (int d = 0; d < s->ndays; d++)
+		for (int d = 0; d < f->ndays; d++)
 		{
-			if (s->day_rows[d] == 0)
+			if (f->day_rows[d] == 0)
 				continue;
-			if (day_rows > 0 && day != s->first_day + d)
+			if (day_rows > 0 && day != f->first_day + d)
 			{
 				append_day(&days, &rows, day, day_rows);
 				day_rows = 0;
 			}
-			day = s->first_day + d;
-			day_rows += s->day_rows[d];
+			day = f->first_day + d;
+			day_rows += f->day_rows[d];
 		}
 	}
 	if (day_rows > 0)
@@ -211,7 +314,7 @@ dpwin_facts_from_chunks(const DpwinChunkSlot *slots, int nslots,
 	appendStringInfoString(&bounds, ",\"max\":");
 	json_string_or_null(&bounds, max);
 	appendStringInfo(&bounds, ",\"window_rows\":" INT64_FORMAT ",\"null_window_rows\":" INT64_FORMAT "}",
-					 facts->ranges_rows, null_window_rows);
+					 window_rows, null_window_rows);
 	facts->bounds = bounds.data;
 	return true;
 }

@@ -110,8 +110,9 @@ finish_window_facts(Coordinator *c)
  * "Building the generation"): where its parts are exactly those it had
  * before the attach and the staged ones, its rows are the kept rows
  * counted then and the staged rows, and its window holds the rows each
- * chunk's digest described.  False when they cannot be taken so: a
- * merge, or a chunk whose facts did not fit its slot.
+ * chunk's digest described, or, for a chunk kept from the target, the
+ * target's rows of it.  False when they cannot be taken so: a merge, or a
+ * chunk whose facts are not known.
  */
 static bool
 window_facts_from_chunks(Coordinator *c)
@@ -119,7 +120,7 @@ window_facts_from_chunks(Coordinator *c)
 	DpwinWindowFacts facts;
 
 	if (!dpwin_generation_parts_add_up(c->build.gen, &facts.rows) ||
-		!dpwin_facts_from_chunks(c->ext.slots, c->ext.nchunks,
+		!dpwin_facts_from_chunks(c->ext.slots, c->ext.nchunks, c->ext.kept_facts,
 								 c->build.gen->baseline_null_rows, &facts))
 		return false;
 	take_window_facts(c, &facts);
@@ -167,7 +168,8 @@ dpwin_step_verified(Coordinator *c)
 	 * of its window after it, unless its parts then say otherwise.
 	 */
 	started = GetCurrentTimestamp();
-	from_chunks = c->ext.skipped_chunks == 0 && c->build.gen->baseline_known;
+	from_chunks = c->build.gen->baseline_known &&
+		(c->ext.skipped_chunks == 0 || c->ext.kept_facts != NULL);
 	dpwin_generation_attach_staged(c->client, c->target, c->build.gen, &staged,
 								   &c->ext.key, from_chunks ? NULL : start_window_facts, c);
 	c->build.kept_rows = c->build.gen->target_kept_rows;

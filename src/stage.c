@@ -23,6 +23,7 @@
 #include "utils/resowner.h"
 
 #include "build.h"
+#include "facts.h"
 #include "names.h"
 #include "steps.h"
 
@@ -162,6 +163,10 @@ overlap_head_start(Coordinator *c, bool clone)
 			/* what the generation holds before the attach, for its counts */
 			dpwin_generation_read_baseline(c->client, c->target, c->build.gen);
 		}
+		else
+			c->ext.kept_facts = dpwin_facts_read_target(c->client, c->target,
+														c->route->window_column,
+														c->ext.chunks, c->lo, c->hi);
 		ReleaseCurrentSubTransaction();
 	}
 	PG_CATCH();
@@ -197,7 +202,10 @@ overlap_clone(void *arg)
 
 /*
  * A refresh that skips unchanged chunks clones only once it knows which
- * chunks are staged; the probe alone overlaps its workers.
+ * chunks are staged.  Its workers overlap the probe, and the window's
+ * facts among the target's rows of each chunk: those of the chunks it
+ * keeps are the generation's while the target's parts stay as they were
+ * read before the workers started (dpwin_step_extracting).
  */
 static void
 overlap_probe(void *arg)
@@ -228,9 +236,20 @@ dpwin_step_extracting(Coordinator *c)
 		/* nothing to ask when the probe answered during the extraction */
 		probe_exchange(c);
 		dpwin_build_prepare_generation(c, dpwin_build_staged_ranges(c));
-		if (c->ext.skipped_chunks > 0 &&
-			!dpwin_generation_parts_equal(parts, c->build.gen->target_parts))
-			dpwin_build_check_skipped_rows(c);
+		if (!dpwin_generation_parts_equal(parts, c->build.gen->target_parts))
+		{
+			/* what was read of the target may not be its rows any more */
+			c->ext.kept_facts = NULL;
+			if (c->ext.skipped_chunks > 0)
+				dpwin_build_check_skipped_rows(c);
+		}
+
+		/*
+		 * What the generation holds before the attach, for its counts, where
+		 * every chunk's facts are known without reading it.
+		 */
+		if (c->ext.skipped_chunks == 0 || c->ext.kept_facts != NULL)
+			dpwin_generation_read_baseline(c->client, c->target, c->build.gen);
 	}
 	else
 	{

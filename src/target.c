@@ -482,6 +482,24 @@ chunks_uniform(List *chunks)
 	return true;
 }
 
+char *
+dpwin_target_chunk_index_sql(const char *window_column, List *chunks)
+{
+	DpwinChunkBounds *first = linitial(chunks);
+
+	/*
+	 * A row's chunk is a division of its microseconds, exact because the
+	 * window column is DateTime64(p <= 6) (admission), where searching the
+	 * bounds would cost as much as a digest of the row.
+	 */
+	if (!chunks_uniform(chunks))
+		return NULL;
+	return psprintf("(intDiv(toUnixTimestamp64Micro(%s) - toInt64(" INT64_FORMAT
+					"), toInt64(" INT64_FORMAT ")) + 1)",
+					dpwin_ch_quote_ident(window_column),
+					dpwin_unix_usecs(first->lo, "lower"), first->hi - first->lo);
+}
+
 void
 dpwin_target_chunk_digests(ChClient *client, const DpwinTargetInfo *target,
 						   const char *table, const char *window_column,
@@ -490,6 +508,7 @@ dpwin_target_chunk_digests(ChClient *client, const DpwinTargetInfo *target,
 {
 	StringInfoData sql;
 	char	   *w = dpwin_ch_quote_ident(window_column);
+	char	   *index = dpwin_target_chunk_index_sql(window_column, chunks);
 	DpwinChunkBounds *first = linitial(chunks);
 	DpwinChunkBounds *last = llast(chunks);
 	char	   *answer;
@@ -500,22 +519,16 @@ dpwin_target_chunk_digests(ChClient *client, const DpwinTargetInfo *target,
 	/*
 	 * One statement, so that every chunk is digested from one generation of
 	 * the table.  The chunks are a window's (one width, end to end, the last
-	 * one possibly shorter): a row's chunk is a division of its microseconds,
-	 * exact because the window column is DateTime64(p <= 6) (admission),
-	 * where searching the bounds would cost as much as the digest itself.
-	 *
-	 * The alias is prefixed so that it cannot shadow a column.
+	 * one possibly shorter).  The alias is prefixed so that it cannot shadow
+	 * a column.
 	 */
-	if (!chunks_uniform(chunks))
+	if (index == NULL)
 		elog(ERROR, "chunk digests need the chunks of one window");
 	initStringInfo(&sql);
-	appendStringInfo(&sql, "SELECT intDiv(toUnixTimestamp64Micro(%s) - toInt64(" INT64_FORMAT
-					 "), toInt64(" INT64_FORMAT ")) + 1",
-					 w, dpwin_unix_usecs(first->lo, "lower"), first->hi - first->lo);
-	appendStringInfo(&sql, " AS __dpwin_chunk, %s FROM %s WHERE %s >= %s AND %s < %s"
+	appendStringInfo(&sql, "SELECT %s AS __dpwin_chunk, %s FROM %s WHERE %s >= %s AND %s < %s"
 					 " GROUP BY __dpwin_chunk ORDER BY __dpwin_chunk"
 					 " SETTINGS " DPWIN_TARGET_SCAN_SETTINGS " FORMAT TabSeparated",
-					 dpwin_digest_ch_select_list(key, target->quoted_columns),
+					 index, dpwin_digest_ch_select_list(key, target->quoted_columns),
 					 dpwin_ch_qualified_name(target->database, table),
 					 w, dpwin_target_bound_sql(first->lo, "lower"),
 					 w, dpwin_target_bound_sql(last->hi, "upper"));

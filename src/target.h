@@ -125,6 +125,14 @@ extern List *dpwin_target_digest_like_finish(ChClient *client,
 											 DpwinDigest *out);
 
 /*
+ * The expression that numbers a row's chunk among chunks (a List of
+ * DpwinChunkBounds: a window's chunks, as dpwin_window_chunks() makes
+ * them), from 1; NULL when they are not one width end to end.
+ */
+extern char *dpwin_target_chunk_index_sql(const char *window_column,
+										  List *chunks);
+
+/*
  * Digest of the rows of db.table in each chunk (a List of
  * DpwinChunkBounds: a window's chunks, as dpwin_window_chunks() makes
  * them), all in one statement: out[i]

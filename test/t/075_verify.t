@@ -191,7 +191,7 @@ is_deeply(drifting(verify($skip)), [], 'skip_unchanged: verify matches afterward
 		return [ sort($kept, split /\n/, $out) ];
 	};
 	# refresh; the evidence's counts, the chunks' states, the statements
-	# that digested the target's chunks
+	# that digested the target's chunks (not the one that reads their facts)
 	my $refresh = sub {
 		my ($end) = @_;
 		my $since = ch_log_seq();
@@ -202,22 +202,48 @@ is_deeply(drifting(verify($skip)), [], 'skip_unchanged: verify matches afterward
 			  . " ORDER BY i.created_at DESC LIMIT 1");
 		my $states = psql_ok("SELECT string_agg(chunk_no || ':' || state, ',' ORDER BY chunk_no)"
 			  . " FROM dpwin.chunks WHERE invocation_id = '$inv'");
-		my $digests = grep { $_->{query} =~ /__dpwin_chunk/ && $_->{query} =~ /FROM `\Q$db\E`\.`days`/ }
+		my $digests = grep { $_->{query} =~ /__dpwin_chunk/ && $_->{query} =~ /sipHash128ReferenceKeyed/
+			  && $_->{query} =~ /FROM `\Q$db\E`\.`days`/ }
 		  ch_log_since($since);
 		return ($cached, $skipped, $states, $digests, $inv);
 	};
 
-	my ($cached, $skipped, $states, $digests) = $refresh->($E);
+	# The evidence's window facts, and the published target's, counted
+	# here on its own: whether the generation was counted from its parts,
+	# the rows of each UTC day, the rows, the lowest and highest value.
+	my $facts = sub {
+		my ($inv, $lo, $hi) = @_;
+		my $in = "w >= '$lo' AND w < '$hi'";
+		(my $evidence = psql_ok("SELECT concat_ws('|', e->'generation'->>'counted_by_parts', e->'utc_days'->>'rows',"
+			  . " e->'window_bounds'->>'window_rows', e->'window_bounds'->>'min', e->'window_bounds'->>'max')"
+			  . " FROM (SELECT result->'evidence' e FROM dpwin.invocation WHERE invocation_id = '$inv') i")) =~ s/, /,/g;
+		my $target = ch_ok("SELECT concat(toJSONString(groupArray(n)), '|', toString(sum(n)), '|',"
+			  . " toString(min(lo)), '|', toString(max(hi))) FROM (SELECT toDate(w) d, count() n, min(w) lo, max(w) hi"
+			  . " FROM `$db`.`days` WHERE $in GROUP BY d ORDER BY d)");
+		chomp $target;
+		return ($evidence, $target);
+	};
+
+	my ($cached, $skipped, $states, $digests, $inv) = $refresh->($E);
 	is("$cached/$skipped/$digests", '0/0/1', 'cache: the first refresh has none, and digests the target once');
 	like(psql_ok("SELECT metrics->'generation'->>'layout' FROM dpwin.evidence e JOIN dpwin.invocation i USING (invocation_id)"
 		  . " JOIN dpwin.route r ON r.route_id = i.route_id WHERE r.route_name = '$route'"),
 		qr/^[0-9a-f]{64}$/, 'cache: the evidence records the fingerprint of the published parts');
 
 	psql_ok("UPDATE $schema.days SET v = 'changed' WHERE id = 100");
-	($cached, $skipped, $states, $digests) = $refresh->($E);
+	my $since_facts = ch_log_seq();
+	($cached, $skipped, $states, $digests, $inv) = $refresh->($E);
 	is("$cached/$skipped/$digests", '3/2/0', 'cache: every chunk compared with the last publication, none digested by ClickHouse');
 	is($states, '0:skipped,1:skipped,2:verified', 'cache: only the changed chunk was re-staged');
 	is_deeply(ch_rows('days'), $expect->('2026-09-06 00:00:00+00', $E), 'cache: the target is the source window plus the kept row');
+
+	# The skipped chunks' facts were read from the target while the workers
+	# read the source; the generation was counted from its parts.
+	my ($evidence, $target) = $facts->($inv, '2026-09-06 00:00:00', '2026-09-09 00:00:00');
+	is($evidence, "true|$target", 'cache: the evidence\'s facts are the target\'s, the skipped chunks\' read beside the workers');
+	my $gen = psql_ok("SELECT generation_table FROM dpwin.publication WHERE invocation_id = '$inv'");
+	my @read = grep { $_->{query} =~ /^SELECT toJSONString\(.*FROM `\Q$db\E`\.`\Q$gen\E`/s } ch_log_since($since_facts);
+	is(scalar(@read), 0, 'cache: and no statement read them from the generation');
 
 	# a day later: two chunks from the cache, the new one digested alone
 	my $E2 = '2026-09-10 00:00:00+00';
@@ -239,6 +265,39 @@ is_deeply(drifting(verify($skip)), [], 'skip_unchanged: verify matches afterward
 	($cached, $skipped, $states, $digests) = $refresh->($E2);
 	is("$cached/$skipped/$digests", '3/2/0', 'cache: a merge keeps the last publication\'s digests');
 	is($states, '0:skipped,1:skipped,2:verified', 'cache: and the changed chunk alone is re-staged');
+
+	# A merge of the target while the workers read the source: the parts
+	# read before them are not the target's parts when it is cloned.  The
+	# skipped chunks are digested again in the clone, and what was read of
+	# the target meanwhile is not taken: the facts are read from the
+	# generation.
+	{
+		psql_ok("UPDATE $schema.days SET v = 'changed during a merge' WHERE id = 130");
+		my $pattern = "toDate32(`w`) AS __dpwin_day";
+		fault(pattern => $pattern, mode => 'hold', count => 1);
+		my $since = ch_log_seq();
+		my $h = bg_psql("SELECT state FROM dpwin_refresh('$route', '$E2')");
+		ok(wait_running(qr/\Q$pattern\E.* FROM `\Q$db\E`\.`days`/s, 1, phase => 'holding'),
+			'merged: the facts of the target\'s chunks are read while the workers run');
+		my $parts = $names->();
+		ch_ok("OPTIMIZE TABLE `$db`.`days` FINAL");
+		isnt($names->(), $parts, 'merged: a merge rewrote the target\'s parts meanwhile');
+		is(release($pattern), 1, 'merged: the facts are released');
+		my ($rc, $out, $err) = bg_finish($h);
+		is($out, 'completed', 'merged: the refresh completes') or diag($err);
+		my $inv = psql_ok("SELECT e.invocation_id FROM dpwin.evidence e JOIN dpwin.route r USING (route_id)"
+			  . " WHERE r.route_name = '$route' ORDER BY e.written_at DESC LIMIT 1");
+		is(psql_ok("SELECT string_agg(chunk_no || ':' || state, ',' ORDER BY chunk_no) FROM dpwin.chunks"
+			  . " WHERE invocation_id = '$inv'"), '0:skipped,1:skipped,2:verified', 'merged: the changed chunk alone is re-staged');
+		my $gen = psql_ok("SELECT generation_table FROM dpwin.publication WHERE invocation_id = '$inv'");
+		my @log = ch_log_since($since);
+		is(scalar(grep { $_->{query} =~ /__dpwin_chunk.*sipHash128ReferenceKeyed.*FROM `\Q$db\E`\.`\Q$gen\E`/s } @log), 1,
+			'merged: the skipped chunks are digested again in the clone');
+		is(scalar(grep { $_->{query} =~ /^SELECT toJSONString\(.*FROM `\Q$db\E`\.`\Q$gen\E`/s } @log), 1,
+			'merged: the facts are read from the generation');
+		my ($evidence, $target) = $facts->($inv, '2026-09-07 00:00:00', '2026-09-10 00:00:00');
+		is($evidence, "false|$target", 'merged: and they are the target\'s');
+	}
 
 	# the target's files change, its rows count the same: not trusted
 	ch_ok("ALTER TABLE `$db`.`days` UPDATE v = 'tampered' WHERE id = 50 SETTINGS mutations_sync = 2");
@@ -281,7 +340,7 @@ is_deeply(drifting(verify($skip)), [], 'skip_unchanged: verify matches afterward
 	psql_ok("UPDATE dpwin.invocation SET plan = jsonb_set(plan, '{digest_key}', '\"1:2:3:4\"')"
 		  . " WHERE invocation_id = '$last'");
 	psql_ok("UPDATE $schema.days SET v = 'third' WHERE id = 140");
-	my $inv;
+	# $inv: the refresh's invocation, as above
 	($cached, $skipped, $states, $digests, $inv) = $refresh->($E2);
 	is("$cached/$digests", '0/1', 'cache: digests of the older scheme are not taken; the target is digested');
 	is($states, '0:skipped,1:skipped,2:verified', 'cache: and only the changed chunk re-staged');
