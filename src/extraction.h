@@ -36,9 +36,11 @@ typedef struct DpwinExtraction
 	int64		encoded_bytes;
 	/*
 	 * SKIP_UNCHANGED: the window's facts among the target's rows of each
-	 * chunk, for the chunks kept from it; NULL when not known.
+	 * chunk, for the chunks kept from it, and the target's rows whose
+	 * window value is NULL; NULL when not known.
 	 */
 	DpwinChunkFacts *kept_facts;
+	int64		kept_null_rows;
 } DpwinExtraction;
 
 /* Who extracts: what the chunk workers need to know besides the chunks. */

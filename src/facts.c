@@ -164,8 +164,9 @@ add_target_day(DpwinChunkFacts *f, List *row)
 DpwinChunkFacts *
 dpwin_facts_read_target(ChClient *client, const DpwinTargetInfo *target,
 						const char *window_column, List *chunks,
-						TimestampTz lo, TimestampTz hi)
+						TimestampTz lo, TimestampTz hi, int64 *null_window_rows)
 {
+	char	   *tbl = dpwin_ch_qualified_name(target->database, target->table);
 	char	   *index = dpwin_target_chunk_index_sql(window_column, chunks);
 	char	   *w = dpwin_ch_quote_ident(window_column);
 	int			nchunks = list_length(chunks);
@@ -190,31 +191,39 @@ dpwin_facts_read_target(ChClient *client, const DpwinTargetInfo *target,
 	 * On the window's predicate, as the staging digests read them; a row's
 	 * UTC day is its date, the window column being DateTime64 in UTC.  The
 	 * groups come in order, so a chunk's first holds its lowest value and
-	 * its last its highest.  The aliases are prefixed so that they cannot
-	 * shadow a column.
+	 * its last its highest.  The rows whose window value is NULL, from the
+	 * NULL map alone, come as chunk 0.  The aliases are prefixed so that
+	 * they cannot shadow a column.
 	 */
 	rows = dpwin_ch_parse_tsv(dpwin_ch_exec(client,
-											psprintf("SELECT %s AS __dpwin_chunk, toDate32(%s) AS __dpwin_day,"
+											psprintf("SELECT * FROM (SELECT %s AS __dpwin_chunk, toDate32(%s) AS __dpwin_day,"
 													 " count(), toString(min(%s)), toString(max(%s))"
-													 " FROM %s PREWHERE %s"
-													 " GROUP BY __dpwin_chunk, __dpwin_day"
+													 " FROM %s PREWHERE %s GROUP BY __dpwin_chunk, __dpwin_day"
+													 " UNION ALL SELECT 0, NULL, count(), NULL, NULL FROM %s PREWHERE isNull(%s))"
 													 " ORDER BY __dpwin_chunk, __dpwin_day"
 													 " FORMAT TabSeparated",
-													 index, w, w, w,
-													 dpwin_ch_qualified_name(target->database, target->table),
-													 dpwin_target_window_predicate(target, window_column, lo, hi))));
+													 index, w, w, w, tbl,
+													 dpwin_target_window_predicate(target, window_column, lo, hi),
+													 tbl, w)));
+	*null_window_rows = -1;
 	foreach(lc, rows)
 	{
 		List	   *row = lfirst(lc);
-		int			chunk = list_length(row) == 5 ? atoi(dpwin_ch_row_field(row, 0)) : 0;
+		int			chunk = list_length(row) == 5 ? atoi(dpwin_ch_row_field(row, 0)) : -1;
 
-		if (chunk < 1 || chunk > nchunks)
+		if (chunk < 0 || chunk > nchunks || (chunk == 0 && *null_window_rows >= 0))
 			ereport(ERROR,
 					(errcode(ERRCODE_PROTOCOL_VIOLATION),
-					 errmsg("unexpected answer from ClickHouse to the window's facts of %s",
-							dpwin_ch_qualified_name(target->database, target->table))));
-		add_target_day(&facts[chunk - 1], row);
+					 errmsg("unexpected answer from ClickHouse to the window's facts of %s", tbl)));
+		if (chunk == 0)
+			*null_window_rows = pg_strtoint64(dpwin_ch_row_field(row, 2));
+		else
+			add_target_day(&facts[chunk - 1], row);
 	}
+	if (*null_window_rows < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROTOCOL_VIOLATION),
+				 errmsg("unexpected answer from ClickHouse to the window's facts of %s", tbl)));
 	return facts;
 }
 

@@ -35,15 +35,16 @@ extern void dpwin_facts_chunk_store(DpwinChunkSlot *slot, TimestampTz lo,
 /*
  * The window's facts among the target's rows of each chunk (a List of
  * DpwinChunkBounds: a window's chunks, as dpwin_window_chunks() makes
- * them), in one statement: for a refresh that keeps the chunks it skips
- * from the target.  An array of one per chunk; NULL when the chunks are
- * not one width end to end.
+ * them), and its rows whose window value is NULL, in one statement: for a
+ * refresh that keeps the chunks it skips from the target.  An array of
+ * one per chunk; NULL when the chunks are not one width end to end.
  */
 extern DpwinChunkFacts *dpwin_facts_read_target(ChClient *client,
 												const DpwinTargetInfo *target,
 												const char *window_column,
 												List *chunks,
-												TimestampTz lo, TimestampTz hi);
+												TimestampTz lo, TimestampTz hi,
+												int64 *null_window_rows);
 
 /*
  * The window's facts from the slots of every chunk of the window, in

@@ -707,6 +707,7 @@ dpwin_generation_clone(ChClient *client, const DpwinTargetInfo *target,
 	List	   *outside = NIL;
 	List	   *sources = NIL;
 	List	   *clone_tables = list_make1((char *) name);
+	List	   *clone_parts;
 	List	   *differ;
 	ListCell   *lc;
 	int64		inside;
@@ -780,10 +781,11 @@ dpwin_generation_clone(ChClient *client, const DpwinTargetInfo *target,
 	 */
 	gen->target_parts = read_parts(client, target->database,
 								   list_make1(target->table), NULL);
+	clone_parts = read_parts(client, target->database, clone_tables, NULL);
 	differ = string_values(parts_differ(parts_of(gen->target_parts, cloned),
-										read_parts(client, target->database,
-												   clone_tables, NULL),
-										false));
+										clone_parts, false));
+	if (differ == NIL && gen->mixed == NIL)
+		gen->clone_parts = clone_parts;
 	if (differ != NIL)
 	{
 		DpwinDigest t;
@@ -998,12 +1000,38 @@ dpwin_generation_read_baseline(ChClient *client, const DpwinTargetInfo *target,
 		pg_strtoint64(dpwin_ch_row_field(row, 2)) == gen->target_kept_rows;
 }
 
+/* The rows of a list of "partition\trows\thash" parts. */
+static int64
+rows_of_parts(List *parts)
+{
+	ListCell   *lc;
+	int64		rows = 0;
+
+	foreach(lc, parts)
+		rows += strtoi64(strchr((const char *) lfirst(lc), '\t') + 1, NULL, 10);
+	return rows;
+}
+
+bool
+dpwin_generation_baseline_from_clone(DpwinGeneration *gen, int64 null_window_rows)
+{
+	/*
+	 * A part's rows include those a lightweight DELETE masked, which the
+	 * kept rows, counted, do not: then the sums differ, and the clone is
+	 * counted.
+	 */
+	if (gen->clone_parts == NIL || rows_of_parts(gen->clone_parts) != gen->target_kept_rows)
+		return false;
+	gen->baseline_parts = gen->clone_parts;
+	gen->baseline_null_rows = null_window_rows;
+	gen->baseline_known = true;
+	return true;
+}
+
 bool
 dpwin_generation_parts_add_up(DpwinGeneration *gen, int64 *rows)
 {
 	List	   *expect;
-	ListCell   *lc;
-	int64		staged = 0;
 
 	if (!gen->baseline_known || gen->attached_parts_now == NIL)
 		return false;
@@ -1012,9 +1040,7 @@ dpwin_generation_parts_add_up(DpwinGeneration *gen, int64 *rows)
 	list_sort(expect, part_cmp);
 	if (parts_differ(expect, gen->attached_parts_now, false) != NIL)
 		return false;
-	foreach(lc, gen->staged_parts)
-		staged += strtoi64(strchr((const char *) lfirst(lc), '\t') + 1, NULL, 10);
-	*rows = gen->target_kept_rows + staged;
+	*rows = gen->target_kept_rows + rows_of_parts(gen->staged_parts);
 	gen->counted_by_parts = true;
 	return true;
 }

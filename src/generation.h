@@ -66,6 +66,12 @@ typedef struct DpwinGeneration
 	int			digest_checks;	/* checks that fell back to a digest */
 
 	/*
+	 * The clone's parts as cloned, where they are the target's file for
+	 * file and no row was removed from them (NIL otherwise)
+	 */
+	List	   *clone_parts;
+
+	/*
 	 * Before the staged parts are attached (dpwin_generation_read_baseline()):
 	 * its parts, and of its rows, all kept, those whose window value is NULL
 	 */
@@ -152,6 +158,17 @@ extern void dpwin_generation_attach_staged(ChClient *client,
 extern void dpwin_generation_read_baseline(ChClient *client,
 										   const DpwinTargetInfo *target,
 										   DpwinGeneration *gen);
+
+/*
+ * The same without a statement, from the clone's parts as cloned, where
+ * every cloned partition lies outside the ranges (none was cut), the
+ * clone's parts were the target's file for file, and their rows add up to
+ * the target's kept rows; null_window_rows are the target's, read while
+ * its parts were those.  False otherwise: dpwin_generation_read_baseline()
+ * counts.
+ */
+extern bool dpwin_generation_baseline_from_clone(DpwinGeneration *gen,
+												 int64 null_window_rows);
 
 /*
  * After dpwin_generation_attach_staged(): are the generation's parts

@@ -166,7 +166,8 @@ overlap_head_start(Coordinator *c, bool clone)
 		else
 			c->ext.kept_facts = dpwin_facts_read_target(c->client, c->target,
 														c->route->window_column,
-														c->ext.chunks, c->lo, c->hi);
+														c->ext.chunks, c->lo, c->hi,
+														&c->ext.kept_null_rows);
 		ReleaseCurrentSubTransaction();
 	}
 	PG_CATCH();
@@ -213,6 +214,23 @@ overlap_probe(void *arg)
 	overlap_head_start((Coordinator *) arg, false);
 }
 
+/*
+ * What a skipping refresh's generation holds before the attach, for its
+ * counts, where every chunk's facts are known without reading it: from the
+ * clone's parts and the target's NULL-window rows read with its facts,
+ * where they tell; else counted.
+ */
+static void
+count_clone(Coordinator *c)
+{
+	if (c->ext.kept_facts == NULL && c->ext.skipped_chunks > 0)
+		return;
+	if (c->ext.kept_facts != NULL &&
+		dpwin_generation_baseline_from_clone(c->build.gen, c->ext.kept_null_rows))
+		return;
+	dpwin_generation_read_baseline(c->client, c->target, c->build.gen);
+}
+
 /* Commits with staged: the snapshot every chunk was read under. */
 static void
 commit_snapshot(Coordinator *c)
@@ -244,12 +262,7 @@ dpwin_step_extracting(Coordinator *c)
 				dpwin_build_check_skipped_rows(c);
 		}
 
-		/*
-		 * What the generation holds before the attach, for its counts, where
-		 * every chunk's facts are known without reading it.
-		 */
-		if (c->ext.skipped_chunks == 0 || c->ext.kept_facts != NULL)
-			dpwin_generation_read_baseline(c->client, c->target, c->build.gen);
+		count_clone(c);
 	}
 	else
 	{

@@ -242,8 +242,9 @@ is_deeply(drifting(verify($skip)), [], 'skip_unchanged: verify matches afterward
 	my ($evidence, $target) = $facts->($inv, '2026-09-06 00:00:00', '2026-09-09 00:00:00');
 	is($evidence, "true|$target", 'cache: the evidence\'s facts are the target\'s, the skipped chunks\' read beside the workers');
 	my $gen = psql_ok("SELECT generation_table FROM dpwin.publication WHERE invocation_id = '$inv'");
-	my @read = grep { $_->{query} =~ /^SELECT toJSONString\(.*FROM `\Q$db\E`\.`\Q$gen\E`/s } ch_log_since($since_facts);
-	is(scalar(@read), 0, 'cache: and no statement read them from the generation');
+	my @read = grep { $_->{query} =~ /FROM `\Q$db\E`\.`\Q$gen\E`/ } ch_log_since($since_facts);
+	is(scalar(@read), 0, 'cache: and no statement read the generation: its counts are its parts\' and the target\'s')
+	  or diag(join("\n", map { $_->{query} } @read));
 
 	# a day later: two chunks from the cache, the new one digested alone
 	my $E2 = '2026-09-10 00:00:00+00';
