@@ -130,25 +130,19 @@ dpwin_facts_chunk_store(DpwinChunkSlot *slot, TimestampTz lo, TimestampTz hi,
 	f->known = true;
 }
 
-/* Add one (chunk, UTC day) group of the target's answer to its chunk's facts. */
+/*
+ * Add one (chunk, UTC day) group of the target's answer to its chunk's
+ * facts; the day comes in days from 1970-01-01.
+ */
 static void
 add_target_day(DpwinChunkFacts *f, List *row)
 {
-	int			y;
-	int			m;
-	int			d;
-	int64		day;
+	int64		day = pg_strtoint64(dpwin_ch_row_field(row, 1)) -
+		(POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) - f->first_day;
 	int64		n = pg_strtoint64(dpwin_ch_row_field(row, 2));
-	const char *text = dpwin_ch_row_field(row, 1);
 
 	if (!f->known)
 		return;
-	if (text == NULL || sscanf(text, "%d-%d-%d", &y, &m, &d) != 3)
-	{
-		f->known = false;
-		return;
-	}
-	day = date2j(y, m, d) - POSTGRES_EPOCH_JDATE - f->first_day;
 	if (day < 0 || day >= f->ndays ||
 		(f->window_min[0] == '\0' &&
 		 !store_text(f->window_min, sizeof(f->window_min), dpwin_ch_row_field(row, 3))) ||
@@ -189,14 +183,15 @@ dpwin_facts_read_target(ChClient *client, const DpwinTargetInfo *target,
 
 	/*
 	 * On the window's predicate, as the staging digests read them; a row's
-	 * UTC day is its date, the window column being DateTime64 in UTC.  The
+	 * UTC day is its date, the window column being DateTime64 in UTC, as a
+	 * number (a Date32 in text would need parsing here).  The
 	 * groups come in order, so a chunk's first holds its lowest value and
 	 * its last its highest.  The rows whose window value is NULL, from the
 	 * NULL map alone, come as chunk 0.  The aliases are prefixed so that
 	 * they cannot shadow a column.
 	 */
 	rows = dpwin_ch_parse_tsv(dpwin_ch_exec(client,
-											psprintf("SELECT * FROM (SELECT %s AS __dpwin_chunk, toDate32(%s) AS __dpwin_day,"
+											psprintf("SELECT * FROM (SELECT %s AS __dpwin_chunk, toInt64(toDate32(%s)) AS __dpwin_day,"
 													 " count(), toString(min(%s)), toString(max(%s))"
 													 " FROM %s PREWHERE %s GROUP BY __dpwin_chunk, __dpwin_day"
 													 " UNION ALL SELECT 0, NULL, count(), NULL, NULL FROM %s PREWHERE isNull(%s))"

@@ -274,7 +274,7 @@ is_deeply(drifting(verify($skip)), [], 'skip_unchanged: verify matches afterward
 	# generation.
 	{
 		psql_ok("UPDATE $schema.days SET v = 'changed during a merge' WHERE id = 130");
-		my $pattern = "toDate32(`w`) AS __dpwin_day";
+		my $pattern = "toInt64(toDate32(`w`)) AS __dpwin_day";
 		fault(pattern => $pattern, mode => 'hold', count => 1);
 		my $since = ch_log_seq();
 		my $h = bg_psql("SELECT state FROM dpwin_refresh('$route', '$E2')");
