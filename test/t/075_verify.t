@@ -155,6 +155,18 @@ is_deeply(ch_rows('skip'), [ sort(@{ pg_rows("w >= '2026-09-08 00:00:00+00' AND 
 	  . " JOIN dpwin.invocation i USING (invocation_id) JOIN dpwin.route r ON r.route_id = i.route_id"
 	  . " WHERE r.route_name = '$skip' ORDER BY i.created_at DESC LIMIT 1");
 is($skipped, 2, 'skip_unchanged: evidence counts two skipped chunks');
+# The evidence's facts, the skipped chunks' read from the target: the
+# window's rows of each UTC day and the NULL-window rows, as the target
+# holds them (counted here on its own).
+(my $skip_facts = psql_ok("SELECT concat_ws('|', e->'generation'->>'counted_by_parts', e->'utc_days'->>'rows',"
+	  . " e->'window_bounds'->>'null_window_rows') FROM (SELECT result->'evidence' e FROM dpwin.invocation"
+	  . " WHERE invocation_id = '$inv') i")) =~ s/, /,/g;
+my $skip_target = ch_ok("SELECT concat(toJSONString(groupArrayIf(n, d IS NOT NULL)), '|', toString(sumIf(n, d IS NULL)))"
+	  . " FROM (SELECT toDate(w) d, count() n FROM `$db`.`skip` WHERE (w >= '2026-09-08 00:00:00' AND w < '2026-09-09 00:00:00')"
+	  . " OR w IS NULL GROUP BY d ORDER BY d)");
+chomp $skip_target;
+is($skip_facts, "true|$skip_target", 'skip_unchanged: the evidence\'s days and NULL-window rows are the target\'s');
+like($skip_target, qr/\|2$/, '... which holds two rows without a window value');
 is(psql_ok("SELECT string_agg(chunk_no || ':' || state, ',' ORDER BY chunk_no) FROM dpwin.chunks WHERE invocation_id = '$inv'"),
 	'0:verified,1:verified,2:skipped,3:skipped', 'skip_unchanged: exactly the changed and the tampered chunks were re-staged');
 my %staged = map { ($_->{query} =~ /_stg_(\d+)_/)[0] => 1 }
