@@ -168,6 +168,7 @@ dpwin_facts_read_target(ChClient *client, const DpwinTargetInfo *target,
 	List	   *rows;
 	ListCell   *lc;
 	int			i = 0;
+	bool		ok;
 
 	if (index == NULL)
 		return NULL;
@@ -200,22 +201,25 @@ dpwin_facts_read_target(ChClient *client, const DpwinTargetInfo *target,
 													 index, w, w, w, tbl,
 													 dpwin_target_window_predicate(target, window_column, lo, hi),
 													 tbl, w)));
-	*null_window_rows = -1;
+	*null_window_rows = 0;
+	ok = rows != NIL;
 	foreach(lc, rows)
 	{
 		List	   *row = lfirst(lc);
 		int			chunk = list_length(row) == 5 ? atoi(dpwin_ch_row_field(row, 0)) : -1;
 
-		if (chunk < 0 || chunk > nchunks || (chunk == 0 && *null_window_rows >= 0))
-			ereport(ERROR,
-					(errcode(ERRCODE_PROTOCOL_VIOLATION),
-					 errmsg("unexpected answer from ClickHouse to the window's facts of %s", tbl)));
+		/* chunk 0 first and only there, then the chunks' days */
+		if (chunk < 0 || chunk > nchunks || (chunk == 0) != (foreach_current_index(lc) == 0))
+		{
+			ok = false;
+			break;
+		}
 		if (chunk == 0)
 			*null_window_rows = pg_strtoint64(dpwin_ch_row_field(row, 2));
 		else
 			add_target_day(&facts[chunk - 1], row);
 	}
-	if (*null_window_rows < 0)
+	if (!ok)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROTOCOL_VIOLATION),
 				 errmsg("unexpected answer from ClickHouse to the window's facts of %s", tbl)));

@@ -165,11 +165,12 @@ dpwin_step_verified(Coordinator *c)
 
 	/*
 	 * A generation whose contents before the attach are known needs no read
-	 * of its window after it, unless its parts then say otherwise.
+	 * of its window after it, unless its parts then say otherwise.  Its
+	 * baseline is known only where every chunk's facts are: staged, or kept
+	 * from the target (dpwin_step_extracting).
 	 */
 	started = GetCurrentTimestamp();
-	from_chunks = c->build.gen->baseline_known &&
-		(c->ext.skipped_chunks == 0 || c->ext.kept_facts != NULL);
+	from_chunks = c->build.gen->baseline_known;
 	dpwin_generation_attach_staged(c->client, c->target, c->build.gen, &staged,
 								   &c->ext.key, from_chunks ? NULL : start_window_facts, c);
 	c->build.kept_rows = c->build.gen->target_kept_rows;

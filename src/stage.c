@@ -223,12 +223,12 @@ overlap_probe(void *arg)
 static void
 count_clone(Coordinator *c)
 {
+	/* a skipped chunk without its facts: they are read from the generation */
 	if (c->ext.kept_facts == NULL && c->ext.skipped_chunks > 0)
 		return;
-	if (c->ext.kept_facts != NULL &&
-		dpwin_generation_baseline_from_clone(c->build.gen, c->ext.kept_null_rows))
-		return;
-	dpwin_generation_read_baseline(c->client, c->target, c->build.gen);
+	if (c->ext.kept_facts == NULL ||
+		!dpwin_generation_baseline_from_clone(c->build.gen, c->ext.kept_null_rows))
+		dpwin_generation_read_baseline(c->client, c->target, c->build.gen);
 }
 
 /* Commits with staged: the snapshot every chunk was read under. */

@@ -34,6 +34,25 @@ psql_ok("CREATE TABLE $schema.src (id bigint NOT NULL, w timestamptz, v text);
 
 my @routes;
 my %chunk_of;
+
+# An invocation's evidence of the window [lo, hi) and the published
+# target's, counted here on its own: whether the generation was counted
+# from its parts (the evidence's only), the rows of each UTC day, the
+# rows, the lowest and highest value, and the rows without a window value.
+sub evidence_facts
+{
+	my ($inv, $table, $lo, $hi) = @_;
+	(my $evidence = psql_ok("SELECT concat_ws('|', e->'generation'->>'counted_by_parts', e->'utc_days'->>'rows',"
+		  . " e->'window_bounds'->>'window_rows', e->'window_bounds'->>'min', e->'window_bounds'->>'max',"
+		  . " e->'window_bounds'->>'null_window_rows')"
+		  . " FROM (SELECT result->'evidence' e FROM dpwin.invocation WHERE invocation_id = '$inv') i")) =~ s/, /,/g;
+	my $target = ch_ok("SELECT concat(toJSONString(groupArray(n)), '|', toString(sum(n)), '|', toString(min(lo)), '|',"
+		  . " toString(max(hi)), '|', toString((SELECT count() FROM `$db`.`$table` WHERE w IS NULL)))"
+		  . " FROM (SELECT toDate(w) d, count() n, min(w) lo, max(w) hi FROM `$db`.`$table`"
+		  . " WHERE w >= '$lo' AND w < '$hi' GROUP BY d ORDER BY d)");
+	chomp $target;
+	return ($evidence, $target);
+}
 for my $name ('full', 'skip')
 {
 	my $route = "t075_${name}_$$";
@@ -155,17 +174,10 @@ is_deeply(ch_rows('skip'), [ sort(@{ pg_rows("w >= '2026-09-08 00:00:00+00' AND 
 	  . " JOIN dpwin.invocation i USING (invocation_id) JOIN dpwin.route r ON r.route_id = i.route_id"
 	  . " WHERE r.route_name = '$skip' ORDER BY i.created_at DESC LIMIT 1");
 is($skipped, 2, 'skip_unchanged: evidence counts two skipped chunks');
-# The evidence's facts, the skipped chunks' read from the target: the
-# window's rows of each UTC day and the NULL-window rows, as the target
-# holds them (counted here on its own).
-(my $skip_facts = psql_ok("SELECT concat_ws('|', e->'generation'->>'counted_by_parts', e->'utc_days'->>'rows',"
-	  . " e->'window_bounds'->>'null_window_rows') FROM (SELECT result->'evidence' e FROM dpwin.invocation"
-	  . " WHERE invocation_id = '$inv') i")) =~ s/, /,/g;
-my $skip_target = ch_ok("SELECT concat(toJSONString(groupArrayIf(n, d IS NOT NULL)), '|', toString(sumIf(n, d IS NULL)))"
-	  . " FROM (SELECT toDate(w) d, count() n FROM `$db`.`skip` WHERE (w >= '2026-09-08 00:00:00' AND w < '2026-09-09 00:00:00')"
-	  . " OR w IS NULL GROUP BY d ORDER BY d)");
-chomp $skip_target;
-is($skip_facts, "true|$skip_target", 'skip_unchanged: the evidence\'s days and NULL-window rows are the target\'s');
+# The evidence's facts, the skipped chunks' read from the target, are
+# the target's.
+my ($skip_evidence, $skip_target) = evidence_facts($inv, 'skip', '2026-09-08 00:00:00', '2026-09-09 00:00:00');
+is($skip_evidence, "true|$skip_target", 'skip_unchanged: the evidence\'s days, bounds and NULL-window rows are the target\'s');
 like($skip_target, qr/\|2$/, '... which holds two rows without a window value');
 is(psql_ok("SELECT string_agg(chunk_no || ':' || state, ',' ORDER BY chunk_no) FROM dpwin.chunks WHERE invocation_id = '$inv'"),
 	'0:verified,1:verified,2:skipped,3:skipped', 'skip_unchanged: exactly the changed and the tampered chunks were re-staged');
@@ -220,22 +232,6 @@ is_deeply(drifting(verify($skip)), [], 'skip_unchanged: verify matches afterward
 		return ($cached, $skipped, $states, $digests, $inv);
 	};
 
-	# The evidence's window facts, and the published target's, counted
-	# here on its own: whether the generation was counted from its parts,
-	# the rows of each UTC day, the rows, the lowest and highest value.
-	my $facts = sub {
-		my ($inv, $lo, $hi) = @_;
-		my $in = "w >= '$lo' AND w < '$hi'";
-		(my $evidence = psql_ok("SELECT concat_ws('|', e->'generation'->>'counted_by_parts', e->'utc_days'->>'rows',"
-			  . " e->'window_bounds'->>'window_rows', e->'window_bounds'->>'min', e->'window_bounds'->>'max')"
-			  . " FROM (SELECT result->'evidence' e FROM dpwin.invocation WHERE invocation_id = '$inv') i")) =~ s/, /,/g;
-		my $target = ch_ok("SELECT concat(toJSONString(groupArray(n)), '|', toString(sum(n)), '|',"
-			  . " toString(min(lo)), '|', toString(max(hi))) FROM (SELECT toDate(w) d, count() n, min(w) lo, max(w) hi"
-			  . " FROM `$db`.`days` WHERE $in GROUP BY d ORDER BY d)");
-		chomp $target;
-		return ($evidence, $target);
-	};
-
 	my ($cached, $skipped, $states, $digests, $inv) = $refresh->($E);
 	is("$cached/$skipped/$digests", '0/0/1', 'cache: the first refresh has none, and digests the target once');
 	like(psql_ok("SELECT metrics->'generation'->>'layout' FROM dpwin.evidence e JOIN dpwin.invocation i USING (invocation_id)"
@@ -251,7 +247,7 @@ is_deeply(drifting(verify($skip)), [], 'skip_unchanged: verify matches afterward
 
 	# The skipped chunks' facts were read from the target while the workers
 	# read the source; the generation was counted from its parts.
-	my ($evidence, $target) = $facts->($inv, '2026-09-06 00:00:00', '2026-09-09 00:00:00');
+	my ($evidence, $target) = evidence_facts($inv, 'days', '2026-09-06 00:00:00', '2026-09-09 00:00:00');
 	is($evidence, "true|$target", 'cache: the evidence\'s facts are the target\'s, the skipped chunks\' read beside the workers');
 	my $gen = psql_ok("SELECT generation_table FROM dpwin.publication WHERE invocation_id = '$inv'");
 	my @read = grep { $_->{query} =~ /FROM `\Q$db\E`\.`\Q$gen\E`/ } ch_log_since($since_facts);
@@ -308,7 +304,7 @@ is_deeply(drifting(verify($skip)), [], 'skip_unchanged: verify matches afterward
 			'merged: the skipped chunks are digested again in the clone');
 		is(scalar(grep { $_->{query} =~ /^SELECT toJSONString\(.*FROM `\Q$db\E`\.`\Q$gen\E`/s } @log), 1,
 			'merged: the facts are read from the generation');
-		my ($evidence, $target) = $facts->($inv, '2026-09-07 00:00:00', '2026-09-10 00:00:00');
+		my ($evidence, $target) = evidence_facts($inv, 'days', '2026-09-07 00:00:00', '2026-09-10 00:00:00');
 		is($evidence, "false|$target", 'merged: and they are the target\'s');
 	}
 
