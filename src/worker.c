@@ -939,6 +939,16 @@ dpwin_worker_main(Datum main_arg)
 		idx = pg_atomic_fetch_add_u32(&sh->next_chunk, 1);
 		if (idx >= (uint32) sh->nchunks)
 			break;
+
+		/*
+		 * A refresh that skips unchanged chunks takes the newest first: the
+		 * newest rows are the ones most likely to have changed, and a
+		 * changed chunk found early is staged while the older ones are
+		 * compared, not after them (docs/design.md, "Skipping unchanged
+		 * chunks").
+		 */
+		if (sh->mode == DPWIN_EXTRACT_SKIP_UNCHANGED)
+			idx = (uint32) sh->nchunks - 1 - idx;
 		worker_chunk(&ws, &sh->chunks[idx]);
 	}
 	worker_complete_pending(&ws);

@@ -52,6 +52,11 @@ my $rpd = env_int('BENCH_ROWS_PER_DAY', 100_000);
 my $wdays = env_int('BENCH_WINDOW_DAYS', 7);
 my $mem_wdays = env_int('BENCH_MEMORY_WINDOW_DAYS', 10 * $wdays);
 my $skip_days = env_int('BENCH_SKIP_DAYS', 30);
+# which day of the skip variant's lookback changes: a different one each
+# round, or the newest (rows arrive and are corrected late)
+my $skip_changed = $ENV{BENCH_SKIP_CHANGED} // 'rotate';
+die "BENCH_SKIP_CHANGED: unknown choice $skip_changed (known: rotate newest)\n"
+  unless $skip_changed =~ /^(rotate|newest)$/;
 my @sizes = sort { $a <=> $b } split ' ', ($ENV{BENCH_SIZES} // '30 300');
 my @shapes = split ' ', ($ENV{BENCH_SHAPES} // 'day month flat');
 my @ends = split ' ', ($ENV{BENCH_ENDS} // '00:00 13:37');
@@ -81,7 +86,7 @@ die "BENCH_SOURCE_DAYS must exceed the window by a day\n" if $src_days < $wdays 
 # A run with every default is the one whose CSV docs/benchmark.md quotes.
 my $is_default = !grep { defined $ENV{$_} } qw(BENCH_ROWS_PER_DAY BENCH_WINDOW_DAYS BENCH_MEMORY_WINDOW_DAYS
   BENCH_SKIP_DAYS BENCH_SIZES BENCH_SHAPES BENCH_ENDS BENCH_PARALLELISM BENCH_ROUNDS BENCH_ONLY BENCH_SOURCE_DAYS
-  BENCH_HOSTS BENCH_RTT_MS);
+  BENCH_HOSTS BENCH_RTT_MS BENCH_SKIP_CHANGED);
 my $csv_path = $ENV{BENCH_CSV} // ($is_default ? "$root/docs/bench/results.csv" : undef);
 
 my $start_epoch = timegm(0, 0, 0, 1, 0, 2026);    # 2026-01-01 00:00:00 UTC
@@ -1174,7 +1179,7 @@ sub skip_variants
 	}
 	for my $v (qw(on off)) { drop_leftovers(); clone_base($b, "t_skip_$v"); v_dpwin("b_skip_$v", $hi); }
 	drop_leftovers();
-	my $day = $lo + (($round * 7 + 3) % $skip_days) * 86400;
+	my $day = $skip_changed eq 'newest' ? $hi - 86400 : $lo + (($round * 7 + 3) % $skip_days) * 86400;
 	psql("UPDATE $pgs.events_skip SET qty = coalesce(qty, 0) + 1 WHERE w >= '" . ts($day) . "+00' AND w < '"
 		  . ts($day + 86400) . "+00' AND id % 50 = 0");
 	my $pgref = pg_window_ref('events_skip', $lo, $hi, 'fresh');
@@ -1260,7 +1265,7 @@ sub loadavg { open my $f, '<', '/proc/loadavg' or return '?'; my $l = <$f>; retu
 
 my %meta = (
 	rows_per_day => $rpd, source_days => $src_days, window_days => $wdays, memory_window_days => $mem_wdays,
-	skip_days => $skip_days, sizes => "@sizes", shapes => "@shapes", ends => "@ends", parallelism => $par,
+	skip_days => $skip_days, skip_changed => $skip_changed, sizes => "@sizes", shapes => "@shapes", ends => "@ends", parallelism => $par,
 	rounds => $rounds, only => join(',', grep { on($_) } @kinds), hosts => "@hosts", rtt_ms => "@rtts",
 	shared_buffers => $ENV{BENCH_SHARED_BUFFERS} // '?',
 );

@@ -15,6 +15,7 @@
 #   BENCH_SIZES ["30 300"]  BENCH_SHAPES ["day month flat"]
 #   BENCH_ENDS ["00:00 13:37"]  BENCH_PARALLELISM [2]  BENCH_ROUNDS [3]
 #   BENCH_MEMORY_WINDOW_DAYS [10 x window]  BENCH_SKIP_DAYS [30]
+#   BENCH_SKIP_CHANGED [rotate; or newest]: the skip variant's changed day
 #   BENCH_ONLY [all: dpwin,naive,expert,copy,sink,memory,skip]
 #   BENCH_HOSTS ["shared"; or "split", or both]: split pins PostgreSQL to
 #   CPU 0 and the endpoint to CPU 1, as on two hosts

@@ -19,7 +19,8 @@
 #     checks (to the EXCHANGE), and the rest (backup, evidence, cleanup).
 # `skip_30` (`skip_300`) as a target measures a `skip_unchanged` refresh of
 # a 30-day lookback in which one day changed, on the day-partitioned
-# 30-day (300-day) base.
+# 30-day (300-day) base: a different day each run, or, with
+# TIMELINE_SKIP_NEWEST=1, the newest.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -111,8 +112,10 @@ run_target() {
 	local runs=() i r
 	for i in $(seq 1 "$RUNS"); do
 		if [ "${name%_*}" = skip ]; then
+			local back=$((i * 7 % 30))
+			[ "${TIMELINE_SKIP_NEWEST:-0}" = 1 ] && back=0
 			pgq "UPDATE bench_$TAG.events_tl SET qty = coalesce(qty, 0) + 1
-				WHERE w >= '$end'::date - $((i * 7 % 30 + 1)) AND w < '$end'::date - $((i * 7 % 30))"
+				WHERE w >= '$end'::date - $((back + 1)) AND w < '$end'::date - $back"
 		fi
 		r=$(measure "$OUT/timeline.$i")
 		runs+=("${r%%	*} $i")

@@ -358,6 +358,33 @@ is_deeply(drifting(verify($skip)), [], 'skip_unchanged: verify matches afterward
 	drop_routes($route);
 }
 
+# The newest chunk first: a refresh that skips unchanged chunks compares
+# (and, where they changed, stages) the newest first, so that a changed
+# newest chunk, the common case, is staged while the older ones are
+# compared.  One worker makes the order the journal's: chunks 0 and 2
+# changed, 1 did not.
+{
+	my $route = "t075_order_$$";
+	psql_ok("SELECT dpwin.create_route('$route', '$schema.days'::regclass, 'w', 'sandbox_ch', '$db', 'days',"
+		  . " interval '3 days', interval '1 day', parallelism => 1, skip_unchanged => true)");
+	my $E2 = '2026-09-10 00:00:00+00';
+	is(psql_ok("SELECT state FROM dpwin_refresh('$route', '$E2')"), 'completed', 'order: a first refresh');
+	psql_ok("UPDATE $schema.days SET v = 'newest first' WHERE id IN (50, 130)");
+	is(psql_ok("SELECT state FROM dpwin_refresh('$route', '$E2')"), 'completed', 'order: a refresh after two chunks changed');
+	my $inv = psql_ok("SELECT e.invocation_id FROM dpwin.evidence e JOIN dpwin.route r USING (route_id)"
+		  . " WHERE r.route_name = '$route' ORDER BY e.written_at DESC LIMIT 1");
+	is(psql_ok("SELECT string_agg(chunk_no || ':' || state, ',' ORDER BY started_at) FROM dpwin.chunks"
+		  . " WHERE invocation_id = '$inv'"), '2:verified,1:skipped,0:verified',
+		'order: the newest chunk was staged first, the oldest last');
+	my $inside = ch_ok("SELECT concat(toString(id), '|', toString(toUnixTimestamp64Micro(w)), '|', ifNull(v, 'NULL'))"
+		  . " FROM `$db`.`days` WHERE w >= '2026-09-07 00:00:00' AND w < '2026-09-10 00:00:00' FORMAT TSVRaw");
+	is_deeply([ sort split /\n/, $inside ],
+		[ sort split /\n/, psql_ok("SELECT id || '|' || ((extract(epoch FROM w) * 1000000)::bigint)::text || '|' || v"
+				  . " FROM $schema.days WHERE w >= '2026-09-07 00:00:00+00' AND w < '$E2'") ],
+		'order: the target\'s window is the source\'s');
+	drop_routes($route);
+}
+
 # --- a verification while a refresh holds the lease ----------------------------
 
 {
