@@ -51,6 +51,28 @@ dpwin_build_staged_ranges(Coordinator *c)
 }
 
 /*
+ * The whole target, cloned while the workers compared the chunks, narrowed
+ * to the staged chunks' ranges (dpwin_generation_narrow()).  False, with
+ * nothing changed, where there is no such clone or it cannot be narrowed:
+ * the caller clones again.
+ */
+bool
+dpwin_build_narrow_generation(Coordinator *c, List *ranges)
+{
+	TimestampTz started = GetCurrentTimestamp();
+	MemoryContext oldcxt;
+	bool		narrowed;
+
+	if (c->build.gen == NULL)
+		return false;
+	oldcxt = MemoryContextSwitchTo(c->cxt);
+	narrowed = dpwin_generation_narrow(c->client, c->target, c->build.gen, ranges);
+	c->times.build += dpwin_seconds_since(started);
+	MemoryContextSwitchTo(oldcxt);
+	return narrowed;
+}
+
+/*
  * Chunks that were skipped keep their rows from a clone of the target made
  * after they were compared (by a recovering process, or after the target's
  * parts changed): those rows must still be what the source had.

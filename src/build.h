@@ -24,4 +24,7 @@ extern void dpwin_build_check_skipped_rows(Coordinator *c);
 /* Clone the target into a fresh generation without the ranges. */
 extern void dpwin_build_prepare_generation(Coordinator *c, List *ranges);
 
+/* Narrow the clone made beside the workers to the staged ranges. */
+extern bool dpwin_build_narrow_generation(Coordinator *c, List *ranges);
+
 #endif							/* DPWIN_BUILD_H */

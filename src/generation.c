@@ -829,6 +829,111 @@ dpwin_generation_clone(ChClient *client, const DpwinTargetInfo *target,
 	return gen;
 }
 
+/* Drop partitions `ids` of db.table, in batches of ATTACH_BATCH. */
+static void
+drop_partitions(ChClient *client, const char *database, const char *table,
+				List *ids)
+{
+	char	   *qtable = dpwin_ch_qualified_name(database, table);
+	ListCell   *lc;
+	StringInfoData sql;
+	int			n = 0;
+
+	initStringInfo(&sql);
+	foreach(lc, ids)
+	{
+		appendStringInfo(&sql, "%s DROP PARTITION ID %s",
+						 n == 0 ? psprintf("ALTER TABLE %s", qtable) : ",",
+						 dpwin_ch_quote_literal((const char *) lfirst(lc)));
+		n++;
+		if (n == ATTACH_BATCH || lnext(ids, lc) == NULL)
+		{
+			char	   *query_id = dpwin_ch_next_query_id(client, "dropp");
+			ChHttpReply reply;
+			ChHttpStatus status;
+
+			status = dpwin_ch_try(client, sql.data, query_id, NULL, NULL, &reply);
+			if (status != CHHTTP_OK)
+				report_settled(client, status, &reply, query_id,
+							   psprintf("dropping partitions of %s", qtable));
+			resetStringInfo(&sql);
+			n = 0;
+		}
+	}
+}
+
+bool
+dpwin_generation_narrow(ChClient *client, const DpwinTargetInfo *target,
+						DpwinGeneration *gen, List *ranges)
+{
+	List	   *partitions;
+	List	   *drop = NIL;
+	List	   *outside = NIL;
+	List	   *outside_rows = NIL;
+	char	   *why_not = NULL;
+	int64		parts = 0;
+	int64		rows = 0;
+	ListCell   *lc;
+
+	if (gen->ranges != NIL || gen->mixed != NIL || !gen->minmax_used)
+		return false;
+	partitions = classify_partitions(client, target, gen->window_column, ranges,
+									 &why_not);
+	if (why_not != NULL)
+		return false;
+	foreach(lc, partitions)
+	{
+		PartitionMeta *p = lfirst(lc);
+
+		if (p->class == PART_MIXED)
+			return false;
+		if (p->class == PART_INSIDE)
+		{
+			drop = lappend(drop, p->id);
+			parts += p->parts;
+			rows += p->rows;
+		}
+	}
+
+	/*
+	 * That judgement is the clone's only while the target's parts are still
+	 * those cloned.  Read after it: a change before the read shows here.
+	 */
+	if (!dpwin_generation_parts_equal(read_parts(client, target->database,
+												 list_make1(target->table), NULL),
+									  gen->target_parts))
+		return false;
+	if (drop != NIL)
+		drop_partitions(client, target->database, gen->table, drop);
+
+	/* What the clone now keeps: the target's partitions outside the ranges. */
+	gen->ranges = ranges;
+	gen->dropped_partitions = list_length(drop);
+	gen->cloned_partitions -= list_length(drop);
+	gen->cloned_parts -= parts;
+	gen->cloned_rows -= rows;
+	gen->target_kept_rows = 0;
+	foreach(lc, gen->outside_rows)
+	{
+		PartitionMeta *p = lfirst(lc);
+
+		if (id_member(drop, p->id))
+			continue;
+		outside_rows = lappend(outside_rows, p);
+		gen->target_kept_rows += p->rows;
+	}
+	foreach(lc, gen->outside)
+	{
+		if (!id_member(drop, (const char *) lfirst(lc)))
+			outside = lappend(outside, lfirst(lc));
+	}
+	gen->outside = outside;
+	gen->outside_rows = outside_rows;
+	if (gen->clone_parts != NIL)
+		gen->clone_parts = parts_of(gen->clone_parts, outside);
+	return true;
+}
+
 void
 dpwin_generation_remove_ranges(ChClient *client, const DpwinTargetInfo *target,
 							   DpwinGeneration *gen)

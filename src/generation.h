@@ -101,6 +101,19 @@ extern DpwinGeneration *dpwin_generation_clone(ChClient *client,
 											   const DpwinDigestKey *key);
 
 /*
+ * Narrow a clone of every partition of the target (made with no ranges,
+ * before the ranges were known) to `ranges` by dropping the partitions
+ * that lie wholly inside them, judged from the target's minmax indexes
+ * now.  False, the generation unchanged, where that is not the clone
+ * dpwin_generation_clone() makes with these ranges: a partition holds rows
+ * on both sides of a range or cannot be judged without a scan, or the
+ * target's parts are no longer those cloned.  The caller then clones
+ * again.
+ */
+extern bool dpwin_generation_narrow(ChClient *client,
+									const DpwinTargetInfo *target,
+									DpwinGeneration *gen, List *ranges);
+/*
  * Remove the rows inside the ranges from the clone by one DELETE, waited
  * for: a mutation that rewrites the cut partitions where they are a small
  * part of a partitioned target, else a lightweight DELETE.  The build's

@@ -164,10 +164,15 @@ overlap_head_start(Coordinator *c, bool clone)
 			dpwin_generation_read_baseline(c->client, c->target, c->build.gen);
 		}
 		else
+		{
 			c->ext.kept_facts = dpwin_facts_read_target(c->client, c->target,
 														c->route->window_column,
 														c->ext.chunks, c->lo, c->hi,
 														&c->ext.kept_null_rows);
+			/* the whole target, narrowed once the staged chunks are known */
+			if (c->target->partition_key[0] != '\0')
+				dpwin_build_prepare_generation(c, NIL);
+		}
 		ReleaseCurrentSubTransaction();
 	}
 	PG_CATCH();
@@ -184,10 +189,8 @@ overlap_head_start(Coordinator *c, bool clone)
 			ProcDiePending || edata->sqlerrcode == ERRCODE_FEATURE_NOT_SUPPORTED)
 			ReThrowError(edata);
 		ereport(LOG,
-				(errmsg("dpwin: invocation %s %s after extraction: %s",
-						dpwin_uuid_text(&c->id),
-						clone ? "probes and clones its target" : "probes its target",
-						edata->message)));
+				(errmsg("dpwin: invocation %s probes and clones its target after extraction: %s",
+						dpwin_uuid_text(&c->id), edata->message)));
 		c->build.gen = NULL;
 	}
 	PG_END_TRY();
@@ -202,11 +205,13 @@ overlap_clone(void *arg)
 }
 
 /*
- * A refresh that skips unchanged chunks clones only once it knows which
- * chunks are staged.  Its workers overlap the probe, and the window's
- * facts among the target's rows of each chunk: those of the chunks it
- * keeps are the generation's while the target's parts stay as they were
- * read before the workers started (dpwin_step_extracting).
+ * A refresh that skips unchanged chunks knows which chunks it stages only
+ * once its workers are done.  They overlap the probe, the window's facts
+ * among the target's rows of each chunk (those of the chunks it keeps are
+ * the generation's while the target's parts stay as they were read before
+ * the workers started), and a clone of the whole of a partitioned target,
+ * from which the staged chunks' partitions are dropped afterwards where
+ * they lie wholly inside them (dpwin_step_extracting).
  */
 static void
 overlap_probe(void *arg)
@@ -246,6 +251,7 @@ dpwin_step_extracting(Coordinator *c)
 	if (c->route->skip_unchanged)
 	{
 		List	   *parts;
+		List	   *staged;
 
 		parts = prepare_skipping(c);
 		c->times.extract = dpwin_extraction_run(&c->ext, &job,
@@ -253,7 +259,9 @@ dpwin_step_extracting(Coordinator *c)
 												overlap_probe, c);
 		/* nothing to ask when the probe answered during the extraction */
 		probe_exchange(c);
-		dpwin_build_prepare_generation(c, dpwin_build_staged_ranges(c));
+		staged = dpwin_build_staged_ranges(c);
+		if (!dpwin_build_narrow_generation(c, staged))
+			dpwin_build_prepare_generation(c, staged);
 		if (!dpwin_generation_parts_equal(parts, c->build.gen->target_parts))
 		{
 			/* what was read of the target may not be its rows any more */

@@ -17,7 +17,7 @@ use Test::More;
 use DpwinTest;
 use DpwinEndpoint qw(release wait_running);
 use DpwinFixture qw(fresh_fixture drop_fixture drop_routes create_event_table ch_rows pg_rows
-  uuid_of micros fault bg_psql bg_finish);
+  uuid_of micros fault bg_psql bg_finish wait_logged);
 
 my $db = "t075_$$";
 my $schema = "t075_$$";
@@ -253,6 +253,16 @@ is_deeply(drifting(verify($skip)), [], 'skip_unchanged: verify matches afterward
 	my @read = grep { $_->{query} =~ /FROM `\Q$db\E`\.`\Q$gen\E`/ } ch_log_since($since_facts);
 	is(scalar(@read), 0, 'cache: and no statement read the generation: its counts are its parts\' and the target\'s')
 	  or diag(join("\n", map { $_->{query} } @read));
+	# The generation was cloned whole while the workers compared the chunks,
+	# once, and the staged chunk's partition then dropped from it.
+	my @log = ch_log_since($since_facts);
+	is(scalar(grep { $_->{query} =~ /^CREATE TABLE `\Q$db\E`\.`\Q$gen\E`/ } @log), 1,
+		'cache: the generation is cloned once');
+	is(join(',', map { $_->{query} =~ /^ALTER TABLE `\Q$db\E`\.`\Q$gen\E` (DROP PARTITION .*)$/s ? $1 : () } @log),
+		"DROP PARTITION ID '20260908'", 'cache: and the staged chunk\'s partition alone dropped from it');
+	is(psql_ok("SELECT concat_ws('/', metrics->'generation'->>'partitions', metrics->'generation'->>'cloned_partitions',"
+		  . " metrics->'generation'->>'dropped_partitions') FROM dpwin.evidence WHERE invocation_id = '$inv'"),
+		'4/3/1', 'cache: the evidence counts the partitions cloned and dropped');
 
 	# a day later: two chunks from the cache, the new one digested alone
 	my $E2 = '2026-09-10 00:00:00+00';
@@ -306,6 +316,43 @@ is_deeply(drifting(verify($skip)), [], 'skip_unchanged: verify matches afterward
 			'merged: the facts are read from the generation');
 		my ($evidence, $target) = evidence_facts($inv, 'days', '2026-09-07 00:00:00', '2026-09-10 00:00:00');
 		is($evidence, "false|$target", 'merged: and they are the target\'s');
+	}
+
+	# A merge of the target after its whole clone, while a worker still
+	# runs: the clone cannot be narrowed (the target's parts are not those
+	# cloned any more), so it is made again without the staged chunk, and
+	# the skipped chunks are digested in it.
+	{
+		psql_ok("UPDATE $schema.days SET v = 'changed after the clone' WHERE id = 130");
+		# a staging digest (the first statement checks that the function exists)
+		my $staging_digest = 'SELECT count(), sum(reinterpretAsUInt64(sipHash128ReferenceKeyed';
+		fault(pattern => $staging_digest, mode => 'hold', count => 1);
+		my $since = ch_log_seq();
+		my $h = bg_psql("SELECT state FROM dpwin_refresh('$route', '$E2')");
+		ok(wait_running(qr/sipHash128ReferenceKeyed.*_stg_2_/s, 1, phase => 'holding'),
+			'late merge: the staged chunk\'s digest is held');
+		ok(wait_logged($since, qr/^SELECT countIf\(.* FROM `\Q$db\E`\.`days`/s, answered => 1),
+			'late merge: the whole target was cloned meanwhile');
+		my $parts = $names->();
+		ch_ok("OPTIMIZE TABLE `$db`.`days` FINAL");
+		isnt($names->(), $parts, 'late merge: a merge rewrote the target\'s parts after the clone');
+		is(release($staging_digest), 1, 'late merge: the digest is released');
+		my ($rc, $out, $err) = bg_finish($h);
+		is($out, 'completed', 'late merge: the refresh completes') or diag($err);
+		my $inv = psql_ok("SELECT e.invocation_id FROM dpwin.evidence e JOIN dpwin.route r USING (route_id)"
+			  . " WHERE r.route_name = '$route' ORDER BY e.written_at DESC LIMIT 1");
+		my $gen = psql_ok("SELECT generation_table FROM dpwin.publication WHERE invocation_id = '$inv'");
+		my @log = ch_log_since($since);
+		is(scalar(grep { $_->{query} =~ /^CREATE TABLE `\Q$db\E`\.`\Q$gen\E`/ } @log), 2,
+			'late merge: the generation is cloned again');
+		is(scalar(grep { $_->{query} =~ /DROP PARTITION/ } @log), 0, 'late merge: and nothing is dropped from a clone');
+		is(scalar(grep { $_->{query} =~ /__dpwin_chunk.*sipHash128ReferenceKeyed.*FROM `\Q$db\E`\.`\Q$gen\E`/s } @log), 1,
+			'late merge: the skipped chunks are digested in the new clone');
+		is_deeply(ch_rows('days'), [ sort(@$w06[grep { $w06->[$_] ne $kept } 0 .. $#$w06],
+					@{ $expect->('2026-09-07 00:00:00+00', $E2) }) ],
+			'late merge: the target is the source\'s window, the day before it and the kept row');
+		my ($evidence, $target) = evidence_facts($inv, 'days', '2026-09-07 00:00:00', '2026-09-10 00:00:00');
+		is($evidence, "false|$target", 'late merge: the evidence\'s facts are the target\'s');
 	}
 
 	# the target's files change, its rows count the same: not trusted
