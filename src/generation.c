@@ -55,8 +55,8 @@
 #include "generation.h"
 #include "window.h"
 
-/* Partitions attached per ALTER TABLE statement. */
-#define ATTACH_BATCH		100
+/* Partitions attached or dropped per ALTER TABLE statement. */
+#define ALTER_BATCH		100
 
 /*
  * The cut partitions are rewritten when they hold at most 1/REWRITE_SHARE
@@ -335,31 +335,29 @@ report_settled(ChClient *client, ChHttpStatus status, const ChHttpReply *reply,
 }
 
 /*
- * ALTER TABLE gen ATTACH PARTITION ID ids[i] FROM sources[i], a batch of
- * partitions per statement (one statement per partition would cost a
- * round trip each: 300 of them take seconds, one batch milliseconds).
+ * ALTER TABLE db.table with each of `clauses`, a batch of them per statement
+ * (one statement per partition would cost a round trip each: 300 of them
+ * take seconds, one batch milliseconds).
  */
 static void
-attach_partitions(ChClient *client, const char *database, List *ids,
-				  List *sources, const char *generation)
+alter_in_batches(ChClient *client, const char *database, const char *table,
+				 List *clauses, const char *what)
 {
-	char	   *qgen = dpwin_ch_qualified_name(database, generation);
+	char	   *qtable = dpwin_ch_qualified_name(database, table);
 	ListCell   *lc;
-	ListCell   *ls;
 	StringInfoData sql;
 	int			n = 0;
 
 	initStringInfo(&sql);
-	forboth(lc, ids, ls, sources)
+	foreach(lc, clauses)
 	{
-		appendStringInfo(&sql, "%s ATTACH PARTITION ID %s FROM %s",
-						 n == 0 ? psprintf("ALTER TABLE %s", qgen) : ",",
-						 dpwin_ch_quote_literal((const char *) lfirst(lc)),
-						 dpwin_ch_qualified_name(database, (const char *) lfirst(ls)));
+		appendStringInfo(&sql, "%s %s",
+						 n == 0 ? psprintf("ALTER TABLE %s", qtable) : ",",
+						 (const char *) lfirst(lc));
 		n++;
-		if (n == ATTACH_BATCH || lnext(ids, lc) == NULL)
+		if (n == ALTER_BATCH || lnext(clauses, lc) == NULL)
 		{
-			char	   *query_id = dpwin_ch_next_query_id(client, "attach");
+			char	   *query_id = dpwin_ch_next_query_id(client, "alter");
 			ChHttpReply reply;
 			ChHttpStatus status;
 
@@ -367,11 +365,28 @@ attach_partitions(ChClient *client, const char *database, List *ids,
 			/* On failure the generation is dropped next. */
 			if (status != CHHTTP_OK)
 				report_settled(client, status, &reply, query_id,
-							   psprintf("attaching partitions to %s", qgen));
+							   psprintf("%s %s", what, qtable));
 			resetStringInfo(&sql);
 			n = 0;
 		}
 	}
+}
+
+/* ALTER TABLE gen ATTACH PARTITION ID ids[i] FROM sources[i], in batches. */
+static void
+attach_partitions(ChClient *client, const char *database, List *ids,
+				  List *sources, const char *generation)
+{
+	List	   *clauses = NIL;
+	ListCell   *lc;
+	ListCell   *ls;
+
+	forboth(lc, ids, ls, sources)
+		clauses = lappend(clauses,
+						  psprintf("ATTACH PARTITION ID %s FROM %s",
+								   dpwin_ch_quote_literal((const char *) lfirst(lc)),
+								   dpwin_ch_qualified_name(database, (const char *) lfirst(ls))));
+	alter_in_batches(client, database, generation, clauses, "attaching partitions to");
 }
 
 /*
@@ -829,39 +844,6 @@ dpwin_generation_clone(ChClient *client, const DpwinTargetInfo *target,
 	return gen;
 }
 
-/* Drop partitions `ids` of db.table, in batches of ATTACH_BATCH. */
-static void
-drop_partitions(ChClient *client, const char *database, const char *table,
-				List *ids)
-{
-	char	   *qtable = dpwin_ch_qualified_name(database, table);
-	ListCell   *lc;
-	StringInfoData sql;
-	int			n = 0;
-
-	initStringInfo(&sql);
-	foreach(lc, ids)
-	{
-		appendStringInfo(&sql, "%s DROP PARTITION ID %s",
-						 n == 0 ? psprintf("ALTER TABLE %s", qtable) : ",",
-						 dpwin_ch_quote_literal((const char *) lfirst(lc)));
-		n++;
-		if (n == ATTACH_BATCH || lnext(ids, lc) == NULL)
-		{
-			char	   *query_id = dpwin_ch_next_query_id(client, "dropp");
-			ChHttpReply reply;
-			ChHttpStatus status;
-
-			status = dpwin_ch_try(client, sql.data, query_id, NULL, NULL, &reply);
-			if (status != CHHTTP_OK)
-				report_settled(client, status, &reply, query_id,
-							   psprintf("dropping partitions of %s", qtable));
-			resetStringInfo(&sql);
-			n = 0;
-		}
-	}
-}
-
 bool
 dpwin_generation_narrow(ChClient *client, const DpwinTargetInfo *target,
 						DpwinGeneration *gen, List *ranges)
@@ -870,6 +852,7 @@ dpwin_generation_narrow(ChClient *client, const DpwinTargetInfo *target,
 	List	   *drop = NIL;
 	List	   *outside = NIL;
 	List	   *outside_rows = NIL;
+	List	   *clauses = NIL;
 	char	   *why_not = NULL;
 	int64		parts = 0;
 	int64		rows = 0;
@@ -903,8 +886,11 @@ dpwin_generation_narrow(ChClient *client, const DpwinTargetInfo *target,
 												 list_make1(target->table), NULL),
 									  gen->target_parts))
 		return false;
-	if (drop != NIL)
-		drop_partitions(client, target->database, gen->table, drop);
+	foreach(lc, drop)
+		clauses = lappend(clauses, psprintf("DROP PARTITION ID %s",
+											dpwin_ch_quote_literal((const char *) lfirst(lc))));
+	alter_in_batches(client, target->database, gen->table, clauses,
+					 "dropping partitions of");
 
 	/* What the clone now keeps: the target's partitions outside the ranges. */
 	gen->ranges = ranges;

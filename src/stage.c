@@ -136,17 +136,19 @@ probe_exchange(Coordinator *c)
 }
 
 /*
- * While the workers read the source: the EXCHANGE probe, then (with clone)
- * the clone of the target.  Both are only a head start.  When they fail
- * for a reason that may pass (a lost connection, a restarted server, a
- * refused statement) the workers go on: the probe is asked again once they
- * are done, and the build step clones again.  A probe that says EXCHANGE
- * TABLES does not work (ERRCODE_FEATURE_NOT_SUPPORTED) fails the refresh
- * at once, and so does a cancellation.  A subtransaction of the snapshot's
- * transaction contains the error.
+ * While the workers read the source: the EXCHANGE probe, then the clone of
+ * the target (skipping: after the target's facts of each chunk, and whole,
+ * since the staged chunks are not known yet).  Both are only a head start.
+ * When they fail for a reason that may pass (a lost connection, a
+ * restarted server, a refused statement) the workers go on: the probe is
+ * asked again once they are done, and the build step clones again.  A
+ * probe that says EXCHANGE TABLES does not work
+ * (ERRCODE_FEATURE_NOT_SUPPORTED) fails the refresh at once, and so does a
+ * cancellation.  A subtransaction of the snapshot's transaction contains
+ * the error.
  */
 static void
-overlap_head_start(Coordinator *c, bool clone)
+overlap_head_start(Coordinator *c, bool skipping)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	ResourceOwner owner = CurrentResourceOwner;
@@ -157,7 +159,7 @@ overlap_head_start(Coordinator *c, bool clone)
 	PG_TRY();
 	{
 		probe_exchange(c);
-		if (clone)
+		if (!skipping)
 		{
 			dpwin_build_prepare_generation(c, dpwin_build_window_ranges(c));
 			/* what the generation holds before the attach, for its counts */
@@ -201,7 +203,7 @@ overlap_head_start(Coordinator *c, bool clone)
 static void
 overlap_clone(void *arg)
 {
-	overlap_head_start((Coordinator *) arg, true);
+	overlap_head_start((Coordinator *) arg, false);
 }
 
 /*
@@ -214,9 +216,9 @@ overlap_clone(void *arg)
  * they lie wholly inside them (dpwin_step_extracting).
  */
 static void
-overlap_probe(void *arg)
+overlap_skipping(void *arg)
 {
-	overlap_head_start((Coordinator *) arg, false);
+	overlap_head_start((Coordinator *) arg, true);
 }
 
 /*
@@ -256,7 +258,7 @@ dpwin_step_extracting(Coordinator *c)
 		parts = prepare_skipping(c);
 		c->times.extract = dpwin_extraction_run(&c->ext, &job,
 												DPWIN_EXTRACT_SKIP_UNCHANGED,
-												overlap_probe, c);
+												overlap_skipping, c);
 		/* nothing to ask when the probe answered during the extraction */
 		probe_exchange(c);
 		staged = dpwin_build_staged_ranges(c);
