@@ -190,10 +190,13 @@ classify_part(List *ranges, bool has_min, TimestampTz min,
  * The partitions of db.table judged from the minimum and maximum window
  * value of each part's rows (rows a lightweight DELETE removed do not
  * count); *why_not says why the window column had to be read, when it had.
+ * Unless may_scan, the column is not read then: NIL is returned, with
+ * *why_not set.
  */
 static List *
 classify_partitions(ChClient *client, const DpwinTargetInfo *target,
-					const char *window_column, List *ranges, char **why_not)
+					const char *window_column, List *ranges, bool may_scan,
+					char **why_not)
 {
 	char	   *w = dpwin_ch_quote_ident(window_column);
 	char	   *query;
@@ -244,6 +247,8 @@ classify_partitions(ChClient *client, const DpwinTargetInfo *target,
 			 */
 			*why_not = psprintf("the server cannot read the minmax index of %s (_minmax_count_projection not used)",
 								dpwin_ch_qualified_name(target->database, target->table));
+			if (!may_scan)
+				return NIL;
 			force = false;
 			continue;
 		}
@@ -737,9 +742,17 @@ dpwin_generation_clone(ChClient *client, const DpwinTargetInfo *target,
 		partitions = all_partitions(client, target);
 		gen->minmax_why_not = pstrdup("the target has no partition key");
 	}
+	else if (ranges == NIL)
+	{
+		/* nothing is replaced (yet): every partition is cloned, unjudged */
+		partitions = all_partitions(client, target);
+		foreach(lc, partitions)
+			((PartitionMeta *) lfirst(lc))->class = PART_OUTSIDE;
+		gen->minmax_why_not = pstrdup("no range is replaced");
+	}
 	else
 		partitions = classify_partitions(client, target, window_column, ranges,
-										 &gen->minmax_why_not);
+										 true, &gen->minmax_why_not);
 	gen->minmax_used = gen->minmax_why_not == NULL;
 	gen->partitions = list_length(partitions);
 	foreach(lc, partitions)
@@ -858,10 +871,11 @@ dpwin_generation_narrow(ChClient *client, const DpwinTargetInfo *target,
 	int64		rows = 0;
 	ListCell   *lc;
 
-	if (gen->ranges != NIL || gen->mixed != NIL || !gen->minmax_used)
+	if (gen->ranges != NIL || gen->mixed != NIL)
 		return false;
+	/* judged from the minmax indexes only: a scan is what a new clone costs */
 	partitions = classify_partitions(client, target, gen->window_column, ranges,
-									 &why_not);
+									 false, &why_not);
 	if (why_not != NULL)
 		return false;
 	foreach(lc, partitions)
@@ -894,6 +908,8 @@ dpwin_generation_narrow(ChClient *client, const DpwinTargetInfo *target,
 
 	/* What the clone now keeps: the target's partitions outside the ranges. */
 	gen->ranges = ranges;
+	gen->minmax_used = true;
+	gen->minmax_why_not = NULL;
 	gen->dropped_partitions = list_length(drop);
 	gen->cloned_partitions -= list_length(drop);
 	gen->cloned_parts -= parts;

@@ -89,7 +89,8 @@ typedef struct DpwinGeneration
  * Create the generation `name` as a copy of the target's structure and
  * clone into it every partition of the target that may hold a row outside
  * `ranges` (the window, or the part of it that is re-staged): partitions
- * whose every part lies inside the ranges are left out.  Verifies that the
+ * whose every part lies inside the ranges are left out.  With no ranges
+ * every partition is cloned, none judged.  Verifies that the
  * cloned parts are the target's, file for file, and records them, and
  * counts the target's rows outside the ranges on the window column.
  */

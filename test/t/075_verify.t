@@ -429,6 +429,22 @@ is_deeply(drifting(verify($skip)), [], 'skip_unchanged: verify matches afterward
 		[ sort split /\n/, psql_ok("SELECT id || '|' || ((extract(epoch FROM w) * 1000000)::bigint)::text || '|' || v"
 				  . " FROM $schema.days WHERE w >= '2026-09-07 00:00:00+00' AND w < '$E2'") ],
 		'order: the target\'s window is the source\'s');
+
+	# A lightweight DELETE in the target: its minmax indexes can no longer
+	# judge its partitions.  The whole clone judges none, the narrowing
+	# does not read the window column to judge them (a new clone does
+	# that): one scan of it in all.
+	ch_ok("DELETE FROM `$db`.`days` WHERE id = 50");
+	my $since = ch_log_seq();
+	is(psql_ok("SELECT state FROM dpwin_refresh('$route', '$E2')"), 'completed', 'order: a refresh after a lightweight DELETE');
+	my @scans = grep { $_->{query} =~ /force_optimize_projection = 0/ } ch_log_since($since);
+	is(scalar(@scans), 1, 'order: the window column was read once to judge the partitions');
+	$inside = ch_ok("SELECT concat(toString(id), '|', toString(toUnixTimestamp64Micro(w)), '|', ifNull(v, 'NULL'))"
+		  . " FROM `$db`.`days` WHERE w >= '2026-09-07 00:00:00' AND w < '2026-09-10 00:00:00' FORMAT TSVRaw");
+	is_deeply([ sort split /\n/, $inside ],
+		[ sort split /\n/, psql_ok("SELECT id || '|' || ((extract(epoch FROM w) * 1000000)::bigint)::text || '|' || v"
+				  . " FROM $schema.days WHERE w >= '2026-09-07 00:00:00+00' AND w < '$E2'") ],
+		'order: the deleted row is back');
 	drop_routes($route);
 }
 
