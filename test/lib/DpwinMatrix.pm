@@ -1,7 +1,8 @@
 package DpwinMatrix;
 
 # The fault matrix: every fault class of 100_crash_coordinator.t to
-# 106_idle_connections.t and 110_crash_shapes.t, applied to one target
+# 106_idle_connections.t and 110_crash_shapes.t, and the steps of a refresh
+# that skips unchanged chunks, applied to one target
 # shape (day-partitioned, month-partitioned or unpartitioned) in both
 # query_id modes of the endpoint (docs/endpoint.md, "Query ids").
 # 111_fault_matrix_day.t, 112_fault_matrix_month.t and
@@ -98,6 +99,23 @@ sub restart_pg_lost
 
 
 
+
+# A scenario whose route skips unchanged chunks: E2 published once, then
+# $rows added to the target behind dpwin's back, so that the chunks they
+# fall in differ from the source and are staged again while the others are
+# skipped; the old generation is the target with those rows.
+sub new_skip_s
+{
+	my ($case, $rows) = @_;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	my $s = new_s($case, skip => 1);
+	is(psql_ok(refresh_sql($s->{route}, $E2)), 'completed', "$s->{tag}: window E2 published once");
+	ch_ok("INSERT INTO `$db`.`$s->{t}` VALUES $rows");
+	$s->{old} = ch_rows($s->{t});
+	$s->{new} = after_refresh($s->{old}, $E2);
+	$s->{pre_uuid} = uuid_of($s->{t});
+	return $s;
+}
 
 sub none_held
 {
@@ -283,6 +301,74 @@ my @CASES = (
 		release("DROP TABLE IF EXISTS `$db`.`$stg`");
 		check_after_fault($s, which => 'new', state => 'completed', outcome => 'published');
 		settle_and_check($s, 'recover');
+	} ],
+
+	# --- a refresh that skips unchanged chunks (110): the steps of its own ---
+
+	[ skip_digests => sub {
+		# the target's digests of the chunks, read before the workers start,
+		# fail on the server: nothing was read from the source yet
+		my $s = new_skip_s('skdg', "(9, '2026-09-08 01:00:00', 'added behind dpwin')");
+		my $pat = "GROUP BY __dpwin_chunk ORDER BY __dpwin_chunk";
+		fault(pattern => $pat, mode => 'error', code => 241, count => 1);
+		my ($rc, $out, $err) = run_e2($s);
+		like($err, qr/ERROR:\s+\w{5}: ClickHouse error 241 /, "$s->{tag}: the refresh fails with the server's error")
+		  or diag($err);
+		is(psql_ok("SELECT count(*) FROM dpwin.chunk WHERE invocation_id = '$s->{inv}' AND state <> 'pending'"), 0,
+			"$s->{tag}: no chunk was compared");
+		check_after_fault($s, which => 'old', state => 'failed', outcome => '');
+		settle_and_check($s, 'failed');
+	} ],
+
+	[ skip_pgr_staging => sub {
+		# PostgreSQL restarts while the one changed chunk is staged
+		my $s = new_skip_s('skpg', "(9, '2026-09-08 01:00:00', 'added behind dpwin')");
+		fault(pattern => stg_pat($s), mode => 'hold', count => 1);
+		my $h = start_e2($s);
+		ok(wait_running(stg_re($s), 1, phase => 'holding'), "$s->{tag}: the changed chunk's staging INSERT is on the server");
+		restart_pg_lost($h, $s->{tag});
+		release(stg_pat($s));
+		check_after_fault($s, which => 'old', state => 'extracting', outcome => '');
+		settle_and_check($s, 'expired');
+	} ],
+
+	[ skip_whole_clone => sub {
+		# a partitioned target is cloned whole while the workers compare
+		return if $shape eq 'flat';
+		my $s = new_skip_s('skcl', "(9, '2026-09-08 01:00:00', 'added behind dpwin')");
+		my $seq = ch_log_seq();
+		my $pat = "' FROM `$db`.`$s->{t}`";
+		my $re = qr/^ALTER TABLE `\Q$db\E`\.`\Q$s->{prefix}gen\E` ATTACH PARTITION .* FROM `\Q$db\E`\.`\Q$s->{t}\E`/s;
+		fault(pattern => $pat, mode => 'hold', count => 1);
+		my $h = start_e2($s);
+		ok(wait_running($re, 1, phase => 'holding'), "$s->{tag}: the whole clone's attach waits on the server");
+		crash([ coordinator_pid($s->{inv}) ], $h, $s->{tag});
+		is(release($pat), 1, "$s->{tag}: released after the crash");
+		ok(wait_answered($seq, $re), "$s->{tag}: its last statement has ended");
+		check_after_fault($s, which => 'old', state => 'extracting', outcome => '');
+		settle_and_check($s, 'expired');
+	} ],
+
+	[ skip_narrow => sub {
+		# every chunk of the day changed: the whole clone's partition of the
+		# day lies inside the staged chunks and is dropped from it (a month's
+		# partition holds kept rows too, and the generation is cloned again)
+		return if $shape ne 'day';
+		my $s = new_skip_s('sknr', join(', ', map { "(9, '2026-09-08 $_:00:00', 'added behind dpwin')" } qw(01 07 13 19)));
+		my $seq = ch_log_seq();
+		my $pat = "`$s->{prefix}gen` DROP PARTITION ID '20260908'";
+		my $re = qr/^ALTER TABLE `\Q$db\E`\.\Q$pat\E/;
+		fault(pattern => $pat, mode => 'hold', count => 1);
+		my $h = start_e2($s);
+		ok(wait_running($re, 1, phase => 'holding'), "$s->{tag}: the narrowing of the clone waits on the server");
+		is(psql_ok("SELECT string_agg(chunk_no || ':' || state, ',' ORDER BY chunk_no) FROM dpwin.chunk"
+			  . " WHERE invocation_id = '$s->{inv}'"), '0:verified,1:verified,2:verified,3:verified',
+			"$s->{tag}: every chunk was staged");
+		crash([ coordinator_pid($s->{inv}) ], $h, $s->{tag});
+		is(release($pat), 1, "$s->{tag}: released after the crash");
+		ok(wait_answered($seq, $re), "$s->{tag}: its last statement has ended");
+		check_after_fault($s, which => 'old', state => 'extracting', outcome => '');
+		settle_and_check($s, 'expired');
 	} ],
 
 	# --- chunk workers (101) ---
@@ -678,6 +764,7 @@ sub run_matrix
 	# case, each on some shape -- the crash classes of 100-110 all run on
 	# every major of a side-by-side CI.
 	my $chosen = $shape_no;
+	die "the fault matrix needs an odd number of cases to share them out so\n" unless @CASES % 2;
 	my $t0 = time;
 	setup($database);
 	for my $md ('visible', 'hidden')
