@@ -285,6 +285,33 @@ is_deeply(drifting(verify($skip)), [], 'skip_unchanged: verify matches afterward
 	is("$cached/$skipped/$digests", '3/2/0', 'cache: a merge keeps the last publication\'s digests');
 	is($states, '0:skipped,1:skipped,2:verified', 'cache: and the changed chunk alone is re-staged');
 
+	# Refresh E2 with the statement $pattern held on the server once
+	# $running shows it there (and $also->($since) holds, if given), merge
+	# the target meanwhile, then release it: the completed invocation, its
+	# generation table and the statements it sent.
+	my $merge_while_held = sub {
+		my ($tag, $pattern, $running, $what, $also) = @_;
+		fault(pattern => $pattern, mode => 'hold', count => 1);
+		my $since = ch_log_seq();
+		my $h = bg_psql("SELECT state FROM dpwin_refresh('$route', '$E2')");
+		ok(wait_running($running, 1, phase => 'holding'), "$tag: $what");
+		$also->($since) if $also;
+		my $parts = $names->();
+		ch_ok("OPTIMIZE TABLE `$db`.`days` FINAL");
+		isnt($names->(), $parts, "$tag: a merge rewrote the target's parts meanwhile");
+		is(release($pattern), 1, "$tag: the held statement is released");
+		my ($rc, $out, $err) = bg_finish($h);
+		is($out, 'completed', "$tag: the refresh completes") or diag($err);
+		my $inv = psql_ok("SELECT e.invocation_id FROM dpwin.evidence e JOIN dpwin.route r USING (route_id)"
+			  . " WHERE r.route_name = '$route' ORDER BY e.written_at DESC LIMIT 1");
+		my $gen = psql_ok("SELECT generation_table FROM dpwin.publication WHERE invocation_id = '$inv'");
+		return ($inv, $gen, [ ch_log_since($since) ]);
+	};
+	my $digested_in = sub {
+		my ($gen, $log) = @_;
+		return scalar(grep { $_->{query} =~ /__dpwin_chunk.*sipHash128ReferenceKeyed.*FROM `\Q$db\E`\.`\Q$gen\E`/s } @$log);
+	};
+
 	# A merge of the target while the workers read the source: the parts
 	# read before them are not the target's parts when it is cloned.  The
 	# skipped chunks are digested again in the clone, and what was read of
@@ -293,26 +320,13 @@ is_deeply(drifting(verify($skip)), [], 'skip_unchanged: verify matches afterward
 	{
 		psql_ok("UPDATE $schema.days SET v = 'changed during a merge' WHERE id = 130");
 		my $pattern = "toInt64(toDate32(`w`)) AS __dpwin_day";
-		fault(pattern => $pattern, mode => 'hold', count => 1);
-		my $since = ch_log_seq();
-		my $h = bg_psql("SELECT state FROM dpwin_refresh('$route', '$E2')");
-		ok(wait_running(qr/\Q$pattern\E.* FROM `\Q$db\E`\.`days`/s, 1, phase => 'holding'),
-			'merged: the facts of the target\'s chunks are read while the workers run');
-		my $parts = $names->();
-		ch_ok("OPTIMIZE TABLE `$db`.`days` FINAL");
-		isnt($names->(), $parts, 'merged: a merge rewrote the target\'s parts meanwhile');
-		is(release($pattern), 1, 'merged: the facts are released');
-		my ($rc, $out, $err) = bg_finish($h);
-		is($out, 'completed', 'merged: the refresh completes') or diag($err);
-		my $inv = psql_ok("SELECT e.invocation_id FROM dpwin.evidence e JOIN dpwin.route r USING (route_id)"
-			  . " WHERE r.route_name = '$route' ORDER BY e.written_at DESC LIMIT 1");
+		my ($inv, $gen, $log) = $merge_while_held->('merged', $pattern,
+			qr/\Q$pattern\E.* FROM `\Q$db\E`\.`days`/s,
+			'the facts of the target\'s chunks are read while the workers run');
 		is(psql_ok("SELECT string_agg(chunk_no || ':' || state, ',' ORDER BY chunk_no) FROM dpwin.chunks"
 			  . " WHERE invocation_id = '$inv'"), '0:skipped,1:skipped,2:verified', 'merged: the changed chunk alone is re-staged');
-		my $gen = psql_ok("SELECT generation_table FROM dpwin.publication WHERE invocation_id = '$inv'");
-		my @log = ch_log_since($since);
-		is(scalar(grep { $_->{query} =~ /__dpwin_chunk.*sipHash128ReferenceKeyed.*FROM `\Q$db\E`\.`\Q$gen\E`/s } @log), 1,
-			'merged: the skipped chunks are digested again in the clone');
-		is(scalar(grep { $_->{query} =~ /^SELECT toJSONString\(.*FROM `\Q$db\E`\.`\Q$gen\E`/s } @log), 1,
+		is($digested_in->($gen, $log), 1, 'merged: the skipped chunks are digested again in the clone');
+		is(scalar(grep { $_->{query} =~ /^SELECT toJSONString\(.*FROM `\Q$db\E`\.`\Q$gen\E`/s } @$log), 1,
 			'merged: the facts are read from the generation');
 		my ($evidence, $target) = evidence_facts($inv, 'days', '2026-09-07 00:00:00', '2026-09-10 00:00:00');
 		is($evidence, "false|$target", 'merged: and they are the target\'s');
@@ -325,29 +339,17 @@ is_deeply(drifting(verify($skip)), [], 'skip_unchanged: verify matches afterward
 	{
 		psql_ok("UPDATE $schema.days SET v = 'changed after the clone' WHERE id = 130");
 		# a staging digest (the first statement checks that the function exists)
-		my $staging_digest = 'SELECT count(), sum(reinterpretAsUInt64(sipHash128ReferenceKeyed';
-		fault(pattern => $staging_digest, mode => 'hold', count => 1);
-		my $since = ch_log_seq();
-		my $h = bg_psql("SELECT state FROM dpwin_refresh('$route', '$E2')");
-		ok(wait_running(qr/sipHash128ReferenceKeyed.*_stg_2_/s, 1, phase => 'holding'),
-			'late merge: the staged chunk\'s digest is held');
-		ok(wait_logged($since, qr/^SELECT countIf\(.* FROM `\Q$db\E`\.`days`/s, answered => 1),
-			'late merge: the whole target was cloned meanwhile');
-		my $parts = $names->();
-		ch_ok("OPTIMIZE TABLE `$db`.`days` FINAL");
-		isnt($names->(), $parts, 'late merge: a merge rewrote the target\'s parts after the clone');
-		is(release($staging_digest), 1, 'late merge: the digest is released');
-		my ($rc, $out, $err) = bg_finish($h);
-		is($out, 'completed', 'late merge: the refresh completes') or diag($err);
-		my $inv = psql_ok("SELECT e.invocation_id FROM dpwin.evidence e JOIN dpwin.route r USING (route_id)"
-			  . " WHERE r.route_name = '$route' ORDER BY e.written_at DESC LIMIT 1");
-		my $gen = psql_ok("SELECT generation_table FROM dpwin.publication WHERE invocation_id = '$inv'");
-		my @log = ch_log_since($since);
-		is(scalar(grep { $_->{query} =~ /^CREATE TABLE `\Q$db\E`\.`\Q$gen\E`/ } @log), 2,
+		my ($inv, $gen, $log) = $merge_while_held->('late merge',
+			'SELECT count(), sum(reinterpretAsUInt64(sipHash128ReferenceKeyed',
+			qr/sipHash128ReferenceKeyed.*_stg_2_/s, 'the staged chunk\'s digest is held',
+			sub {
+				ok(wait_logged($_[0], qr/^SELECT countIf\(.* FROM `\Q$db\E`\.`days`/s, answered => 1),
+					'late merge: the whole target was cloned meanwhile');
+			});
+		is(scalar(grep { $_->{query} =~ /^CREATE TABLE `\Q$db\E`\.`\Q$gen\E`/ } @$log), 2,
 			'late merge: the generation is cloned again');
-		is(scalar(grep { $_->{query} =~ /DROP PARTITION/ } @log), 0, 'late merge: and nothing is dropped from a clone');
-		is(scalar(grep { $_->{query} =~ /__dpwin_chunk.*sipHash128ReferenceKeyed.*FROM `\Q$db\E`\.`\Q$gen\E`/s } @log), 1,
-			'late merge: the skipped chunks are digested in the new clone');
+		is(scalar(grep { $_->{query} =~ /DROP PARTITION/ } @$log), 0, 'late merge: and nothing is dropped from a clone');
+		is($digested_in->($gen, $log), 1, 'late merge: the skipped chunks are digested in the new clone');
 		is_deeply(ch_rows('days'), [ sort(@$w06[grep { $w06->[$_] ne $kept } 0 .. $#$w06],
 					@{ $expect->('2026-09-07 00:00:00+00', $E2) }) ],
 			'late merge: the target is the source\'s window, the day before it and the kept row');
