@@ -311,11 +311,14 @@ my @CASES = (
 		my $s = new_skip_s('skdg', "(9, '2026-09-08 01:00:00', 'added behind dpwin')");
 		my $pat = "GROUP BY __dpwin_chunk ORDER BY __dpwin_chunk";
 		fault(pattern => $pat, mode => 'error', code => 241, count => 1);
+		my $seq = ch_log_seq();
 		my ($rc, $out, $err) = run_e2($s);
 		like($err, qr/ERROR:\s+\w{5}: ClickHouse error 241 /, "$s->{tag}: the refresh fails with the server's error")
 		  or diag($err);
 		is(psql_ok("SELECT count(*) FROM dpwin.chunk WHERE invocation_id = '$s->{inv}' AND state <> 'pending'"), 0,
-			"$s->{tag}: no chunk was compared");
+			"$s->{tag}: every chunk is still pending: none was compared");
+		is(scalar(grep { index($_->{query}, "$s->{prefix}stg_") >= 0 || index($_->{query}, "$s->{prefix}gen") >= 0 }
+				ch_log_since($seq)), 0, "$s->{tag}: no staging table or clone was made");
 		check_after_fault($s, which => 'old', state => 'failed', outcome => '');
 		settle_and_check($s, 'failed');
 	} ],
