@@ -117,6 +117,43 @@ sub new_skip_s
 	return $s;
 }
 
+# PostgreSQL restarts once $n staging INSERTs of scenario $s are held on
+# the server (of up to $hold held): the snapshot dies with the refresh, the
+# target is the old generation, and a new invocation publishes the new one.
+sub restart_pg_while_staging
+{
+	my ($s, $hold, $n, $what) = @_;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	fault(pattern => stg_pat($s), mode => 'hold', count => $hold);
+	my $h = start_e2($s);
+	ok(wait_running(stg_re($s), $n, phase => 'holding'), "$s->{tag}: $what");
+	restart_pg_lost($h, $s->{tag});
+	release(stg_pat($s));
+	check_after_fault($s, which => 'old', state => 'extracting', outcome => '');
+	settle_and_check($s, 'expired');
+}
+
+# The coordinator of scenario $s's E2 refresh is killed while the statement
+# that contains $pat (and matches $re) is held on the server, before the
+# snapshot is journaled; released, it ends, the target is the old
+# generation, and a new invocation publishes the new one.  $before->()
+# runs once the statement is held.
+sub kill_while_extracting
+{
+	my ($s, $pat, $re, $what, $before) = @_;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	my $seq = ch_log_seq();
+	fault(pattern => $pat, mode => 'hold', count => 1);
+	my $h = start_e2($s);
+	ok(wait_running($re, 1, phase => 'holding'), "$s->{tag}: $what");
+	$before->() if $before;
+	crash([ coordinator_pid($s->{inv}) ], $h, $s->{tag});
+	is(release($pat), 1, "$s->{tag}: released after the crash");
+	ok(wait_answered($seq, $re), "$s->{tag}: its last statement has ended");
+	check_after_fault($s, which => 'old', state => 'extracting', outcome => '');
+	settle_and_check($s, 'expired');
+}
+
 sub none_held
 {
 	my ($s) = @_;
@@ -325,31 +362,17 @@ my @CASES = (
 
 	[ skip_pgr_staging => sub {
 		# PostgreSQL restarts while the one changed chunk is staged
-		my $s = new_skip_s('skpg', "(9, '2026-09-08 01:00:00', 'added behind dpwin')");
-		fault(pattern => stg_pat($s), mode => 'hold', count => 1);
-		my $h = start_e2($s);
-		ok(wait_running(stg_re($s), 1, phase => 'holding'), "$s->{tag}: the changed chunk's staging INSERT is on the server");
-		restart_pg_lost($h, $s->{tag});
-		release(stg_pat($s));
-		check_after_fault($s, which => 'old', state => 'extracting', outcome => '');
-		settle_and_check($s, 'expired');
+		restart_pg_while_staging(new_skip_s('skpg', "(9, '2026-09-08 01:00:00', 'added behind dpwin')"), 1, 1,
+			"the changed chunk's staging INSERT is on the server");
 	} ],
 
 	[ skip_whole_clone => sub {
 		# a partitioned target is cloned whole while the workers compare
 		return if $shape eq 'flat';
 		my $s = new_skip_s('skcl', "(9, '2026-09-08 01:00:00', 'added behind dpwin')");
-		my $seq = ch_log_seq();
-		my $pat = "' FROM `$db`.`$s->{t}`";
-		my $re = qr/^ALTER TABLE `\Q$db\E`\.`\Q$s->{prefix}gen\E` ATTACH PARTITION .* FROM `\Q$db\E`\.`\Q$s->{t}\E`/s;
-		fault(pattern => $pat, mode => 'hold', count => 1);
-		my $h = start_e2($s);
-		ok(wait_running($re, 1, phase => 'holding'), "$s->{tag}: the whole clone's attach waits on the server");
-		crash([ coordinator_pid($s->{inv}) ], $h, $s->{tag});
-		is(release($pat), 1, "$s->{tag}: released after the crash");
-		ok(wait_answered($seq, $re), "$s->{tag}: its last statement has ended");
-		check_after_fault($s, which => 'old', state => 'extracting', outcome => '');
-		settle_and_check($s, 'expired');
+		kill_while_extracting($s, "' FROM `$db`.`$s->{t}`",
+			qr/^ALTER TABLE `\Q$db\E`\.`\Q$s->{prefix}gen\E` ATTACH PARTITION .* FROM `\Q$db\E`\.`\Q$s->{t}\E`/s,
+			"the whole clone's attach waits on the server");
 	} ],
 
 	[ skip_narrow => sub {
@@ -358,20 +381,13 @@ my @CASES = (
 		# partition holds kept rows too, and the generation is cloned again)
 		return if $shape ne 'day';
 		my $s = new_skip_s('sknr', join(', ', map { "(9, '2026-09-08 $_:00:00', 'added behind dpwin')" } qw(01 07 13 19)));
-		my $seq = ch_log_seq();
 		my $pat = "`$s->{prefix}gen` DROP PARTITION ID '20260908'";
-		my $re = qr/^ALTER TABLE `\Q$db\E`\.\Q$pat\E/;
-		fault(pattern => $pat, mode => 'hold', count => 1);
-		my $h = start_e2($s);
-		ok(wait_running($re, 1, phase => 'holding'), "$s->{tag}: the narrowing of the clone waits on the server");
-		is(psql_ok("SELECT string_agg(chunk_no || ':' || state, ',' ORDER BY chunk_no) FROM dpwin.chunk"
-			  . " WHERE invocation_id = '$s->{inv}'"), '0:verified,1:verified,2:verified,3:verified',
-			"$s->{tag}: every chunk was staged");
-		crash([ coordinator_pid($s->{inv}) ], $h, $s->{tag});
-		is(release($pat), 1, "$s->{tag}: released after the crash");
-		ok(wait_answered($seq, $re), "$s->{tag}: its last statement has ended");
-		check_after_fault($s, which => 'old', state => 'extracting', outcome => '');
-		settle_and_check($s, 'expired');
+		kill_while_extracting($s, $pat, qr/^ALTER TABLE `\Q$db\E`\.\Q$pat\E/,
+			'the narrowing of the clone waits on the server', sub {
+				is(psql_ok("SELECT string_agg(chunk_no || ':' || state, ',' ORDER BY chunk_no) FROM dpwin.chunk"
+					  . " WHERE invocation_id = '$s->{inv}'"), '0:verified,1:verified,2:verified,3:verified',
+					"$s->{tag}: every chunk was staged");
+			});
 	} ],
 
 	# --- chunk workers (101) ---
@@ -424,14 +440,7 @@ my @CASES = (
 	# --- PostgreSQL immediate restarts (102) ---
 
 	[ pgr_extracting => sub {
-		my $s = new_s('pgrx');
-		fault(pattern => stg_pat($s), mode => 'hold', count => 4);
-		my $h = start_e2($s);
-		ok(wait_running(stg_re($s), 2, phase => 'holding'), "$s->{tag}: two staging INSERTs are on the server");
-		restart_pg_lost($h, $s->{tag});
-		release(stg_pat($s));
-		check_after_fault($s, which => 'old', state => 'extracting', outcome => '');
-		settle_and_check($s, 'expired');
+		restart_pg_while_staging(new_s('pgrx'), 4, 2, 'two staging INSERTs are on the server');
 	} ],
 
 	[ pgr_verified => sub {
