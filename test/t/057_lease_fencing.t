@@ -7,9 +7,10 @@
 # running and their staging tables exist.  Another session then takes the
 # lease over: it commits the epoch bump a coordinator commits when it takes
 # the lease (the coordinator still holds the lock, as a runner that was
-# paused does not know it lost it).  Released, each worker streams and
-# verifies its chunk, and its receipt is refused with 55P03: no chunk of
-# the invocation is journaled verified, its journal says nothing more, and
+# paused does not know it lost it).  Released, a worker streams its chunk
+# and its next journal write is refused with 55P03, which stops the other:
+# no chunk of the invocation is journaled verified, its journal says
+# nothing more, and
 # the target is untouched.  dpwin.recover() then takes the lease for real,
 # marks the invocation snapshot_expired and drops its staging tables, and
 # the next refresh completes the window exactly.
