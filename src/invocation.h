@@ -92,6 +92,8 @@ typedef struct Coordinator
 									 * listed for that DROP */
 	DpwinTargetInfo *target;	/* what admission learned */
 	char	   *schema_fingerprint; /* journaled by admission, if any */
+	char	   *published_generation;	/* the UUID that the route's last
+										 * publication put in place, if any */
 	int32		target_id;
 	int64		epoch;
 	bool		lease_held;

@@ -167,6 +167,12 @@ extern char *dpwin_registry_unsettled_publication(int32 target_id,
 												  const pg_uuid_t *except);
 
 /*
+ * The UUID of the generation that the route's newest publication put in
+ * place of its target; NULL when it never published.
+ */
+extern char *dpwin_registry_published_generation(int32 route_id);
+
+/*
  * Invocations of the target left before publication by a coordinator that
  * no longer runs (the caller holds the target's lease, so none can be
  * running): their snapshot is gone.  Marks them snapshot_expired and

@@ -123,12 +123,24 @@ prepare_skipping(Coordinator *c)
  * target is admitted and before anything is published: a refresh asks
  * while its workers read the source (off their critical path), and fails
  * with the probe's error if the answer is no.
+ *
+ * Not asked while the target is the generation that the route's last
+ * publication exchanged into its place: EXCHANGE TABLES has worked on
+ * this very table, and asking would create, swap and drop two tables on
+ * every scheduled refresh.  Should the table have moved since to a
+ * database where it does not work, the EXCHANGE fails, atomically, and
+ * nothing is published (docs/design.md, "The conversation with
+ * ClickHouse").
  */
 static void
 probe_exchange(Coordinator *c)
 {
-	MemoryContext cxt = MemoryContextSwitchTo(c->cxt);
+	MemoryContext cxt;
 
+	if (c->published_generation != NULL &&
+		strcmp(c->published_generation, c->target->uuid) == 0)
+		return;
+	cxt = MemoryContextSwitchTo(c->cxt);
 	dpwin_target_probe_exchange(c->client, c->route->target_database,
 								dpwin_invocation_table_prefix(c->route->route_id, &c->id),
 								true);

@@ -359,6 +359,20 @@ for my $case ([ 'ddl', 'ADD COLUMN extra Nullable(Int32)' ],
 	is_deeply(own_tables($route, $inv), [], 'probe refused: no probe or staging table is left');
 	is_deeply(ch_rows($t), after_refresh($pre, $E), 'probe refused: the target is the new generation');
 
+	# The target is the generation that refresh published: the next one
+	# (a new backend, as a scheduled refresh is) does not probe.
+	my ($inv_again, $prefix_again) = new_invocation($route);
+	$seq = ch_log_seq();
+	is((split /\|/, psql_ok(refresh_sql($route, $inv_again)))[1], 'completed', 'published generation in place: the refresh completes');
+	my @probed = grep { $_->{query} =~ /^(CREATE|EXCHANGE) TABLES? `\Q$db\E`\.`\Q${prefix_again}\Eprobe_/ } ch_log_since($seq);
+	is(scalar(@probed), 0, 'published generation in place: EXCHANGE TABLES is not probed');
+
+	# Replaced behind dpwin's back (same rows, another table): probed again.
+	ch_ok("CREATE TABLE `$db`.`${t}_swap` AS `$db`.`$t`");
+	ch_ok("INSERT INTO `$db`.`${t}_swap` SELECT * FROM `$db`.`$t`");
+	ch_ok("EXCHANGE TABLES `$db`.`$t` AND `$db`.`${t}_swap`");
+	ch_ok("DROP TABLE `$db`.`${t}_swap` SYNC");
+
 	# EXCHANGE TABLES does not work: the refresh fails at once, before any
 	# chunk is verified.
 	my ($inv2, $prefix2) = new_invocation($route);

@@ -72,10 +72,17 @@ sub wait_state
 }
 
 # --- in the EXCHANGE probe: its scratch tables carry the invocation's prefix,
-# and recovery drops them with the rest -----------------------------------------
+# and recovery drops them with the rest.  E1's generation in place would
+# spare E2 the probe: the target is first replaced by a copy of itself. ---------
 
 {
 	my $s = scenario('probe');
+	my $t = "`$db`.`$s->{t}`";
+	ch_ok("CREATE TABLE `$db`.`$s->{t}_copy` AS $t");
+	ch_ok("INSERT INTO `$db`.`$s->{t}_copy` SELECT * FROM $t");
+	ch_ok("EXCHANGE TABLES $t AND `$db`.`$s->{t}_copy`");
+	ch_ok("DROP TABLE `$db`.`$s->{t}_copy` SYNC");
+	$s->{pre_uuid} = uuid_of($s->{t});
 	my $pat = "EXCHANGE TABLES `$db`.`$s->{prefix}probe_";
 	fault(pattern => $pat, mode => 'hold', count => 1);
 	my $h = start_e2($s);
