@@ -299,7 +299,8 @@ dpwin_invocation_register(Coordinator *c)
 	orphans = dpwin_registry_orphans(c->target_id, &c->id);
 	dpwin_registry_expire_orphans(c->target_id, c->epoch, &c->id);
 	MemoryContextSwitchTo(c->cxt);
-	c->published_generation = dpwin_registry_published_generation(c->route->route_id);
+	c->published_generation = dpwin_registry_published_generation(c->route->route_id,
+																  c->target_id);
 	inv.id = c->id;
 	inv.route_id = c->route->route_id;
 	inv.target_id = c->target_id;

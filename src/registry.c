@@ -442,21 +442,23 @@ dpwin_registry_unsettled_publication(int32 target_id, const pg_uuid_t *except)
 }
 
 char *
-dpwin_registry_published_generation(int32 route_id)
+dpwin_registry_published_generation(int32 route_id, int32 target_id)
 {
-	Oid			types[1] = {INT4OID};
-	Datum		args[1];
+	Oid			types[2] = {INT4OID, INT4OID};
+	Datum		args[2];
 	MemoryContext caller = CurrentMemoryContext;
 	MemoryContext spicxt;
 	char	   *uuid;
 
 	/* the route's invocations newest first, by invocation_route_idx */
 	args[0] = Int32GetDatum(route_id);
+	args[1] = Int32GetDatum(target_id);
 	if (dpwin_catalog_exec("SELECT p.generation_uuid::text FROM dpwin.invocation i"
 						   " JOIN dpwin.publication p USING (invocation_id)"
-						   " WHERE i.route_id = $1 AND p.outcome = 'published'"
+						   " WHERE i.route_id = $1 AND p.target_id = $2"
+						   "   AND p.outcome = 'published'"
 						   " ORDER BY i.created_at DESC LIMIT 1",
-						   1, types, args, NULL, true) == 0)
+						   2, types, args, NULL, true) == 0)
 		return NULL;
 	spicxt = MemoryContextSwitchTo(caller);
 	uuid = get_text(0, 1);

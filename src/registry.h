@@ -167,10 +167,12 @@ extern char *dpwin_registry_unsettled_publication(int32 target_id,
 												  const pg_uuid_t *except);
 
 /*
- * The UUID of the generation that the route's newest publication put in
- * place of its target; NULL when it never published.
+ * The UUID of the generation that the route's newest publication into
+ * target_id (server, database and table) put in its place; NULL when it
+ * never published there.
  */
-extern char *dpwin_registry_published_generation(int32 route_id);
+extern char *dpwin_registry_published_generation(int32 route_id,
+												 int32 target_id);
 
 /*
  * Invocations of the target left before publication by a coordinator that

@@ -26,7 +26,7 @@ our @EXPORT_OK = qw(
   fault
   fresh_fixture drop_fixture drop_routes drop_roles
   pg_row_sql ch_row_sql
-  create_event_table event_route ch_rows pg_rows uuid_of micros kept after_refresh
+  create_event_table event_route ch_rows pg_rows uuid_of replace_by_copy micros kept after_refresh
   new_uuid route_id invocation_prefix own_tables dpwin_tables_left
   exchange_re exchanges
   bg_psql bg_finish postmaster_pid
@@ -290,6 +290,18 @@ sub uuid_of
 	my $u = ch_ok("SELECT toString(uuid) FROM system.tables WHERE database = '$fx_db' AND name = '$t'");
 	chomp $u;
 	return $u eq '' ? undef : $u;
+}
+
+# Replace ClickHouse table $t by a copy of itself: the same rows under
+# another UUID, as an operator might behind dpwin's back.
+sub replace_by_copy
+{
+	my ($t) = @_;
+	my ($q, $c) = ("`$fx_db`.`$t`", "`$fx_db`.`${t}_copy`");
+	ch_ok("CREATE TABLE $c AS $q");
+	ch_ok("INSERT INTO $c SELECT * FROM $q");
+	ch_ok("EXCHANGE TABLES $q AND $c");
+	ch_ok("DROP TABLE $c SYNC");
 }
 
 # A timestamptz as Unix microseconds.

@@ -19,7 +19,7 @@ use warnings;
 use Test::More;
 use DpwinTest;
 use DpwinEndpoint qw(release wait_running);
-use DpwinFixture qw(fault fresh_fixture drop_fixture new_event_route create_event_source ch_rows uuid_of
+use DpwinFixture qw(fault fresh_fixture drop_fixture new_event_route create_event_source ch_rows uuid_of replace_by_copy
   after_refresh new_uuid route_id invocation_prefix generation_name own_tables exchanges bg_psql bg_finish
   refresh_row_sql invocation_field wait_logged);
 
@@ -368,10 +368,7 @@ for my $case ([ 'ddl', 'ADD COLUMN extra Nullable(Int32)' ],
 	is(scalar(@probed), 0, 'published generation in place: EXCHANGE TABLES is not probed');
 
 	# Replaced behind dpwin's back (same rows, another table): probed again.
-	ch_ok("CREATE TABLE `$db`.`${t}_swap` AS `$db`.`$t`");
-	ch_ok("INSERT INTO `$db`.`${t}_swap` SELECT * FROM `$db`.`$t`");
-	ch_ok("EXCHANGE TABLES `$db`.`$t` AND `$db`.`${t}_swap`");
-	ch_ok("DROP TABLE `$db`.`${t}_swap` SYNC");
+	replace_by_copy($t);
 
 	# EXCHANGE TABLES does not work: the refresh fails at once, before any
 	# chunk is verified.

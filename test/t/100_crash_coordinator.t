@@ -24,7 +24,7 @@ use strict;
 use warnings;
 use Test::More;
 use DpwinTest;
-use DpwinFixture qw(fault bg_psql bg_finish ch_rows uuid_of micros after_refresh);
+use DpwinFixture qw(fault bg_psql bg_finish ch_rows uuid_of replace_by_copy micros after_refresh);
 use DpwinCrash;
 use DpwinEndpoint qw(both_modes release wait_running);
 
@@ -77,11 +77,7 @@ sub wait_state
 
 {
 	my $s = scenario('probe');
-	my $t = "`$db`.`$s->{t}`";
-	ch_ok("CREATE TABLE `$db`.`$s->{t}_copy` AS $t");
-	ch_ok("INSERT INTO `$db`.`$s->{t}_copy` SELECT * FROM $t");
-	ch_ok("EXCHANGE TABLES $t AND `$db`.`$s->{t}_copy`");
-	ch_ok("DROP TABLE `$db`.`$s->{t}_copy` SYNC");
+	replace_by_copy($s->{t});
 	$s->{pre_uuid} = uuid_of($s->{t});
 	my $pat = "EXCHANGE TABLES `$db`.`$s->{prefix}probe_";
 	fault(pattern => $pat, mode => 'hold', count => 1);
