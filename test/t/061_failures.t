@@ -12,7 +12,9 @@
 #     again; a refusal leaves the window published, warns, and recover()
 #     drops the tables;
 #   - the EXCHANGE probe during the extraction: a failure that may pass is
-#     asked again after it; "EXCHANGE does not work" fails at once.
+#     asked again after it; not asked while the target is the route's last
+#     generation, asked again once it was replaced; "EXCHANGE does not
+#     work" fails at once.
 # Every data check compares the full multiset of rows.
 use strict;
 use warnings;
