@@ -197,6 +197,26 @@ get_text(uint64 row, int col)
 	return dpwin_catalog_text(row, col);
 }
 
+/*
+ * The one text column of the one row that `sql` selects, in the caller's
+ * memory context (SPI leaves its own current); NULL when there is no such
+ * row, or the value is null.
+ */
+static char *
+one_text(const char *sql, int nargs, Oid *types, Datum *args, bool read_only)
+{
+	MemoryContext caller = CurrentMemoryContext;
+	MemoryContext spicxt;
+	char	   *text;
+
+	if (dpwin_catalog_exec(sql, nargs, types, args, NULL, read_only) != 1)
+		return NULL;
+	spicxt = MemoryContextSwitchTo(caller);
+	text = get_text(0, 1);
+	MemoryContextSwitchTo(spicxt);
+	return text;
+}
+
 /* Columns of dpwin_registry_load()'s query of dpwin.invocation. */
 #define Anum_invocation_route_id			1
 #define Anum_invocation_target_id			2
@@ -446,24 +466,16 @@ dpwin_registry_published_generation(int32 route_id, int32 target_id)
 {
 	Oid			types[2] = {INT4OID, INT4OID};
 	Datum		args[2];
-	MemoryContext caller = CurrentMemoryContext;
-	MemoryContext spicxt;
-	char	   *uuid;
 
 	/* the route's invocations newest first, by invocation_route_idx */
 	args[0] = Int32GetDatum(route_id);
 	args[1] = Int32GetDatum(target_id);
-	if (dpwin_catalog_exec("SELECT p.generation_uuid::text FROM dpwin.invocation i"
-						   " JOIN dpwin.publication p USING (invocation_id)"
-						   " WHERE i.route_id = $1 AND p.target_id = $2"
-						   "   AND p.outcome = 'published'"
-						   " ORDER BY i.created_at DESC LIMIT 1",
-						   2, types, args, NULL, true) == 0)
-		return NULL;
-	spicxt = MemoryContextSwitchTo(caller);
-	uuid = get_text(0, 1);
-	MemoryContextSwitchTo(spicxt);
-	return uuid;
+	return one_text("SELECT p.generation_uuid::text FROM dpwin.invocation i"
+					" JOIN dpwin.publication p USING (invocation_id)"
+					" WHERE i.route_id = $1 AND p.target_id = $2"
+					"   AND p.outcome = 'published'"
+					" ORDER BY i.created_at DESC LIMIT 1",
+					2, types, args, true);
 }
 
 List *
@@ -775,9 +787,7 @@ text_of_invocation(const char *sql, const pg_uuid_t *id, bool read_only)
 	Datum		args[1];
 
 	args[0] = UUIDPGetDatum(uuid_copy(id));
-	if (dpwin_catalog_exec(sql, 1, types, args, NULL, read_only) != 1)
-		return NULL;
-	return get_text(0, 1);
+	return one_text(sql, 1, types, args, read_only);
 }
 
 char *
