@@ -209,12 +209,9 @@ dpwin_ch_exec_id(ChClient *client, const char *sql, const char *query_id)
 	return reply.body.data;
 }
 
-/*
- * Start one statement on the client's connection and return without its
- * answer; dpwin_ch_finish() waits for it.
- */
-void
-dpwin_ch_start(ChClient *client, const char *sql, const char *label)
+/* Before a statement is started: what its errors will name it by. */
+static void
+ch_note_started(ChClient *client, const char *sql)
 {
 	MemoryContext cxt = GetMemoryChunkContext(client);
 
@@ -223,8 +220,35 @@ dpwin_ch_start(ChClient *client, const char *sql, const char *label)
 	if (client->started_what != NULL)
 		pfree(client->started_what);
 	client->started_what = MemoryContextStrdup(cxt, ch_describe_sql(sql));
+}
+
+/*
+ * Start one statement on the client's connection and return without its
+ * answer; dpwin_ch_finish() waits for it.
+ */
+void
+dpwin_ch_start(ChClient *client, const char *sql, const char *label)
+{
+	ch_note_started(client, sql);
 	dpwin_chhttp_start(client->http, sql, dpwin_ch_next_query_id(client, label),
 					   CH_REQUEST_SETTINGS, 0);
+}
+
+/* Start an INSERT whose body dpwin_ch_feed() hands over. */
+void
+dpwin_ch_start_fed(ChClient *client, const char *sql, const char *query_id)
+{
+	ch_note_started(client, sql);
+	dpwin_chhttp_start_fed(client->http, sql, query_id, CH_REQUEST_SETTINGS, 0);
+}
+
+/* The next piece of the started INSERT's body; len 0 ends it. */
+bool
+dpwin_ch_feed(ChClient *client, const char *data, size_t len)
+{
+	if (client->http == NULL)
+		elog(ERROR, "ClickHouse client used after close");
+	return dpwin_chhttp_feed(client->http, data, len);
 }
 
 /* Move the started statement on, if any, without waiting. */

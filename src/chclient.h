@@ -94,6 +94,17 @@ extern ChHttpStatus dpwin_ch_finish_status(ChClient *client, ChHttpReply *reply)
 extern void dpwin_ch_abandon(ChClient *client);
 
 /*
+ * An INSERT whose body the caller hands over piece by piece (chhttp.h,
+ * dpwin_chhttp_start_fed()): dpwin_ch_start_fed() starts it with the given
+ * query_id, dpwin_ch_feed() sends a piece (len 0 ends the body) and
+ * returns false when the request ended early; dpwin_ch_finish_status()
+ * waits for its answer, and dpwin_ch_abandon() gives it up.
+ */
+extern void dpwin_ch_start_fed(ChClient *client, const char *sql,
+							   const char *query_id);
+extern bool dpwin_ch_feed(ChClient *client, const char *data, size_t len);
+
+/*
  * Run one statement and return the status instead of raising, for callers
  * that must handle a lost reply themselves (INSERT, EXCHANGE).  The body is
  * streamed from reader when not NULL.

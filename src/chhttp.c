@@ -105,6 +105,17 @@ struct ChHttp
 	char	   *started_settings;
 	char	   *started_url;
 	ChHttpReply started_reply;
+
+	/*
+	 * A started request whose body the caller hands over piece by piece
+	 * (dpwin_chhttp_start_fed()): the piece libcurl is taking, and whether
+	 * the body has ended.  With nothing to take, the transfer pauses.
+	 */
+	bool		fed;
+	bool		feed_ended;
+	const char *feed_data;
+	size_t		feed_len;
+	size_t		feed_pos;
 };
 
 static bool curl_initialized = false;
@@ -113,6 +124,9 @@ static void chhttp_cleanup_callback(void *arg);
 static size_t chhttp_write_cb(char *ptr, size_t size, size_t nmemb, void *userdata);
 static size_t chhttp_header_cb(char *buffer, size_t size, size_t nitems, void *userdata);
 static size_t chhttp_read_cb(char *buffer, size_t size, size_t nitems, void *userdata);
+static size_t chhttp_fed_read(void *arg, char *buf, size_t max, bool *failed);
+static void chhttp_start(ChHttp *http, const char *sql, const char *query_id,
+						 const char *settings, int timeout_ms, bool fed);
 static int	chhttp_xferinfo_cb(void *clientp, curl_off_t dltotal, curl_off_t dlnow,
 							   curl_off_t ultotal, curl_off_t ulnow);
 static bool chhttp_interrupt_pending(void);
@@ -386,6 +400,24 @@ void
 dpwin_chhttp_start(ChHttp *http, const char *sql, const char *query_id,
 				   const char *settings, int timeout_ms)
 {
+	chhttp_start(http, sql, query_id, settings, timeout_ms, false);
+}
+
+/*
+ * Start an INSERT whose body dpwin_chhttp_feed() hands over.  See chhttp.h
+ * for the contract.
+ */
+void
+dpwin_chhttp_start_fed(ChHttp *http, const char *sql, const char *query_id,
+					   const char *settings, int timeout_ms)
+{
+	chhttp_start(http, sql, query_id, settings, timeout_ms, true);
+}
+
+static void
+chhttp_start(ChHttp *http, const char *sql, const char *query_id,
+			 const char *settings, int timeout_ms, bool fed)
+{
 	MemoryContext oldcxt;
 	StringInfoData url;
 
@@ -411,8 +443,14 @@ dpwin_chhttp_start(ChHttp *http, const char *sql, const char *query_id,
 
 	http->started_status = chhttp_begin(http, http->started_sql,
 										http->started_query_id,
-										http->started_settings, NULL, NULL,
+										http->started_settings,
+										fed ? chhttp_fed_read : NULL,
+										fed ? http : NULL,
 										timeout_ms, &http->started_reply, &url);
+	http->fed = fed;
+	http->feed_ended = false;
+	http->feed_data = NULL;
+	http->feed_len = http->feed_pos = 0;
 	if (http->started_status == CHHTTP_OK)
 	{
 		http->started_url = url.data;
@@ -430,7 +468,8 @@ dpwin_chhttp_start(ChHttp *http, const char *sql, const char *query_id,
 			 * connection meanwhile does not move this one on, and a request
 			 * still connecting would otherwise wait for the wait.
 			 */
-			while (!http->started_done && http->text_pos < http->text_len &&
+			while (!fed && !http->started_done &&
+				   http->text_pos < http->text_len &&
 				   !chhttp_interrupt_pending())
 			{
 				(void) curl_multi_poll(http->multi, NULL, 0, 100, NULL);
@@ -475,6 +514,71 @@ dpwin_chhttp_poll(ChHttp *http)
 }
 
 /*
+ * Hand the started fed request the next piece of its body, or end the body
+ * (len 0), and drive the transfer until libcurl has taken the piece.  See
+ * chhttp.h for the contract.
+ */
+bool
+dpwin_chhttp_feed(ChHttp *http, const char *data, size_t len)
+{
+	TimestampTz deadline = 0;
+
+	if (!http->started || !http->fed || http->feed_ended)
+		elog(ERROR, "dpwin: no ClickHouse request is waiting for its body on this connection");
+	if (http->started_timeout_ms > 0)
+		deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+											   http->started_timeout_ms);
+	http->feed_data = data;
+	http->feed_len = len;
+	http->feed_pos = 0;
+	if (len == 0)
+		http->feed_ended = true;
+	if (!http->started_running)
+		return false;
+	(void) curl_easy_pause(http->curl, CURLPAUSE_CONT);
+	for (;;)
+	{
+		dpwin_chhttp_poll(http);
+		if (http->started_done)
+			break;
+		if (len == 0 || http->feed_pos >= http->feed_len)
+			return true;
+		if (chhttp_interrupt_pending())
+		{
+			http->canceled = true;
+			http->started_status = chhttp_started_end(http, CURLE_ABORTED_BY_CALLBACK);
+			break;
+		}
+		if (deadline != 0 && GetCurrentTimestamp() >= deadline)
+		{
+			http->started_status = chhttp_started_end(http, CURLE_OPERATION_TIMEDOUT);
+			break;
+		}
+		(void) curl_multi_poll(http->multi, NULL, 0, 100, NULL);
+	}
+	/* the transfer ended early: libcurl must not read the piece any more */
+	http->feed_data = NULL;
+	http->feed_len = http->feed_pos = 0;
+	return false;
+}
+
+/*
+ * The body of a fed request: what is left of the piece in hand.  Nothing
+ * while the body has not ended pauses the transfer (chhttp_read_cb()).
+ */
+static size_t
+chhttp_fed_read(void *arg, char *buf, size_t max, bool *failed)
+{
+	ChHttp	   *http = (ChHttp *) arg;
+	size_t		n = Min(max, http->feed_len - http->feed_pos);
+
+	if (n > 0)
+		memcpy(buf, http->feed_data + http->feed_pos, n);
+	http->feed_pos += n;
+	return n;
+}
+
+/*
  * Take the easy handle out of the multi (a transfer still running loses
  * its connection) and classify how the transfer ended.
  */
@@ -503,6 +607,12 @@ dpwin_chhttp_wait(ChHttp *http, ChHttpReply *reply)
 
 	if (!http->started)
 		elog(ERROR, "dpwin: no ClickHouse request was started on this connection");
+	if (http->fed && !http->feed_ended && http->started_running)
+	{
+		/* a body never ended is never sent as if it were whole */
+		http->reader_failed = true;
+		status = chhttp_started_end(http, CURLE_ABORTED_BY_CALLBACK);
+	}
 	if (http->started_timeout_ms > 0)
 		deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 											   http->started_timeout_ms);
@@ -522,8 +632,11 @@ dpwin_chhttp_wait(ChHttp *http, ChHttpReply *reply)
 			(void) curl_multi_poll(http->multi, NULL, 0, 100, NULL);
 	}
 
-	/* as dpwin_chhttp_post(): a dead keep-alive connection is replaced once */
-	if (status == CHHTTP_CONNECT_FAILED && http->stale_connection)
+	/*
+	 * as dpwin_chhttp_post(): a dead keep-alive connection is replaced once,
+	 * unless the body was fed, which cannot be sent again
+	 */
+	if (status == CHHTTP_CONNECT_FAILED && http->stale_connection && !http->fed)
 		status = chhttp_post_inner(http, http->started_sql,
 								   http->started_query_id,
 								   http->started_settings, NULL, NULL,
@@ -754,6 +867,7 @@ chhttp_reset_request(ChHttp *http, const char *sql, ChHttpBodyReader reader,
 	http->text = reader != NULL ? NULL : sql;
 	http->text_len = reader != NULL ? 0 : strlen(sql);
 	http->text_pos = 0;
+	http->fed = false;
 	http->have_exception_header = false;
 	http->query_id[0] = '\0';
 	http->exception_tag[0] = '\0';
@@ -1335,6 +1449,8 @@ chhttp_read_cb(char *buffer, size_t size, size_t nitems, void *userdata)
 	}
 
 	n = http->reader(http->reader_arg, buffer, max, &failed);
+	if (n == 0 && http->fed && !http->feed_ended)
+		return CURL_READFUNC_PAUSE;
 	if (failed)
 	{
 		http->reader_failed = true;

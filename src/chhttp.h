@@ -114,6 +114,25 @@ extern void dpwin_chhttp_start(ChHttp *http, const char *sql,
 							   int timeout_ms);
 extern void dpwin_chhttp_poll(ChHttp *http);
 extern ChHttpStatus dpwin_chhttp_wait(ChHttp *http, ChHttpReply *reply);
+
+/*
+ * A started INSERT may also take its body from the caller piece by piece,
+ * so that one request carries rows the caller is still producing:
+ * dpwin_chhttp_start_fed() starts it (the statement in the URL, as with a
+ * reader above); each dpwin_chhttp_feed() hands over the next piece and
+ * returns once libcurl has taken all of it (the caller may then reuse the
+ * memory), or false when the transfer ended before (the server answered
+ * early, libcurl could not hand the piece over within the request
+ * timeout, or an interrupt is pending): the wait then tells why.  dpwin_chhttp_feed()
+ * with len 0 ends the body, and dpwin_chhttp_wait() waits for the answer;
+ * a wait before the end gives the request up as CHHTTP_CLIENT_ERROR, so
+ * that a body cut short is never sent as a whole one.  Such a body cannot
+ * be sent again: a dead keep-alive connection is reported, not replaced.
+ */
+extern void dpwin_chhttp_start_fed(ChHttp *http, const char *sql,
+								   const char *query_id, const char *settings,
+								   int timeout_ms);
+extern bool dpwin_chhttp_feed(ChHttp *http, const char *data, size_t len);
 extern void dpwin_chhttp_abandon(ChHttp *http);
 
 /* Short English name of a status, for messages. */

@@ -53,6 +53,14 @@
 #include "window.h"
 
 /*
+ * The most encoded rows a worker holds before it hands them to the
+ * chunk's INSERT (or the route's max_encoded_bytes, when smaller): small
+ * enough that ClickHouse parses a piece while the worker encodes the
+ * next (docs/design.md, "Extraction").
+ */
+#define WORKER_PIECE_BYTES	(1024 * 1024)
+
+/*
  * A chunk an attempt loaded into its staging table: what its verification
  * needs, kept outside the per-attempt memory.
  */
@@ -91,6 +99,7 @@ typedef struct WorkerState
 
 	/* per attempt */
 	char	   *last_query_id;	/* may need settling after a failure */
+	bool		inserting;		/* the chunk's INSERT is open on client */
 	DpwinFailure failure;		/* the worker's own verdict on its failure */
 	StagedChunk loaded;			/* what the last attempt loaded */
 
@@ -138,32 +147,82 @@ worker_record_failure(DpwinExtractShared *sh, ErrorData *edata)
 	pg_atomic_write_u32(&sh->stop, 1);
 }
 
-/* POST one request body of encoded rows into the staging table. */
+/* Raise the failure of a chunk's INSERT, if it failed. */
 static void
-worker_post(WorkerState *ws, const char *staging, const char *data, size_t len,
-			int chunk_no)
+worker_insert_check(ChHttpStatus status, const ChHttpReply *reply, int chunk_no)
 {
-	BufferReader reader = {data, len, 0};
+	if (status != CHHTTP_OK)
+		dpwin_ch_report(status, reply, psprintf("inserting rows of chunk %d", chunk_no));
+}
+
+/*
+ * Wait for the chunk's streamed INSERT and raise its failure, if any: an
+ * answer that came before the body ended (cut_short) is one.
+ */
+static void
+worker_insert_finish(WorkerState *ws, int chunk_no, bool cut_short)
+{
 	ChHttpReply reply;
 	ChHttpStatus status;
-	char	   *sql;
 
+	ws->inserting = false;
+	status = dpwin_ch_finish_status(ws->client, &reply);
+	worker_insert_check(status, &reply, chunk_no);
+	if (cut_short)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROTOCOL_VIOLATION),
+				 errmsg("ClickHouse answered the INSERT of chunk %d before its rows were sent",
+						chunk_no)));
+}
+
+/*
+ * Send encoded rows into the staging table.  A chunk's rows all go in one
+ * INSERT (one part on the server, one statement), whose body is handed
+ * over piece by piece as the rows are encoded; a chunk whose rows fit in
+ * one piece is sent as a whole.  last ends the chunk.
+ */
+static void
+worker_send(WorkerState *ws, const char *staging, const char *data, size_t len,
+			int chunk_no, bool last)
+{
 	if (ws->has_pending)
 		dpwin_ch_poll(ws->verifier);
-	sql = psprintf("%s%s%s", ws->insert_prefix,
-				   dpwin_ch_qualified_name(ws->route->target_database, staging),
-				   ws->insert_suffix);
-	ws->last_query_id = dpwin_ch_next_query_id(ws->client, "ins");
-	status = dpwin_ch_try(ws->client, sql, ws->last_query_id, buffer_reader, &reader,
-						  &reply);
-	if (status != CHHTTP_OK)
-		dpwin_ch_report(status, &reply, psprintf("inserting rows of chunk %d", chunk_no));
+	if (!ws->inserting)
+	{
+		char	   *sql = psprintf("%s%s%s", ws->insert_prefix,
+								   dpwin_ch_qualified_name(ws->route->target_database,
+														   staging),
+								   ws->insert_suffix);
+
+		ws->last_query_id = dpwin_ch_next_query_id(ws->client, "ins");
+		if (last)
+		{
+			BufferReader reader = {data, len, 0};
+			ChHttpReply reply;
+			ChHttpStatus status;
+
+			status = dpwin_ch_try(ws->client, sql, ws->last_query_id,
+								  buffer_reader, &reader, &reply);
+			worker_insert_check(status, &reply, chunk_no);
+			return;
+		}
+		dpwin_ch_start_fed(ws->client, sql, ws->last_query_id);
+		ws->inserting = true;
+	}
+	if (len > 0 && !dpwin_ch_feed(ws->client, data, len))
+		worker_insert_finish(ws, chunk_no, true);
+	if (last)
+	{
+		(void) dpwin_ch_feed(ws->client, NULL, 0);
+		worker_insert_finish(ws, chunk_no, false);
+	}
 }
 
 /*
  * Receives one chunk's rows from the executor (dpwin_source_read()): each
  * row is encoded from the scan's slot, digested, and appended to the
- * request body, which is POSTed whenever it outgrows max_encoded_bytes.
+ * piece of the chunk's INSERT body in hand, which is sent whenever it
+ * outgrows its bound (worker_send()).
  */
 typedef struct ChunkReceiver
 {
@@ -176,6 +235,7 @@ typedef struct ChunkReceiver
 	uint64		rows;
 	uint64		bytes;
 	int			in_batch;		/* rows since the last batch boundary */
+	int64		piece;			/* most bytes encoded before they are sent */
 } ChunkReceiver;
 
 /*
@@ -234,11 +294,11 @@ chunk_receive_slot(TupleTableSlot *tslot, DestReceiver *self)
 
 	if (r->staging == NULL)
 		resetStringInfo(buf);
-	/* Keep every request body within max_encoded_bytes. */
-	else if (buf->len > route->max_encoded_bytes)
+	/* Hand the rows over in pieces of at most r->piece bytes. */
+	else if (buf->len > r->piece)
 	{
 		oldcxt = MemoryContextSwitchTo(ws->chunk_cxt);
-		worker_post(ws, r->staging, buf->data, row_start, r->slot->chunk_no);
+		worker_send(ws, r->staging, buf->data, row_start, r->slot->chunk_no, false);
 		memmove(buf->data, buf->data + row_start, row_len);
 		buf->len = row_len;
 		buf->data[buf->len] = '\0';
@@ -263,7 +323,7 @@ chunk_receive_nothing(DestReceiver *self)
 /*
  * Read chunk `slot` under the exported snapshot, encode its rows and
  * digest them into *digest; with a staging table, stream them into it in
- * request bodies of at most max_encoded_bytes.
+ * one INSERT.
  */
 static void
 worker_read_chunk(WorkerState *ws, DpwinChunkSlot *slot, const char *staging,
@@ -282,6 +342,7 @@ worker_read_chunk(WorkerState *ws, DpwinChunkSlot *slot, const char *staging,
 	r.staging = staging;
 	r.digest = digest;
 	r.buf = &ws->body;
+	r.piece = Min(ws->route->max_encoded_bytes, WORKER_PIECE_BYTES);
 	resetStringInfo(r.buf);
 	MemoryContextSwitchTo(ws->chunk_cxt);
 
@@ -290,8 +351,8 @@ worker_read_chunk(WorkerState *ws, DpwinChunkSlot *slot, const char *staging,
 					  &r.pub);
 	MemoryContextSwitchTo(ws->chunk_cxt);
 	chunk_batch_boundary(&r);
-	if (staging != NULL && r.buf->len > 0)
-		worker_post(ws, staging, r.buf->data, r.buf->len, slot->chunk_no);
+	if (staging != NULL && (r.buf->len > 0 || ws->inserting))
+		worker_send(ws, staging, r.buf->data, r.buf->len, slot->chunk_no, true);
 	*rows += r.rows;
 	*bytes += r.bytes;
 }
@@ -354,6 +415,10 @@ worker_read_checked(WorkerState *ws, DpwinChunkSlot *slot, const char *staging,
 		MemoryContextSwitchTo(ws->chunk_cxt);
 		edata = CopyErrorData();
 		FlushErrorState();
+		/* a body cut short is never completed: the server fails the INSERT */
+		if (ws->inserting)
+			dpwin_ch_abandon(ws->client);
+		ws->inserting = false;
 		if (edata->sqlerrcode != ERRCODE_QUERY_CANCELED &&
 			!QueryCancelPending && !ProcDiePending)
 			worker_check_after_failure(ws, staging);

@@ -7,11 +7,16 @@
 #   SQLSTATE of docs/types.md, a message naming the column and the value,
 #   a detail naming the row's window value, the target untouched, no
 #   staging table left.
-# * max_encoded_bytes = 65536 with rows of about 1 kB: each chunk is sent as
-#   several INSERTs (counted in the endpoint's query log), none larger than
-#   the bound, and the data is exact.  Every row's RowBinary starts with a
-#   byte the INSERT data-start rule could swallow (0x09, 0x0A, 0x0C, 0x0D,
-#   0x20), so every request body starts with one.
+# * max_encoded_bytes = 65536 with rows of about 1 kB: each chunk of about
+#   650 kB is sent as one INSERT (counted in the endpoint's query log),
+#   its body handed over in pieces of at most the bound, and the data is
+#   exact.  Every row's RowBinary starts with a byte the INSERT data-start
+#   rule could swallow (0x09, 0x0A, 0x0C, 0x0D, 0x20), so every piece
+#   starts with one.
+# * Such a streamed INSERT answered with an error, or whose answer is
+#   lost, fails its attempt, and the chunk is loaded again in a new one;
+#   a caller cancelled while the server holds two of them gets 57014, the
+#   connections are dropped mid-body, and nothing is left.
 # * A single row larger than the bound fails with 54000, naming the row.
 # * Empty chunks and an empty window, with quoted names and the route's
 #   columns in another order than the table's.
@@ -19,8 +24,9 @@ use strict;
 use warnings;
 use Test::More;
 use DpwinTest;
-use DpwinFixture qw(fresh_fixture drop_fixture sorted_lines multiset_is uuid_of dpwin_tables_left);
-use POSIX qw(ceil);
+use DpwinFixture qw(fresh_fixture drop_fixture sorted_lines multiset_is uuid_of dpwin_tables_left
+  fault invocation_prefix bg_psql bg_finish);
+use DpwinEndpoint qw(wait_running running);
 
 my $tag = "t053_$$";
 my $db = $tag;
@@ -123,7 +129,7 @@ fresh_fixture($db, $schema);
 			timestamptz '$lo' + k * interval '33 seconds',
 			repeat(chr(65 + k % 26), 900 + k % 200) || repeat('é', k % 7)
 		  FROM generate_series(0, 2599) k;");
-	psql_ok("SELECT dpwin.create_route('$route', '$src', 'w', '$srv', '$db', '$tbl',
+	my $route_id = psql_ok("SELECT dpwin.create_route('$route', '$src', 'w', '$srv', '$db', '$tbl',
 		interval '1 day', interval '6 hours', parallelism => 2, batch_rows => 97, max_encoded_bytes => 65536)");
 
 	my $seq = ch_log_seq();
@@ -136,14 +142,71 @@ fresh_fixture($db, $schema);
 	for my $c (split /\n/, psql_ok("SELECT chunk_no || ' ' || bytes || ' ' || rows FROM dpwin.chunks WHERE invocation_id = '$inv' ORDER BY chunk_no"))
 	{
 		my ($chunk, $bytes, $nrows) = split / /, $c;
-		my $n = grep { $_->{status} eq '200' && $_->{query} =~ /^INSERT INTO `[^`]*`\.`[^`]*_stg_${chunk}_0` \(.*\) FORMAT RowBinary/s } @log;
-		# Each body holds at most 65536 bytes, and is cut only when the next
-		# row (at most ~1.2 kB) would not fit.
-		my $min = ceil($bytes / 65536);
-		my $max = ceil($bytes / (65536 - 1300));
-		ok($n >= $min && $n <= $max,
-			"chunk $chunk: $bytes bytes in $nrows rows sent as $n INSERTs (between $min and $max)");
+		my $n = grep { $_->{query} =~ /^INSERT INTO `[^`]*`\.`[^`]*_stg_${chunk}_0` \(.*\) FORMAT RowBinary/s } @log;
+		my $ok = grep { $_->{status} eq '200' && $_->{query} =~ /^INSERT INTO `[^`]*`\.`[^`]*_stg_${chunk}_0` \(/s } @log;
+		ok($n == 1 && $ok == 1 && $bytes > 8 * 65536,
+			"chunk $chunk: $bytes bytes in $nrows rows sent as $n INSERT ($ok answered 200), in pieces of 64 kB");
 	}
+
+	# A streamed INSERT answered with an error, and one whose answer is
+	# lost: each chunk is loaded again in a second attempt.
+	$inv = psql_ok("SELECT gen_random_uuid()");
+	my $pfx = invocation_prefix($route_id, $inv);
+	fault(pattern => "${pfx}stg_1_0` (", mode => 'error', code => 1000, count => 1);
+	fault(pattern => "${pfx}stg_2_0` (", mode => 'lost', count => 1);
+	$seq = ch_log_seq();
+	is(psql_ok("SELECT state FROM dpwin_refresh('$route', '$hi', '$inv')"), 'completed',
+		'a streamed INSERT failed, another lost its answer: the refresh completes');
+	is(psql_ok("SELECT string_agg(chunk_no || ':' || attempt, ' ' ORDER BY chunk_no) FROM dpwin.chunks"
+		  . " WHERE invocation_id = '$inv' AND state = 'verified'"), '0:0 1:1 2:1 3:0',
+		'... chunks 1 and 2 verified at their second attempt');
+	@log = ch_log_since($seq);
+	is(join(' ', map { $_->{status} } grep { $_->{query} =~ /^INSERT INTO `[^`]*`\.`\Q$pfx\Estg_[12]_0` \(/s } @log),
+		'500 lost', '... the first answered 500, the second ran and its answer was lost');
+	multiset_is(sorted_lines(ch_ok("SELECT $ch_row FROM `$db`.`$tbl` WHERE $ch_in")), $exp, '... the window is exact');
+	is(dpwin_tables_left(), 0, '... no staging or generation table left');
+
+	# The caller cancelled while the server holds two streamed INSERTs.
+	my ($uuid0, $rows0) = target_state($tbl, $ch_row);
+	$inv = psql_ok("SELECT gen_random_uuid()");
+	$pfx = invocation_prefix($route_id, $inv);
+	fault(pattern => "INSERT INTO `$db`.`${pfx}stg_", mode => 'hold', count => 2);
+	my $h = bg_psql("SELECT state FROM dpwin_refresh('$route', '$hi', '$inv')", "${tag}_caller");
+	ok(wait_running(qr/^INSERT INTO `\Q$db\E`\.`\Q$pfx\Estg_/, 2, phase => 'holding'),
+		'two streamed INSERTs are held on the server');
+	is(psql_ok("SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE application_name = '${tag}_caller'"), 't',
+		'the caller is cancelled');
+	my ($rc, $out, $cerr) = bg_finish($h);
+	like($cerr, qr/ERROR:\s+57014:/, '... and gets 57014');
+	ok(wait_until(sub { psql_ok("SELECT state FROM dpwin.invocations WHERE invocation_id = '$inv'") eq 'failed'
+				  && scalar(grep { index($_->{query}, $pfx) >= 0 } running()) == 0 }, 60),
+		'... the invocation failed and none of its statements runs on the server');
+	my ($uuid1, $rows1) = target_state($tbl, $ch_row);
+	is($uuid1, $uuid0, '... the target is the same table');
+	multiset_is($rows1, $rows0, '... with the same rows');
+	ok(wait_until(sub { dpwin_tables_left() == 0 }, 60), '... no staging or generation table left');
+
+	# A streamed INSERT held past the request timeout (of a server whose
+	# timeout only a held statement reaches): it is killed by its query_id
+	# before the chunk is loaded again.
+	my $slow = "${tag}_slow";
+	psql_ok("CREATE SERVER $slow FOREIGN DATA WRAPPER dpwin_clickhouse OPTIONS (url '$ENV{DPWIN_CH_URL}', request_timeout '5s');
+		CREATE USER MAPPING FOR CURRENT_USER SERVER $slow
+		  OPTIONS (user '$ENV{DPWIN_CH_REFRESH_USER}', password '$ENV{DPWIN_CH_PASSWORD}');
+		SELECT dpwin.alter_route('$route', server => '$slow');");
+	$inv = psql_ok("SELECT gen_random_uuid()");
+	$pfx = invocation_prefix($route_id, $inv);
+	fault(pattern => "INSERT INTO `$db`.`${pfx}stg_0_0` (", mode => 'hold', count => 1);
+	$seq = ch_log_seq();
+	is(psql_ok("SELECT state FROM dpwin_refresh('$route', '$hi', '$inv')"), 'completed',
+		'a streamed INSERT held past the request timeout: the refresh completes');
+	is(psql_ok("SELECT attempt FROM dpwin.chunks WHERE invocation_id = '$inv' AND chunk_no = 0 AND state = 'verified'"), 1,
+		'... chunk 0 verified at its second attempt');
+	@log = ch_log_since($seq);
+	my ($held) = grep { $_->{query} =~ /^INSERT INTO `[^`]*`\.`\Q$pfx\Estg_0_0` \(/s } @log;
+	is($held ? $held->{status} : 'none', '500', '... the held one was killed');
+	multiset_is(sorted_lines(ch_ok("SELECT $ch_row FROM `$db`.`$tbl` WHERE $ch_in")), $exp, '... the window is exact');
+	psql_ok("SELECT dpwin.alter_route('$route', server => '$srv')");
 
 	# One row larger than the bound.
 	my ($uuid, $rows) = target_state($tbl, $ch_row);
