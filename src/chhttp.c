@@ -148,6 +148,7 @@ static ChHttpStatus chhttp_begin(ChHttp *http, const char *sql,
 static ChHttpStatus chhttp_end(ChHttp *http, ChHttpReply *reply, CURLcode rc,
 							   char *url);
 static ChHttpStatus chhttp_started_end(ChHttp *http, CURLcode rc);
+static bool chhttp_started_turn(ChHttp *http, TimestampTz deadline);
 static void chhttp_build_url(ChHttp *http, StringInfo url, const char *sql,
 							 const char *query_id, const char *settings,
 							 bool streamed);
@@ -536,24 +537,10 @@ dpwin_chhttp_feed(ChHttp *http, const char *data, size_t len)
 	if (!http->started_running)
 		return false;
 	(void) curl_easy_pause(http->curl, CURLPAUSE_CONT);
-	for (;;)
+	while (!chhttp_started_turn(http, deadline))
 	{
-		dpwin_chhttp_poll(http);
-		if (http->started_done)
-			break;
 		if (len == 0 || http->feed_pos >= http->feed_len)
 			return true;
-		if (chhttp_interrupt_pending())
-		{
-			http->canceled = true;
-			http->started_status = chhttp_started_end(http, CURLE_ABORTED_BY_CALLBACK);
-			break;
-		}
-		if (deadline != 0 && GetCurrentTimestamp() >= deadline)
-		{
-			http->started_status = chhttp_started_end(http, CURLE_OPERATION_TIMEDOUT);
-			break;
-		}
 		(void) curl_multi_poll(http->multi, NULL, 0, 100, NULL);
 	}
 	/* the transfer ended early: libcurl must not read the piece any more */
@@ -576,6 +563,30 @@ chhttp_fed_read(void *arg, char *buf, size_t max, bool *failed)
 		memcpy(buf, http->feed_data + http->feed_pos, n);
 	http->feed_pos += n;
 	return n;
+}
+
+/*
+ * One turn of waiting for the started request: let libcurl work, then end
+ * the transfer (its status in started_status) when it is over, an
+ * interrupt is pending or the deadline (0: none) has passed.  Returns
+ * whether it ended.
+ */
+static bool
+chhttp_started_turn(ChHttp *http, TimestampTz deadline)
+{
+	dpwin_chhttp_poll(http);
+	if (http->started_done)
+		http->started_status = chhttp_started_end(http, http->started_rc);
+	else if (chhttp_interrupt_pending())
+	{
+		http->canceled = true;
+		http->started_status = chhttp_started_end(http, CURLE_ABORTED_BY_CALLBACK);
+	}
+	else if (deadline != 0 && GetCurrentTimestamp() >= deadline)
+		http->started_status = chhttp_started_end(http, CURLE_OPERATION_TIMEDOUT);
+	else
+		return false;
+	return true;
 }
 
 /*
@@ -602,7 +613,7 @@ ChHttpStatus
 dpwin_chhttp_wait(ChHttp *http, ChHttpReply *reply)
 {
 	TimestampTz deadline = 0;
-	ChHttpStatus status = http->started_status;
+	ChHttpStatus status;
 	ChHttpReply *r = &http->started_reply;
 
 	if (!http->started)
@@ -611,26 +622,14 @@ dpwin_chhttp_wait(ChHttp *http, ChHttpReply *reply)
 	{
 		/* a body never ended is never sent as if it were whole */
 		http->reader_failed = true;
-		status = chhttp_started_end(http, CURLE_ABORTED_BY_CALLBACK);
+		http->started_status = chhttp_started_end(http, CURLE_ABORTED_BY_CALLBACK);
 	}
 	if (http->started_timeout_ms > 0)
 		deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 											   http->started_timeout_ms);
-	while (http->started_running)
-	{
-		dpwin_chhttp_poll(http);
-		if (http->started_done)
-			status = chhttp_started_end(http, http->started_rc);
-		else if (chhttp_interrupt_pending())
-		{
-			http->canceled = true;
-			status = chhttp_started_end(http, CURLE_ABORTED_BY_CALLBACK);
-		}
-		else if (deadline != 0 && GetCurrentTimestamp() >= deadline)
-			status = chhttp_started_end(http, CURLE_OPERATION_TIMEDOUT);
-		else
-			(void) curl_multi_poll(http->multi, NULL, 0, 100, NULL);
-	}
+	while (http->started_running && !chhttp_started_turn(http, deadline))
+		(void) curl_multi_poll(http->multi, NULL, 0, 100, NULL);
+	status = http->started_status;
 
 	/*
 	 * as dpwin_chhttp_post(): a dead keep-alive connection is replaced once,
