@@ -9,9 +9,10 @@
  * See docs/endpoint.md.
  *
  * Threads: libmicrohttpd runs one thread per client connection.  Each
- * request opens its own engine session (cheap, well under a millisecond),
- * so URL settings, the default database and GET's readonly mode never leak
- * between requests.  An INSERT whose rows follow the query text is run in
+ * request runs in an engine session of its own: a new one, or one kept
+ * from a statement with the same set-up that left it unchanged
+ * (sessions.c), so URL settings, the default database and GET's readonly
+ * mode never leak between requests.  An INSERT whose rows follow the query text is run in
  * a helper thread as "INSERT ... FROM INFILE '<fifo>'", and the connection
  * thread writes the request body into that FIFO as it arrives, so loads
  * stream with constant memory.  One "anchor" session stays open for the
@@ -20,7 +21,8 @@
  *
  * The parts: http.c (requests, accounts, answers), run.c (statements in
  * the engine), qidmap.c (query ids), fault.c (faults and holds), control.c
- * (the control port), qlog.c, status.c, util.c, sqlscan.c, engine.c.
+ * (the control port), sessions.c (kept engine sessions), qlog.c, status.c,
+ * util.c, sqlscan.c, engine.c.
  */
 #define _GNU_SOURCE
 
@@ -407,6 +409,7 @@ shut_down(struct MHD_Daemon *main_d, struct MHD_Daemon *control_d)
 	}
 	MHD_stop_daemon(main_d);
 	MHD_stop_daemon(control_d);
+	sessions_close_all();
 	engine_close(g.anchor);
 	remove_fifo_dir();
 	if (g.logfile != NULL)

@@ -307,6 +307,16 @@ void finish_stream(struct request *r);
 void abort_stream(struct request *r);
 const char *compression_for(const char *encoding);
 
+/* sessions.c: engine sessions kept between statements */
+/* An idle session prepared with exactly this set-up, or NULL. */
+struct engine_conn *session_take(const char *setup);
+/* Keep a session whose statement left it as its set-up made it. */
+void session_keep(struct engine_conn *ec, const char *setup);
+/* At shutdown: close the idle sessions and keep no more. */
+void sessions_close_all(void);
+/* For GET /sessions: idle sessions, statements run in kept and new ones. */
+void sessions_describe(struct buf *out);
+
 /* http.c: the main port's handlers */
 enum MHD_Result main_handler(void *cls, struct MHD_Connection *c,
 			     const char *url, const char *method,

@@ -149,6 +149,8 @@ control_handler(void *cls, struct MHD_Connection *c, const char *url,
 		return control_listing(c, running_describe);
 	if (strcmp(url, "/connections") == 0 && !is_post)
 		return control_listing(c, connections_describe);
+	if (strcmp(url, "/sessions") == 0 && !is_post)
+		return control_listing(c, sessions_describe);
 	if (strcmp(url, "/log") == 0 && !is_post)
 		return control_log(c);
 	return control_reply(c, 404, xasprintf("no such control endpoint: "

@@ -19,6 +19,31 @@
 
 #include "chendpoint.h"
 
+/* The statements that prepare a session, and the key it is kept under. */
+struct setup {
+	char	   *stmt[4];
+	int			n;
+	int			defaults;	/* stmt[defaults]: the server's defaults */
+	char	   *carrier;	/* SET log_comment = the query_id's carrier */
+	char	   *key;
+	int			unkeepable;	/* a URL setting of readonly */
+};
+
+static void setup_free(struct setup *su);
+
+/* Whether word occurs in text[0..len), ignoring case. */
+static int
+contains_ci(const char *text, size_t len, const char *word)
+{
+	size_t wl = strlen(word);
+	size_t i;
+
+	for (i = 0; i + wl <= len; i++)
+		if (strncasecmp(text + i, word, wl) == 0)
+			return 1;
+	return 0;
+}
+
 static int
 valid_setting_name(const char *s)
 {
@@ -32,58 +57,35 @@ valid_setting_name(const char *s)
 }
 
 /*
- * The server's defaults where clickhouse-local's differ (system.settings
- * WHERE changed), readonly for GET, and in the visible mode the client's
- * query_id in log_comment (qidmap.c).
+ * The statements that prepare an engine session for r, the way the server
+ * prepares a query context: the account's role (first: readonly = 2 would
+ * refuse it), the server's defaults where clickhouse-local's differ
+ * (system.settings WHERE changed) with readonly for GET, the URL settings,
+ * then the database.  Their text, one a line after the query_id mode, is
+ * the key under which the session is kept (sessions.c).  Returns -1 with
+ * r's error set for a setting name the server would not know.
  */
-static char *
-defaults_sql(const struct request *r)
+static int
+setup_build(struct request *r, struct setup *su)
 {
 	struct buf sql = {0};
+	struct buf key = {0};
+	size_t i;
 
+	memset(su, 0, sizeof(*su));
+	if (r->role != NULL) {
+		buf_puts(&sql, "SET ROLE ");
+		buf_put_ident(&sql, r->role);
+		su->stmt[su->n++] = sql.data;
+		memset(&sql, 0, sizeof(sql));
+	}
 	buf_puts(&sql, "SET implicit_select = 0, "
 	    "allow_introspection_functions = 0");
 	if (r->is_get)
 		buf_puts(&sql, ", readonly = 2");
-	if (qid_mode_get() == QID_VISIBLE && !r->client_log_comment) {
-		char *carrier = qid_carrier(r->query_id);
-
-		buf_puts(&sql, ", log_comment = ");
-		buf_put_literal(&sql, carrier, strlen(carrier));
-		free(carrier);
-	}
-	return sql.data;
-}
-
-/*
- * Prepare a fresh engine session the way the server prepares a query
- * context: the account's role, readonly for GET, then the URL settings,
- * then the database.
- */
-static int
-setup_session(struct engine_conn *ec, struct request *r)
-{
-	char *err = NULL;
-	int code = 0;
-	size_t i;
-	struct buf sql = {0};
-	int rc;
-
-	/* SET ROLE first: readonly = 2 would refuse it. */
-	if (r->role != NULL) {
-		buf_puts(&sql, "SET ROLE ");
-		buf_put_ident(&sql, r->role);
-		rc = engine_exec(ec, sql.data, &err, &code);
-		buf_free(&sql);
-		if (rc != 0)
-			goto fail;
-	}
-	sql.data = defaults_sql(r);
-	rc = engine_exec(ec, sql.data, &err, &code);
-	free(sql.data);
+	su->defaults = su->n;
+	su->stmt[su->n++] = sql.data;
 	memset(&sql, 0, sizeof(sql));
-	if (rc != 0)
-		goto fail;
 	if (r->n_settings > 0) {
 		buf_puts(&sql, "SET ");
 		for (i = 0; i < r->n_settings; i++) {
@@ -92,32 +94,117 @@ setup_session(struct engine_conn *ec, struct request *r)
 
 			if (!valid_setting_name(k)) {
 				buf_free(&sql);
+				setup_free(su);
 				set_error_fmt(r, 115, "Unknown setting '%s'", k);
 				return -1;
 			}
+			/* A later log_comment would be refused there. */
+			if (strcasecmp(k, "readonly") == 0)
+				su->unkeepable = 1;
 			if (i > 0)
 				buf_puts(&sql, ", ");
 			buf_puts(&sql, k);
 			buf_puts(&sql, " = ");
 			buf_put_literal(&sql, v, strlen(v));
 		}
-		rc = engine_exec(ec, sql.data, &err, &code);
-		buf_free(&sql);
-		if (rc != 0)
-			goto fail;
+		su->stmt[su->n++] = sql.data;
+		memset(&sql, 0, sizeof(sql));
 	}
 	if (r->database != NULL && r->database[0] != '\0') {
 		buf_puts(&sql, "USE ");
 		buf_put_ident(&sql, r->database);
-		rc = engine_exec(ec, sql.data, &err, &code);
-		buf_free(&sql);
-		if (rc != 0)
-			goto fail;
+		su->stmt[su->n++] = sql.data;
+		memset(&sql, 0, sizeof(sql));
+	}
+	/* In the visible mode each statement carries the client's query_id. */
+	if (qid_mode_get() == QID_VISIBLE && !r->client_log_comment) {
+		char *carrier = qid_carrier(r->query_id);
+
+		buf_puts(&sql, "SET log_comment = ");
+		buf_put_literal(&sql, carrier, strlen(carrier));
+		su->carrier = sql.data;
+		free(carrier);
+	}
+	buf_puts(&key, qid_mode_get() == QID_VISIBLE ? "visible" : "hidden");
+	for (i = 0; i < (size_t) su->n; i++) {
+		buf_puts(&key, "\n");
+		buf_puts(&key, su->stmt[i]);
+	}
+	su->key = key.data;
+	return 0;
+}
+
+static void
+setup_free(struct setup *su)
+{
+	int i;
+
+	for (i = 0; i < su->n; i++)
+		free(su->stmt[i]);
+	free(su->carrier);
+	free(su->key);
+	memset(su, 0, sizeof(*su));
+}
+
+/*
+ * Run the set-up in a session: all of it in a new one, with the query_id's
+ * carrier joined to the defaults; in a kept one only the carrier, as the
+ * rest is in place already.
+ */
+static int
+setup_run(struct engine_conn *ec, struct request *r, const struct setup *su,
+	  int fresh)
+{
+	char *err = NULL;
+	int code = 0;
+	int i;
+
+	for (i = 0; fresh && i < su->n; i++) {
+		char *sql = su->stmt[i];
+		char *joined = NULL;
+
+		if (i == su->defaults && su->carrier != NULL)
+			sql = joined = xasprintf("%s, %s", su->stmt[i],
+			    su->carrier + strlen("SET "));
+		if (engine_exec(ec, sql, &err, &code) != 0) {
+			free(joined);
+			set_error(r, code, err);
+			return -1;
+		}
+		free(joined);
+	}
+	if (!fresh && su->carrier != NULL &&
+	    engine_exec(ec, su->carrier, &err, &code) != 0) {
+		set_error(r, code, err);
+		return -1;
 	}
 	return 0;
-fail:
-	set_error(r, code, err);
-	return -1;
+}
+
+/*
+ * Whether a session may serve the next statement of the same set-up: the
+ * statement succeeded, ran without an injected fault, and changed nothing
+ * a server keeps only for one request (its settings, its database, its
+ * role, its temporary tables, a transaction).
+ */
+static int
+session_reusable(const struct request *r, const struct setup *su,
+		 const char *query, size_t len)
+{
+	static const char *const session_state[] = {
+		"SET", "USE", "BEGIN", "COMMIT", "ROLLBACK", NULL
+	};
+	char kw[32];
+	int i;
+
+	if (r->failed || su->unkeepable || r->fault.mode != FAULT_NONE ||
+	    r->cut_by_shutdown || atomic_load(&g.shutting_down))
+		return 0;
+	sql_first_keyword(query, len, kw, sizeof(kw));
+	for (i = 0; session_state[i]; i++)
+		if (strcmp(kw, session_state[i]) == 0)
+			return 0;
+	return !contains_ci(query, len, "TEMPORARY");
 }
 
 /* GET is readonly; the server explains that in its message. */
@@ -231,26 +318,35 @@ static void
 execute(struct request *r, const char *query, size_t len)
 {
 	struct engine_conn *ec;
+	struct setup su;
 	char *mapped = NULL;
 	size_t mapped_len = 0;
+	int fresh;
 
 	if (atomic_load(&g.shutting_down)) {
 		set_error_fmt(r, 210, "Server is shutting down");
 		return;
 	}
+	if (setup_build(r, &su) != 0)
+		return;
 	if (running_add(r) != 0) {
+		setup_free(&su);
 		set_error_fmt(r, 216, "Query with id = %s is already running",
 		    r->query_id);
 		return;
 	}
-	ec = engine_connect();
+	ec = session_take(su.key);
+	fresh = ec == NULL;
+	if (fresh)
+		ec = engine_connect();
 	if (ec == NULL) {
 		running_remove(r);
+		setup_free(&su);
 		set_error_fmt(r, 1001, "cannot open an engine session");
 		return;
 	}
 	atomic_fetch_add(&g.executing, 1);
-	if (setup_session(ec, r) == 0 && wait_fault(ec, r) == 0) {
+	if (setup_run(ec, r, &su, fresh) == 0 && wait_fault(ec, r) == 0) {
 		const char *fmt = r->format && r->format[0] ?
 		    r->format : "TabSeparated";
 
@@ -274,8 +370,12 @@ execute(struct request *r, const char *query, size_t len)
 	if (atomic_load(&g.shutting_down))
 		r->cut_by_shutdown = 1;
 	atomic_fetch_sub(&g.executing, 1);
-	/* Closing the session takes the statement off system.processes. */
-	engine_close(ec);
+	/* The statement has left system.processes once the engine answered. */
+	if (session_reusable(r, &su, query, len))
+		session_keep(ec, su.key);
+	else
+		engine_close(ec);
+	setup_free(&su);
 	running_set_phase(r, PHASE_ANSWERING);
 	running_remove(r);
 	free(mapped);

@@ -145,7 +145,7 @@ sub ctl {
 	my ($path, %params) = @_;
 	my @p = map { ($_, $params{$_}) } sort keys %params;
 	return http(url => "$ctl$path", params => \@p, auth => 'none',
-		post => $path !~ m{^/(?:log|ping|running|connections|faults|query_ids|sockets|holds)\z});
+		post => $path !~ m{^/(?:log|ping|running|connections|faults|query_ids|sockets|holds|sessions)\z});
 }
 
 # ---- RowBinary encoding ----
@@ -264,6 +264,38 @@ sub rb_nullable_dec { defined $_[0] ? "\0" . pack('q<', $_[0]) : "\1" }
 	is($r->{body}, "false\t3\n", 'URL settings apply to the query');
 	$r = chq("SELECT getSetting('max_threads') = 3");
 	is($r->{body}, "0\n", 'and only to that query');
+}
+
+# An engine session is kept for the next statement of the same set-up (as
+# a server's per-request context costs next to nothing), unless the
+# statement left something a server keeps only for one request.
+{
+	my $reused = sub {
+		my $s = ctl('/sessions');
+		return $s->{body} =~ /^reused (\d+)$/m ? $1 : -1;
+	};
+	my $before = $reused->();
+	ok_q('SELECT 1', 'a statement') for 1 .. 2;
+	cmp_ok($reused->(), '>', $before, 'the next statement runs in a kept session');
+
+	ok_q('SET max_threads = 5', 'SET in a statement');
+	is(chq("SELECT getSetting('max_threads') = 5")->{body}, "0\n",
+		'a SET statement lasts one request');
+	ok_q('USE system', 'USE in a statement');
+	is(chq('SELECT currentDatabase()')->{body}, "default\n",
+		'USE lasts one request');
+	ok_q("CREATE TEMPORARY TABLE tmp_t001 (a UInt8)", 'a temporary table');
+	is(chq("EXISTS TEMPORARY TABLE tmp_t001")->{body}, "0\n",
+		'a temporary table lasts one request');
+	my $r = chq("SELECT getSetting('readonly')", params => [readonly => 1]);
+	is($r->{body}, "1\n", 'readonly as a URL setting');
+	$r = chq("SELECT getSetting('readonly')", params => [readonly => 1]);
+	is($r->{body}, "1\n", 'again, with its query_id carried')
+	  or diag($r->{body});
+	$r = chq("SELECT getSetting('readonly')", get => 1);
+	is($r->{body}, "2\n", 'GET is readonly');
+	$r = chq("SELECT getSetting('readonly')");
+	is($r->{body}, "0\n", 'and POST after it is not');
 }
 
 # ---------------------------------------------------------------------
