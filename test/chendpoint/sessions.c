@@ -4,9 +4,9 @@
  * A server answers each HTTP request in a fresh query context made from
  * its global one: a copy of the account's settings with the URL's applied,
  * tens of microseconds.  An engine session costs more: opening one, its
- * SET statements and closing it took about 0.9 ms of the endpoint's CPU a
+ * SET statements and closing it took about 0.7 ms of the endpoint's CPU a
  * statement, which a server does not spend, and which weighed on the
- * statements a client sends in sequence (docs/endpoint.md).  So a session
+ * clients that send many small statements (docs/endpoint.md).  So a session
  * whose statement left nothing behind is kept, under the exact text of
  * the set-up it was given (role, server defaults, URL settings, database),
  * and the next statement with the same set-up runs in it.  run.c decides
