@@ -69,6 +69,7 @@ static bool ch_is_auth_failure(const ChHttpReply *reply);
 static DpwinFailure ch_failure_verdict(ChHttpStatus status,
 									   const ChHttpReply *reply);
 static bool ch_parse_count(const char *s, int64 *result);
+static ChHttp *ch_open_http(ChClient *client);
 static ChHttpStatus ch_post(ChClient *client, const char *sql,
 							const char *query_id, ChHttpBodyReader reader,
 							void *reader_arg, int timeout_ms,
@@ -138,6 +139,15 @@ dpwin_ch_next_query_id(ChClient *client, const char *label)
 
 /* ---- statements ---- */
 
+/* The client's connection, which must not have been closed. */
+static ChHttp *
+ch_open_http(ChClient *client)
+{
+	if (client->http == NULL)
+		elog(ERROR, "ClickHouse client used after close");
+	return client->http;
+}
+
 static ChHttpStatus
 ch_post(ChClient *client, const char *sql, const char *query_id,
 		ChHttpBodyReader reader, void *reader_arg, int timeout_ms,
@@ -145,9 +155,7 @@ ch_post(ChClient *client, const char *sql, const char *query_id,
 {
 	ChHttpStatus status;
 
-	if (client->http == NULL)
-		elog(ERROR, "ClickHouse client used after close");
-	status = dpwin_chhttp_post(client->http, sql, query_id, CH_REQUEST_SETTINGS,
+	status = dpwin_chhttp_post(ch_open_http(client), sql, query_id, CH_REQUEST_SETTINGS,
 							   reader, reader_arg, timeout_ms, reply);
 
 	/*
@@ -215,8 +223,7 @@ ch_note_started(ChClient *client, const char *sql)
 {
 	MemoryContext cxt = GetMemoryChunkContext(client);
 
-	if (client->http == NULL)
-		elog(ERROR, "ClickHouse client used after close");
+	ch_open_http(client);
 	if (client->started_what != NULL)
 		pfree(client->started_what);
 	client->started_what = MemoryContextStrdup(cxt, ch_describe_sql(sql));
@@ -246,9 +253,7 @@ dpwin_ch_start_fed(ChClient *client, const char *sql, const char *query_id)
 bool
 dpwin_ch_feed(ChClient *client, const char *data, size_t len)
 {
-	if (client->http == NULL)
-		elog(ERROR, "ClickHouse client used after close");
-	return dpwin_chhttp_feed(client->http, data, len);
+	return dpwin_chhttp_feed(ch_open_http(client), data, len);
 }
 
 /* Move the started statement on, if any, without waiting. */
@@ -282,9 +287,7 @@ dpwin_ch_finish_status(ChClient *client, ChHttpReply *reply)
 {
 	ChHttpStatus status;
 
-	if (client->http == NULL)
-		elog(ERROR, "ClickHouse client used after close");
-	status = dpwin_chhttp_wait(client->http, reply);
+	status = dpwin_chhttp_wait(ch_open_http(client), reply);
 	client->last_failure = ch_failure_verdict(status, reply);
 	return status;
 }

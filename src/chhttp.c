@@ -149,6 +149,7 @@ static ChHttpStatus chhttp_end(ChHttp *http, ChHttpReply *reply, CURLcode rc,
 							   char *url);
 static ChHttpStatus chhttp_started_end(ChHttp *http, CURLcode rc);
 static bool chhttp_started_turn(ChHttp *http, TimestampTz deadline);
+static TimestampTz chhttp_started_deadline(ChHttp *http);
 static void chhttp_build_url(ChHttp *http, StringInfo url, const char *sql,
 							 const char *query_id, const char *settings,
 							 bool streamed);
@@ -522,13 +523,11 @@ dpwin_chhttp_poll(ChHttp *http)
 bool
 dpwin_chhttp_feed(ChHttp *http, const char *data, size_t len)
 {
-	TimestampTz deadline = 0;
+	TimestampTz deadline;
 
 	if (!http->started || !http->fed || http->feed_ended)
 		elog(ERROR, "dpwin: no ClickHouse request is waiting for its body on this connection");
-	if (http->started_timeout_ms > 0)
-		deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-											   http->started_timeout_ms);
+	deadline = chhttp_started_deadline(http);
 	http->feed_data = data;
 	http->feed_len = len;
 	http->feed_pos = 0;
@@ -563,6 +562,16 @@ chhttp_fed_read(void *arg, char *buf, size_t max, bool *failed)
 		memcpy(buf, http->feed_data + http->feed_pos, n);
 	http->feed_pos += n;
 	return n;
+}
+
+/* When a wait for the started request gives up from now (0: never). */
+static TimestampTz
+chhttp_started_deadline(ChHttp *http)
+{
+	if (http->started_timeout_ms <= 0)
+		return 0;
+	return TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+									   http->started_timeout_ms);
 }
 
 /*
@@ -612,7 +621,7 @@ chhttp_started_end(ChHttp *http, CURLcode rc)
 ChHttpStatus
 dpwin_chhttp_wait(ChHttp *http, ChHttpReply *reply)
 {
-	TimestampTz deadline = 0;
+	TimestampTz deadline;
 	ChHttpStatus status;
 	ChHttpReply *r = &http->started_reply;
 
@@ -624,9 +633,7 @@ dpwin_chhttp_wait(ChHttp *http, ChHttpReply *reply)
 		http->reader_failed = true;
 		http->started_status = chhttp_started_end(http, CURLE_ABORTED_BY_CALLBACK);
 	}
-	if (http->started_timeout_ms > 0)
-		deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-											   http->started_timeout_ms);
+	deadline = chhttp_started_deadline(http);
 	while (http->started_running && !chhttp_started_turn(http, deadline))
 		(void) curl_multi_poll(http->multi, NULL, 0, 100, NULL);
 	status = http->started_status;

@@ -29,21 +29,6 @@ struct setup {
 	int			unkeepable;	/* a URL setting of readonly */
 };
 
-static void setup_free(struct setup *su);
-
-/* Whether word occurs in text[0..len), ignoring case. */
-static int
-contains_ci(const char *text, size_t len, const char *word)
-{
-	size_t wl = strlen(word);
-	size_t i;
-
-	for (i = 0; i + wl <= len; i++)
-		if (strncasecmp(text + i, word, wl) == 0)
-			return 1;
-	return 0;
-}
-
 static int
 valid_setting_name(const char *s)
 {
@@ -54,6 +39,26 @@ valid_setting_name(const char *s)
 		    (*s >= '0' && *s <= '9') || *s == '_'))
 			return 0;
 	return 1;
+}
+
+static void
+setup_free(struct setup *su)
+{
+	int i;
+
+	for (i = 0; i < su->n; i++)
+		free(su->stmt[i]);
+	free(su->carrier);
+	free(su->key);
+	memset(su, 0, sizeof(*su));
+}
+
+/* Take the statement built in sql as the set-up's next one. */
+static void
+setup_add(struct setup *su, struct buf *sql)
+{
+	su->stmt[su->n++] = sql->data;
+	memset(sql, 0, sizeof(*sql));
 }
 
 /*
@@ -76,16 +81,14 @@ setup_build(struct request *r, struct setup *su)
 	if (r->role != NULL) {
 		buf_puts(&sql, "SET ROLE ");
 		buf_put_ident(&sql, r->role);
-		su->stmt[su->n++] = sql.data;
-		memset(&sql, 0, sizeof(sql));
+		setup_add(su, &sql);
 	}
 	buf_puts(&sql, "SET implicit_select = 0, "
 	    "allow_introspection_functions = 0");
 	if (r->is_get)
 		buf_puts(&sql, ", readonly = 2");
 	su->defaults = su->n;
-	su->stmt[su->n++] = sql.data;
-	memset(&sql, 0, sizeof(sql));
+	setup_add(su, &sql);
 	if (r->n_settings > 0) {
 		buf_puts(&sql, "SET ");
 		for (i = 0; i < r->n_settings; i++) {
@@ -107,14 +110,12 @@ setup_build(struct request *r, struct setup *su)
 			buf_puts(&sql, " = ");
 			buf_put_literal(&sql, v, strlen(v));
 		}
-		su->stmt[su->n++] = sql.data;
-		memset(&sql, 0, sizeof(sql));
+		setup_add(su, &sql);
 	}
 	if (r->database != NULL && r->database[0] != '\0') {
 		buf_puts(&sql, "USE ");
 		buf_put_ident(&sql, r->database);
-		su->stmt[su->n++] = sql.data;
-		memset(&sql, 0, sizeof(sql));
+		setup_add(su, &sql);
 	}
 	/* In the visible mode each statement carries the client's query_id. */
 	if (qid_mode_get() == QID_VISIBLE && !r->client_log_comment) {
@@ -134,18 +135,6 @@ setup_build(struct request *r, struct setup *su)
 	return 0;
 }
 
-static void
-setup_free(struct setup *su)
-{
-	int i;
-
-	for (i = 0; i < su->n; i++)
-		free(su->stmt[i]);
-	free(su->carrier);
-	free(su->key);
-	memset(su, 0, sizeof(*su));
-}
-
 /*
  * Run the set-up in a session: all of it in a new one, with the query_id's
  * carrier joined to the defaults; in a kept one only the carrier, as the
@@ -159,24 +148,26 @@ setup_run(struct engine_conn *ec, struct request *r, const struct setup *su,
 	int code = 0;
 	int i;
 
-	for (i = 0; fresh && i < su->n; i++) {
-		char *sql = su->stmt[i];
+	if (!fresh) {
+		if (su->carrier == NULL ||
+		    engine_exec(ec, su->carrier, &err, &code) == 0)
+			return 0;
+		set_error(r, code, err);
+		return -1;
+	}
+	for (i = 0; i < su->n; i++) {
 		char *joined = NULL;
+		int rc;
 
 		if (i == su->defaults && su->carrier != NULL)
-			sql = joined = xasprintf("%s, %s", su->stmt[i],
+			joined = xasprintf("%s, %s", su->stmt[i],
 			    su->carrier + strlen("SET "));
-		if (engine_exec(ec, sql, &err, &code) != 0) {
-			free(joined);
+		rc = engine_exec(ec, joined ? joined : su->stmt[i], &err, &code);
+		free(joined);
+		if (rc != 0) {
 			set_error(r, code, err);
 			return -1;
 		}
-		free(joined);
-	}
-	if (!fresh && su->carrier != NULL &&
-	    engine_exec(ec, su->carrier, &err, &code) != 0) {
-		set_error(r, code, err);
-		return -1;
 	}
 	return 0;
 }
@@ -204,7 +195,7 @@ session_reusable(const struct request *r, const struct setup *su,
 	for (i = 0; session_state[i]; i++)
 		if (strcmp(kw, session_state[i]) == 0)
 			return 0;
-	return !contains_ci(query, len, "TEMPORARY");
+	return !contains_nocase(query, len, "TEMPORARY");
 }
 
 /* GET is readonly; the server explains that in its message. */
