@@ -1,7 +1,7 @@
 # test/bench/lib.sh — helpers of the benchmark's shell scripts (sourced by
-# profile.sh, extraction.sh, timeline.sh, cut_delete.sh and digest_cost.sh
-# once the sandbox's env is loaded and DB names the ClickHouse database
-# they work in).
+# profile.sh, extraction.sh, timeline.sh, cut_delete.sh, digest_cost.sh,
+# statement_cost.sh and check_cost.sh once the sandbox's env is loaded and
+# DB names the ClickHouse database they work in).
 
 # One statement to the endpoint, waiting for its end; fails on an error.
 ch() {

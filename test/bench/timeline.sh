@@ -21,6 +21,9 @@
 # a 30-day lookback in which one day changed, on the day-partitioned
 # 30-day (300-day) base: a different day each run, or, with
 # TIMELINE_SKIP_NEWEST=1, the newest.
+# TIMELINE_END=13:37 ends the window at that time of the day before the
+# source's last midnight, as the benchmark's second window end does (a
+# window that cuts two days); the default is the last midnight.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -49,7 +52,11 @@ route() {
 
 [ "$(ch "SELECT count() FROM system.tables WHERE database = '$DB' AND name = 'base_day_30'")" = 1 ] ||
 	{ log "no $DB.base_day_30: run the benchmark first"; exit 1; }
-end=$(pgq "SELECT to_char(max(w)::date + 1, 'YYYY-MM-DD') FROM bench_$TAG.events")
+end_time=${TIMELINE_END:-00:00}
+case "$end_time" in
+00:00) end=$(pgq "SELECT to_char(max(w)::date + 1, 'YYYY-MM-DD') FROM bench_$TAG.events") ;;
+*) end=$(pgq "SELECT to_char(max(w)::date, 'YYYY-MM-DD') FROM bench_$TAG.events") ;;
+esac
 
 # One measured refresh: prints "wall_ms<TAB>phases" and leaves the
 # endpoint's log lines it caused in $1.
@@ -60,7 +67,7 @@ measure() {
 	k=$(curl -sS "$DPWIN_CH_CONTROL_URL/log" | tail -1 | cut -f1)
 	out=$(psql -X -q -A -t -v ON_ERROR_STOP=1 <<-EOF
 		SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
-		SELECT details->'evidence'->'phases' FROM dpwin_refresh('tl', '$end 00:00:00+00');
+		SELECT details->'evidence'->'phases' FROM dpwin_refresh('tl', '$end $end_time:00+00');
 		SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
 	EOF
 	)
@@ -106,7 +113,7 @@ run_target() {
 		{ log "no $DB.$base: run the benchmark with this size first"; return; }
 	clone_base t_tl "$base"
 	route "$source" "$lookback" "$skip"
-	pgq "SELECT state FROM dpwin_refresh('tl', '$end 00:00:00+00')" >/dev/null
+	pgq "SELECT state FROM dpwin_refresh('tl', '$end $end_time:00+00')" >/dev/null
 	drop_backups
 	settle
 	local runs=() i r
@@ -136,7 +143,7 @@ run_target() {
 }
 
 [ $# -gt 0 ] || set -- day_30 month_30 flat_30 day_300
-echo "# test/bench/timeline.sh $*: $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git -C "$ROOT" rev-parse --short HEAD), load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# test/bench/timeline.sh $* (window end $end_time): $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git -C "$ROOT" rev-parse --short HEAD), load $(cut -d' ' -f1-3 /proc/loadavg)"
 for t in "$@"; do
 	echo "== $t"
 	run_target "$t"
