@@ -839,6 +839,21 @@ dpwin_ch_quote_literal(const char *str)
 }
 
 char *
+dpwin_ch_quote_literal_list(List *items)
+{
+	StringInfoData buf;
+	ListCell   *lc;
+
+	initStringInfo(&buf);
+	appendStringInfoChar(&buf, '(');
+	foreach(lc, items)
+		appendStringInfo(&buf, "%s%s", foreach_current_index(lc) > 0 ? ", " : "",
+						 dpwin_ch_quote_literal((const char *) lfirst(lc)));
+	appendStringInfoChar(&buf, ')');
+	return buf.data;
+}
+
+char *
 dpwin_ch_qualified_name(const char *database, const char *table)
 {
 	return psprintf("%s.%s", dpwin_ch_quote_ident(database), dpwin_ch_quote_ident(table));

@@ -144,6 +144,9 @@ extern char *dpwin_ch_quote_ident(const char *ident);
 /* 'literal' with single quotes, escaping backslash and quote. */
 extern char *dpwin_ch_quote_literal(const char *str);
 
+/* ('a', 'b', ...): a List of C strings as a parenthesized literal list. */
+extern char *dpwin_ch_quote_literal_list(List *items);
+
 /* `db`.`table` */
 extern char *dpwin_ch_qualified_name(const char *database, const char *table);
 

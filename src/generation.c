@@ -86,25 +86,6 @@ typedef struct PartitionMeta
 
 static bool id_member(List *ids, const char *id);
 
-/* "('a', 'b', ...)" */
-static char *
-literal_list(List *items)
-{
-	StringInfoData buf;
-	ListCell   *lc;
-
-	initStringInfo(&buf);
-	appendStringInfoChar(&buf, '(');
-	foreach(lc, items)
-	{
-		if (foreach_current_index(lc) > 0)
-			appendStringInfoString(&buf, ", ");
-		appendStringInfoString(&buf, dpwin_ch_quote_literal((const char *) lfirst(lc)));
-	}
-	appendStringInfoChar(&buf, ')');
-	return buf.data;
-}
-
 static char *
 window_ranges_sql(const char *window_column, List *ranges)
 {
@@ -459,7 +440,7 @@ parts_sql(const char *database, List *tables)
 					" min_block_number, max_block_number, data_version FROM system.parts"
 					" WHERE database = %s AND `table` IN %s AND active"
 					" ORDER BY partition_id, rows, hash_of_all_files, `table`",
-					dpwin_ch_quote_literal(database), literal_list(tables));
+					dpwin_ch_quote_literal(database), dpwin_ch_quote_literal_list(tables));
 }
 
 static List *
@@ -612,7 +593,7 @@ digest_partitions(ChClient *client, const DpwinTargetInfo *target,
 	initStringInfo(&where);
 	appendStringInfoString(&where, "1");
 	if (only != NIL)
-		appendStringInfo(&where, " AND _partition_id IN %s", literal_list(only));
+		appendStringInfo(&where, " AND _partition_id IN %s", dpwin_ch_quote_literal_list(only));
 	if (where_sql != NULL)
 		appendStringInfo(&where, " AND %s", where_sql);
 	dpwin_target_digest(client, target, table, where.data,
@@ -636,7 +617,7 @@ count_ranges(ChClient *client, const char *database, const char *table,
 													 ranges_sql, ranges_sql,
 													 dpwin_ch_qualified_name(database, table),
 													 skip != NIL ? " WHERE _partition_id NOT IN " : "",
-													 skip != NIL ? literal_list(skip) : "")));
+													 skip != NIL ? dpwin_ch_quote_literal_list(skip) : "")));
 	row = rows != NIL ? (List *) linitial(rows) : NIL;
 	if (list_length(row) != 2)
 		ereport(ERROR,
@@ -667,7 +648,7 @@ count_partitions(ChClient *client, const char *database, const char *table,
 													 " WHERE _partition_id IN %s GROUP BY _partition_id"
 													 " SETTINGS " DPWIN_TARGET_SCAN_SETTINGS,
 													 dpwin_ch_qualified_name(database, table),
-													 literal_list(only))));
+													 dpwin_ch_quote_literal_list(only))));
 	foreach(lc, rows)
 	{
 		List	   *row = (List *) lfirst(lc);
@@ -835,7 +816,7 @@ dpwin_generation_clone(ChClient *client, const DpwinTargetInfo *target,
 					 errmsg("target %s changed while it was cloned",
 							dpwin_ch_qualified_name(target->database, target->table)),
 					 errdetail("Partitions %s hold %s in the target and %s in its clone.",
-							   literal_list(differ), dpwin_digest_to_text(&t),
+							   dpwin_ch_quote_literal_list(differ), dpwin_digest_to_text(&t),
 							   dpwin_digest_to_text(&g)),
 					 errhint("Hold dpwin.lock_target() in other writers of the target.")));
 	}

@@ -31,6 +31,7 @@
 #include "facts.h"
 #include "names.h"
 #include "steps.h"
+#include "target.h"
 #include "window.h"
 
 /* Commits with publishing: the intent, naming its EXCHANGE. */
@@ -156,6 +157,13 @@ dpwin_step_verified(Coordinator *c)
 	refusal = readmit_target(c, "while the generation was being built");
 	if (refusal != NULL)
 		dpwin_refusal_raise(refusal);
+
+	/*
+	 * Every staging table is the target as admitted (and admitted again
+	 * just now, also after a recovery, which knows it only from here on),
+	 * in one read before any of their parts is attached.
+	 */
+	dpwin_target_check_copies(c->client, c->target, staged.tables);
 	if (c->build.gen == NULL)
 	{
 		dpwin_build_prepare_generation(c, dpwin_build_staged_ranges(c));

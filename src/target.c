@@ -68,6 +68,33 @@ dpwin_target_create_unchecked(ChClient *client, const DpwinTargetInfo *target,
 								   dpwin_ch_qualified_name(target->database, target->table)));
 }
 
+/*
+ * Is a copy whose engine_full (NULL: no such table) and columns (rows of
+ * name, type, in position order) these the target as admitted?  A worker's
+ * copy of the target info may lack engine_full: then only the columns
+ * count.
+ */
+static bool
+copy_matches(const DpwinTargetInfo *target, const char *engine_full, List *columns)
+{
+	ListCell   *lc;
+
+	if (engine_full == NULL || list_length(columns) != target->ncolumns)
+		return false;
+	if (target->engine_full != NULL && strcmp(engine_full, target->engine_full) != 0)
+		return false;
+	foreach(lc, columns)
+	{
+		List	   *c = (List *) lfirst(lc);
+		int			i = foreach_current_index(lc);
+
+		if (strcmp(dpwin_ch_row_field(c, 0), target->column_names[i]) != 0 ||
+			strcmp(dpwin_ch_row_field(c, 1), target->column_types[i]) != 0)
+			return false;
+	}
+	return true;
+}
+
 char *
 dpwin_target_check_like(ChClient *client, const DpwinTargetInfo *target,
 						const char *name)
@@ -79,7 +106,6 @@ dpwin_target_check_like(ChClient *client, const DpwinTargetInfo *target,
 	char	   *engine_full = NULL;
 	char	   *uuid = NULL;
 	List	   *columns = NIL;
-	bool		same;
 
 	/*
 	 * The table's row (position 0) also carries its UUID: the generation's
@@ -103,56 +129,54 @@ dpwin_target_check_like(ChClient *client, const DpwinTargetInfo *target,
 		else
 			columns = lappend(columns, row);
 	}
-
-	same = engine_full != NULL && list_length(columns) == target->ncolumns;
-	if (same)
-	{
-		/* a worker's copy of the target info may lack engine_full */
-		same = target->engine_full == NULL ||
-			strcmp(engine_full, target->engine_full) == 0;
-		foreach(lc, columns)
-		{
-			List	   *c = (List *) lfirst(lc);
-			int			i = foreach_current_index(lc);
-
-			if (!same)
-				break;
-			same = strcmp(dpwin_ch_row_field(c, 0), target->column_names[i]) == 0 &&
-				strcmp(dpwin_ch_row_field(c, 1), target->column_types[i]) == 0;
-		}
-	}
-	if (!same)
+	if (!copy_matches(target, engine_full, columns))
 		clone_changed(target, name);
 	return uuid;
 }
 
-/*
- * A ClickHouse expression that is 1 when db.name exists with the target's
- * engine_full (when known) and exactly its columns and types in order,
- * else 0: what dpwin_target_check_like() checks, as one value.
- */
-static char *
-clone_check_sql(const DpwinTargetInfo *target, const char *name)
+void
+dpwin_target_check_copies(ChClient *client, const DpwinTargetInfo *target,
+						  List *names)
 {
 	char	   *ldb = dpwin_ch_quote_literal(target->database);
-	char	   *lname = dpwin_ch_quote_literal(name);
-	StringInfoData sql;
+	char	   *in;
+	List	   *rows;
+	ListCell   *lc;
 
-	initStringInfo(&sql);
-	appendStringInfo(&sql, "toUInt8((SELECT count() FROM system.tables WHERE database = %s AND name = %s",
-					 ldb, lname);
-	if (target->engine_full != NULL)
-		appendStringInfo(&sql, " AND engine_full = %s",
-						 dpwin_ch_quote_literal(target->engine_full));
-	appendStringInfo(&sql, ") = 1 AND (SELECT arrayMap(x -> tuple(x.2, x.3), arraySort(groupArray(tuple(position, name, type))))"
-					 " FROM system.columns WHERE database = %s AND `table` = %s) = [",
-					 ldb, lname);
-	for (int i = 0; i < target->ncolumns; i++)
-		appendStringInfo(&sql, "%s(%s, %s)", i > 0 ? ", " : "",
-						 dpwin_ch_quote_literal(target->column_names[i]),
-						 dpwin_ch_quote_literal(target->column_types[i]));
-	appendStringInfoString(&sql, "])");
-	return sql.data;
+	if (names == NIL)
+		return;
+	in = dpwin_ch_quote_literal_list(names);
+
+	/*
+	 * One read for every copy: each table's row (position 0), then its
+	 * columns in order.
+	 */
+	rows = dpwin_ch_parse_tsv(dpwin_ch_exec(client,
+											psprintf("SELECT * FROM (SELECT name AS t, 'T', engine_full, toUInt64(0) AS pos FROM system.tables WHERE database = %s AND name IN %s\n"
+													 "UNION ALL SELECT `table`, name, type, position FROM system.columns WHERE database = %s AND `table` IN %s)"
+													 " ORDER BY t, pos",
+													 ldb, in, ldb, in)));
+	foreach(lc, names)
+	{
+		const char *name = (const char *) lfirst(lc);
+		const char *engine_full = NULL;
+		List	   *columns = NIL;
+		ListCell   *rc;
+
+		foreach(rc, rows)
+		{
+			List	   *row = (List *) lfirst(rc);
+
+			if (list_length(row) != 4 || strcmp(dpwin_ch_row_field(row, 0), name) != 0)
+				continue;
+			if (strcmp(dpwin_ch_row_field(row, 3), "0") == 0 && strcmp(dpwin_ch_row_field(row, 1), "T") == 0)
+				engine_full = dpwin_ch_row_field(row, 2);
+			else
+				columns = lappend(columns, list_copy_tail(row, 1));
+		}
+		if (!copy_matches(target, engine_full, columns))
+			clone_changed(target, name);
+	}
 }
 
 /*
@@ -361,17 +385,11 @@ dpwin_target_digest_like_start(ChClient *client, const DpwinTargetInfo *target,
 							   const char *table, const DpwinDigestKey *key,
 							   const char *also_sql)
 {
-	/*
-	 * The check rides on the digest, whose answer it ends: the copy's
-	 * structure is fixed once created, so checking it after the INSERTs finds
-	 * what checking it right after CREATE would have.
-	 */
 	dpwin_ch_start(client,
-				   psprintf("SELECT %s, %s%s%s FROM %s",
+				   psprintf("SELECT %s%s%s FROM %s",
 							dpwin_digest_ch_select_list(key, target->quoted_columns),
-							also_sql != NULL ? also_sql : "",
 							also_sql != NULL ? ", " : "",
-							clone_check_sql(target, table),
+							also_sql != NULL ? also_sql : "",
 							dpwin_ch_qualified_name(target->database, table)),
 				   "digest");
 }
@@ -383,16 +401,13 @@ dpwin_target_digest_like_finish(ChClient *client, const DpwinTargetInfo *target,
 	char	   *answer = dpwin_ch_finish(client);
 	List	   *rows = dpwin_ch_parse_tsv(answer);
 	List	   *row = list_length(rows) == 1 ? (List *) linitial(rows) : NIL;
-	const char *check = list_length(row) == 4 + nalso ? list_nth(row, 3 + nalso) : NULL;
 
-	if (check == NULL || (strcmp(check, "0") != 0 && strcmp(check, "1") != 0))
+	if (list_length(row) != 3 + nalso)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROTOCOL_VIOLATION),
 				 errmsg("unexpected answer from ClickHouse to the digest of %s",
 						dpwin_ch_qualified_name(target->database, table)),
 				 errdetail_internal("Answer: \"%s\".", answer)));
-	if (check[0] != '1')
-		clone_changed(target, table);
 	digest_answer(psprintf("%s\t%s\t%s", dpwin_ch_row_field(row, 0),
 						   dpwin_ch_row_field(row, 1), dpwin_ch_row_field(row, 2)),
 				  target, table, out);

@@ -50,10 +50,12 @@ extern char *dpwin_target_create_like(ChClient *client,
 									  const char *name);
 
 /*
- * dpwin_target_create_like() in two halves, for a caller that sends the
- * check later (dpwin_target_digest_like_start()): CREATE TABLE db.name AS
- * db.target alone, and the check alone, which ereports with
- * ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE when the copy differs.
+ * dpwin_target_create_like() in two halves, for a caller that checks the
+ * copy later: CREATE TABLE db.name AS db.target alone, and the check alone,
+ * which ereports with ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE when the
+ * copy differs.  dpwin_target_check_copies() checks several copies in one
+ * statement, with the same error for the first that differs (in the order
+ * of names).
  */
 extern void dpwin_target_create_unchecked(ChClient *client,
 										  const DpwinTargetInfo *target,
@@ -61,6 +63,9 @@ extern void dpwin_target_create_unchecked(ChClient *client,
 extern char *dpwin_target_check_like(ChClient *client,
 									 const DpwinTargetInfo *target,
 									 const char *name);
+extern void dpwin_target_check_copies(ChClient *client,
+									  const DpwinTargetInfo *target,
+									  List *names);
 
 /* DROP TABLE IF EXISTS db.name (the name is free at once; see target.c). */
 extern void dpwin_target_drop_table(ChClient *client, const char *database,
@@ -107,9 +112,9 @@ extern void dpwin_target_digest(ChClient *client, const DpwinTargetInfo *target,
 								DpwinDigest *out);
 
 /*
- * Digest of all of db.table, a copy made by dpwin_target_create_unchecked(),
- * and in the same statement dpwin_target_check_like()'s check of it, with
- * its error; also_sql (or NULL) adds nalso columns of the same read, whose
+ * Digest of all of db.table, a copy made by dpwin_target_create_unchecked()
+ * (whose structure dpwin_target_check_copies() checks before its parts are
+ * used); also_sql (or NULL) adds nalso columns of the same read, whose
  * values _finish() returns (NULL for a NULL).  The statement is started
  * (dpwin_ch_start()) and its answer read later, so that the caller works
  * while ClickHouse digests: nothing else may use the client in between.

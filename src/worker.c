@@ -468,10 +468,11 @@ worker_attempt(WorkerState *ws, DpwinChunkSlot *slot, int attempt)
 	 * CREATE (a failed attempt's table is dropped by its fence, a lost
 	 * process's by recovery).
 	 *
-	 * The check that the copy is the target as admitted goes with the digest
-	 * (one statement less per chunk); an attempt that fails before then
-	 * checks it on its own, so that a changed target still fails it with the
-	 * same error.
+	 * That the copy is the target as admitted is checked once for every
+	 * copy, by the coordinator before it attaches their parts (one read of
+	 * the catalog instead of one a chunk); an attempt that fails to load
+	 * checks it on its own, so that a changed target fails it with the
+	 * check's error rather than the load's.
 	 */
 	dpwin_target_create_unchecked(ws->client, &ws->target, staging);
 	worker_read_checked(ws, slot, staging, &c->local, &c->rows, &c->bytes);

@@ -1,10 +1,10 @@
 # The statements a chunk worker sends for one chunk, in sequence: the
-# CREATE of its staging table, its INSERT and the digest, which also checks
-# that the copy is the target as admitted (docs/benchmark.md).  A target
-# changed between admission and the copy still fails the attempt with the
-# check's error, whether the rows load into the copy or not.  A chunk's
-# digest runs on a connection of its own while the worker loads the next
-# chunk.
+# CREATE of its staging table, its INSERT and the digest; that every copy
+# is the target as admitted is checked once, before their parts are
+# attached (docs/benchmark.md).  A target changed between admission and
+# the copy fails the refresh with the check's error, whether the rows load
+# into the copy or not, and nothing of it is attached.  A chunk's digest
+# runs on a connection of its own while the worker loads the next chunk.
 use strict;
 use warnings;
 use Test::More;
@@ -51,11 +51,16 @@ create_event_source();
 			  : 'OTHER'
 		} @mine;
 		is("@kinds", 'CREATE INSERT DIGEST', "chunk $c: CREATE, one INSERT, the digest: 3 statements");
-		like($mine[-1] // '', qr/FROM system\.columns WHERE database = '\Q$db\E' AND `table` = '\Q$stg\E'/,
-			"chunk $c: the digest checks the copy's columns");
-		is(scalar(grep { /system\.(columns|tables)/ } @mine[ 0 .. $#mine - 1 ]), 0,
-			"chunk $c: no statement of its own checks the copy");
+		is(scalar(grep { /system\.(columns|tables)/ } @mine), 0,
+			"chunk $c: none of them reads the catalog");
 	}
+	my @checks = grep { $_->{query} =~ /FROM system\.columns WHERE database = '\Q$db\E' AND `table` IN \(/ } @log;
+	is(scalar(@checks), 1, 'the copies are checked in one statement');
+	is(scalar(() = ($checks[0]{query} // '') =~ /'\Q${prefix}\Estg_[0-3]_0'/g), 8,
+		'... of all four (their rows of system.tables and system.columns)');
+	my ($check_at) = grep { $log[$_]{query} =~ /FROM system\.columns WHERE database = '\Q$db\E' AND `table` IN \(/ } 0 .. $#log;
+	my ($attach_at) = grep { $log[$_]{query} =~ /^ALTER TABLE .* ATTACH PARTITION .* FROM `\Q$db\E`\.`\Q${prefix}\Estg_/s } 0 .. $#log;
+	ok(defined $check_at && defined $attach_at && $check_at < $attach_at, '... before their parts are attached');
 
 	# The rest of the conversation: the server is asked for its version
 	# once, however often the target is re-admitted, and the clean-up drops
@@ -298,34 +303,69 @@ sub held_at_readmission
 # ---- a target changed between admission and the copy --------------------------
 
 # Hold the CREATE of chunk 0's staging table, change the target, release:
-# the copy has the changed structure.  $alter adds a column (the rows still
-# load, the digest's check fails the attempt) or drops one (the INSERT
-# fails, and the check, run then, names the cause).
-for my $case ([ 'added', 'ADD COLUMN extra Nullable(String)' ], [ 'dropped', 'DROP COLUMN v' ])
+# the copy has the changed structure.
+# - added: a column added (the rows still load and verify; admission,
+#   asked again before the build, refuses the target's new column);
+# - dropped: a column dropped (the INSERT fails, and the check of the
+#   copy, run then, fails the attempt and names the cause);
+# - restored: a column added, then dropped again while chunk 1's CREATE
+#   is held, so that the target is again what admission saw and only
+#   chunk 0's copy differs: the check of the copies, after that
+#   admission and before anything is attached, fails the refresh.
+for my $case (
+	[ 'added', 'ADD COLUMN extra Nullable(String)' ],
+	[ 'dropped', 'DROP COLUMN v' ],
+	[ 'restored', 'ADD COLUMN extra Nullable(String)', 'DROP COLUMN extra' ])
 {
-	my ($what, $alter) = @$case;
+	my ($what, $alter, $undo) = @$case;
 	my ($route, $t) = new_event_route("chg_$what");
 	psql_ok("SELECT dpwin.alter_route('$route', parallelism => 1)");
 	my $inv = new_uuid();
 	my $stg = invocation_prefix(route_id($route), $inv) . 'stg_0_0';
+	my $stg1 = invocation_prefix(route_id($route), $inv) . 'stg_1_0';
+	my $before = ch_ok("SELECT count() FROM `$db`.`$t`");
 	fault(pattern => "CREATE TABLE `$db`.`$stg`", mode => 'hold', count => 1);
+	fault(pattern => "CREATE TABLE `$db`.`$stg1`", mode => 'hold', count => 1) if $undo;
 	my $seq = ch_log_seq();
 	my $h = bg_psql(refresh_row_sql($route, $E, $inv));
 	ok(wait_running(qr/^CREATE TABLE `\Q$db\E`\.`\Q$stg\E`/, 1, phase => 'holding'),
 		"column $what: the staging CREATE waits on the server");
 	ch_ok("ALTER TABLE `$db`.`$t` $alter");
 	is(release("CREATE TABLE `$db`.`$stg`"), 1, "column $what: released after the target changed");
+	if ($undo)
+	{
+		ok(wait_running(qr/^CREATE TABLE `\Q$db\E`\.`\Q$stg1\E`/, 1, phase => 'holding'),
+			"column $what: chunk 1's CREATE waits on the server");
+		ch_ok("ALTER TABLE `$db`.`$t` $undo");
+		is(release("CREATE TABLE `$db`.`$stg1`"), 1, "column $what: released after the target changed back");
+	}
 	my ($rc, undef, $err) = bg_finish($h);
 	isnt($rc, 0, "column $what: the refresh fails");
-	like($err, qr/ERROR:\s+55000: ClickHouse target `\Q$db\E`\.`\Q$t\E` changed since it was admitted/,
-		"column $what: with the check's SQLSTATE and message") or diag($err);
-	like($err, qr/DETAIL:\s+Its copy `\Q$db\E`\.`\Q$stg\E` has a different engine definition or columns\./,
-		"column $what: naming the copy");
+	if ($what eq 'added')
+	{
+		like($err, qr/ERROR:\s+42804: ClickHouse target `\Q$db\E`\.`\Q$t\E` has 4 columns/,
+			"column $what: admission, asked again, refuses the target's new column") or diag($err);
+	}
+	else
+	{
+		like($err, qr/ERROR:\s+55000: ClickHouse target `\Q$db\E`\.`\Q$t\E` changed since it was admitted/,
+			"column $what: with the check's SQLSTATE and message") or diag($err);
+		like($err, qr/DETAIL:\s+Its copy `\Q$db\E`\.`\Q$stg\E` has a different engine definition or columns\./,
+			"column $what: naming the copy");
+	}
+
+	# rows that loaded are the source's (the digest covers the admitted
+	# columns); the copy is refused before its parts are used
 	is(psql_ok("SELECT attempt || ' ' || state FROM dpwin.chunks WHERE invocation_id = '$inv' AND chunk_no = 0"),
-		'0 failed', "column $what: chunk 0 failed at its first attempt, not retried");
-	my @ins = grep { $_->{query} =~ /^INSERT INTO `\Q$db\E`\.`\Q$stg\E` / } ch_log_since($seq);
-	is(join(',', map { $_->{status} eq '200' ? 'ok' : 'failed' } @ins), $what eq 'added' ? 'ok' : 'failed',
-		"column $what: its INSERT " . ($what eq 'added' ? 'loaded the rows' : 'failed'));
+		$what eq 'dropped' ? '0 failed' : '0 verified',
+		"column $what: chunk 0 " . ($what eq 'dropped' ? 'failed at its first attempt, not retried' : 'verified'));
+	my @log = ch_log_since($seq);
+	my @ins = grep { $_->{query} =~ /^INSERT INTO `\Q$db\E`\.`\Q$stg\E` / } @log;
+	is(join(',', map { $_->{status} eq '200' ? 'ok' : 'failed' } @ins), $what eq 'dropped' ? 'failed' : 'ok',
+		"column $what: its INSERT " . ($what eq 'dropped' ? 'failed' : 'loaded the rows'));
+	is(scalar(grep { $_->{query} =~ /^ALTER TABLE .* ATTACH PARTITION .* FROM `\Q$db\E`\.`[^`]*stg_/s } @log), 0,
+		"column $what: no staged part is attached");
+	is(ch_ok("SELECT count() FROM `$db`.`$t`"), $before, "column $what: the target keeps its rows");
 }
 
 drop_fixture();
