@@ -69,114 +69,88 @@ dpwin_target_create_unchecked(ChClient *client, const DpwinTargetInfo *target,
 }
 
 /*
- * Is a copy whose engine_full (NULL: no such table) and columns (rows of
- * name, type, in position order) these the target as admitted?  A worker's
- * copy of the target info may lack engine_full: then only the columns
- * count.
+ * The catalog's rows of the tables `names` of the target's database: for
+ * each (in name order), its row (position 0: 'T', engine_full, its UUID),
+ * then its columns (name, type) in position order.
  */
-static bool
-copy_matches(const DpwinTargetInfo *target, const char *engine_full, List *columns)
+static List *
+copies_rows(ChClient *client, const DpwinTargetInfo *target, List *names)
 {
+	char	   *ldb = dpwin_ch_quote_literal(target->database);
+	char	   *in = dpwin_ch_quote_literal_list(names);
+
+	return dpwin_ch_parse_tsv(dpwin_ch_exec(client,
+											psprintf("SELECT * FROM (SELECT name AS t, 'T', engine_full, toUInt64(0) AS pos, toString(uuid) FROM system.tables WHERE database = %s AND name IN %s\n"
+													 "UNION ALL SELECT `table`, name, type, position, '' FROM system.columns WHERE database = %s AND `table` IN %s)"
+													 " ORDER BY t, pos",
+													 ldb, in, ldb, in)));
+}
+
+/*
+ * Raise the check's error unless copies_rows() show the copy `name` with
+ * the target's engine_full and exactly its columns and types in order (a
+ * worker's copy of the target info may lack engine_full: then only the
+ * columns count).  Returns the copy's UUID.
+ */
+static char *
+copy_check(const DpwinTargetInfo *target, List *rows, const char *name)
+{
+	const char *engine_full = NULL;
+	const char *uuid = NULL;
+	int			ncolumns = 0;
+	bool		same = true;
 	ListCell   *lc;
 
-	if (engine_full == NULL || list_length(columns) != target->ncolumns)
-		return false;
-	if (target->engine_full != NULL && strcmp(engine_full, target->engine_full) != 0)
-		return false;
-	foreach(lc, columns)
+	foreach(lc, rows)
 	{
-		List	   *c = (List *) lfirst(lc);
-		int			i = foreach_current_index(lc);
+		List	   *row = (List *) lfirst(lc);
 
-		if (strcmp(dpwin_ch_row_field(c, 0), target->column_names[i]) != 0 ||
-			strcmp(dpwin_ch_row_field(c, 1), target->column_types[i]) != 0)
-			return false;
+		if (list_length(row) != 5 || strcmp(dpwin_ch_row_field(row, 0), name) != 0)
+			continue;
+		if (strcmp(dpwin_ch_row_field(row, 3), "0") == 0 &&
+			strcmp(dpwin_ch_row_field(row, 1), "T") == 0)
+		{
+			engine_full = dpwin_ch_row_field(row, 2);
+			uuid = dpwin_ch_row_field(row, 4);
+			continue;
+		}
+		same = same && ncolumns < target->ncolumns &&
+			strcmp(dpwin_ch_row_field(row, 1), target->column_names[ncolumns]) == 0 &&
+			strcmp(dpwin_ch_row_field(row, 2), target->column_types[ncolumns]) == 0;
+		ncolumns++;
 	}
-	return true;
+	if (engine_full == NULL || !same || ncolumns != target->ncolumns ||
+		(target->engine_full != NULL && strcmp(engine_full, target->engine_full) != 0))
+		clone_changed(target, name);
+	return pstrdup(uuid);
 }
 
 char *
 dpwin_target_check_like(ChClient *client, const DpwinTargetInfo *target,
 						const char *name)
 {
-	char	   *ldb = dpwin_ch_quote_literal(target->database);
-	char	   *lname = dpwin_ch_quote_literal(name);
-	List	   *rows;
-	ListCell   *lc;
-	char	   *engine_full = NULL;
-	char	   *uuid = NULL;
-	List	   *columns = NIL;
+	List	   *names = list_make1((char *) name);
 
 	/*
-	 * The table's row (position 0) also carries its UUID: the generation's
-	 * is journaled with the intent, and reading it here saves a statement
-	 * after the build.
+	 * The table's row also carries its UUID: the generation's is journaled
+	 * with the intent, and reading it here saves a statement after the
+	 * build.
 	 */
-	rows = dpwin_ch_parse_tsv(dpwin_ch_exec(client,
-											psprintf("SELECT * FROM (SELECT 'T', engine_full, toUInt64(0) AS pos, toString(uuid) FROM system.tables WHERE database = %s AND name = %s\n"
-													 "UNION ALL SELECT name, type, position, '' FROM system.columns WHERE database = %s AND `table` = %s)"
-													 " ORDER BY pos",
-													 ldb, lname, ldb, lname)));
-	foreach(lc, rows)
-	{
-		List	   *row = (List *) lfirst(lc);
-
-		if (strcmp(dpwin_ch_row_field(row, 2), "0") == 0 && strcmp(dpwin_ch_row_field(row, 0), "T") == 0)
-		{
-			engine_full = pstrdup(dpwin_ch_row_field(row, 1));
-			uuid = pstrdup(dpwin_ch_row_field(row, 3));
-		}
-		else
-			columns = lappend(columns, row);
-	}
-	if (!copy_matches(target, engine_full, columns))
-		clone_changed(target, name);
-	return uuid;
+	return copy_check(target, copies_rows(client, target, names), name);
 }
 
 void
 dpwin_target_check_copies(ChClient *client, const DpwinTargetInfo *target,
 						  List *names)
 {
-	char	   *ldb = dpwin_ch_quote_literal(target->database);
-	char	   *in;
 	List	   *rows;
 	ListCell   *lc;
 
 	if (names == NIL)
 		return;
-	in = dpwin_ch_quote_literal_list(names);
-
-	/*
-	 * One read for every copy: each table's row (position 0), then its
-	 * columns in order.
-	 */
-	rows = dpwin_ch_parse_tsv(dpwin_ch_exec(client,
-											psprintf("SELECT * FROM (SELECT name AS t, 'T', engine_full, toUInt64(0) AS pos FROM system.tables WHERE database = %s AND name IN %s\n"
-													 "UNION ALL SELECT `table`, name, type, position FROM system.columns WHERE database = %s AND `table` IN %s)"
-													 " ORDER BY t, pos",
-													 ldb, in, ldb, in)));
+	rows = copies_rows(client, target, names);
 	foreach(lc, names)
-	{
-		const char *name = (const char *) lfirst(lc);
-		const char *engine_full = NULL;
-		List	   *columns = NIL;
-		ListCell   *rc;
-
-		foreach(rc, rows)
-		{
-			List	   *row = (List *) lfirst(rc);
-
-			if (list_length(row) != 4 || strcmp(dpwin_ch_row_field(row, 0), name) != 0)
-				continue;
-			if (strcmp(dpwin_ch_row_field(row, 3), "0") == 0 && strcmp(dpwin_ch_row_field(row, 1), "T") == 0)
-				engine_full = dpwin_ch_row_field(row, 2);
-			else
-				columns = lappend(columns, list_copy_tail(row, 1));
-		}
-		if (!copy_matches(target, engine_full, columns))
-			clone_changed(target, name);
-	}
+		copy_check(target, rows, (const char *) lfirst(lc));
 }
 
 /*
