@@ -40,7 +40,7 @@ log() { printf 'bodies: %s\n' "$*" >&2; }
 	{ log "no $DB.base_day_30: run the benchmark first"; exit 1; }
 chpid=$(pgrep -f -- "--config-file $DPWIN_SANDBOX_DIR/ch_config.xml" | head -1)
 [ -n "$chpid" ] || { log "no endpoint process of $DPWIN_SANDBOX_DIR"; exit 1; }
-ticks() { awk '{ print $14 + $15 }' "/proc/$chpid/stat"; }
+ticks() { cpu_ticks "$chpid"; }
 end=$(pgq "SELECT to_char(max(w)::date + 1, 'YYYY-MM-DD') FROM bench_$TAG.events")
 source_rows=$(pgq "SELECT count(*) FROM bench_$TAG.events
 	WHERE w >= timestamptz '$end 00:00:00+00' - interval '7 days' AND w < timestamptz '$end 00:00:00+00'")

@@ -47,7 +47,7 @@ S=$DB.check_cost_chunk
 
 endpoint=$(cat "$DPWIN_SANDBOX_DIR/ch.pid")
 tck=$(getconf CLK_TCK)
-ticks() { awk '{sub(/^.*\) /, ""); print $12 + $13}' "/proc/$endpoint/stat"; }
+ticks() { cpu_ticks "$endpoint"; }
 
 # The base's last midnight, and the day three days before it.
 last=$(ch "SELECT toUnixTimestamp64Micro(toDateTime64(toDate(max(w)) + 1, 6, 'UTC')) FROM $BASE")
@@ -87,11 +87,8 @@ for n in "${names[@]}"; do
 	# each answer must be a row, not an error; the check must pass
 	a=$(ch "$(cat "$work/$n.sql")")
 	[ "$n" != staging_check ] || [ "$a" = 1 ] || { echo "check_cost: the structure check answered $a" >&2; exit 1; }
-	for ((i = 0; i < N; i++)); do
-		[ "$i" -gt 0 ] && echo next
-		printf 'url = "%s/"\nuser = "%s:%s"\ndata-binary = "@%s"\nsilent\nfail-with-body\noutput = "/dev/null"\n' \
-			"$DPWIN_CH_URL" "$DPWIN_CH_USER" "$DPWIN_CH_PASSWORD" "$work/$n.sql"
-	done >"$work/$n.cfg"
+	request_options "" "$work/$n.sql" >"$work/$n.req"
+	repeat_options "$N" "$work/$n.req" >"$work/$n.cfg"
 done
 
 for ((r = 0; r < ROUNDS; r++)); do

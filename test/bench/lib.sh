@@ -1,7 +1,7 @@
 # test/bench/lib.sh — helpers of the benchmark's shell scripts (sourced by
 # profile.sh, extraction.sh, timeline.sh, cut_delete.sh, digest_cost.sh,
-# statement_cost.sh and check_cost.sh once the sandbox's env is loaded and
-# DB names the ClickHouse database they work in).
+# statement_cost.sh, check_cost.sh and bodies.sh once the sandbox's env is
+# loaded and DB names the ClickHouse database they work in).
 
 # One statement to the endpoint, waiting for its end; fails on an error.
 ch() {
@@ -35,4 +35,28 @@ drop_backups() {
 # Wait until the server runs no merge in the database.
 settle() {
 	while [ "$(ch "SELECT count() FROM system.merges WHERE database = '$DB'")" != 0 ]; do sleep 0.1; done
+}
+
+# The CPU time (utime + stime, in clock ticks) of process $1 so far: the
+# endpoint's, read around the statements whose cost a script measures.
+cpu_ticks() {
+	awk '{sub(/^.*\) /, ""); print $12 + $13}' "/proc/$1/stat"
+}
+
+# curl options (for `curl -K`) of one request to the endpoint: query string
+# $1 after /?, the body from file $2.
+request_options() {
+	printf 'url = "%s/?%s"\nuser = "%s:%s"\ndata-binary = "@%s"\nsilent\nfail-with-body\noutput = "/dev/null"\n' \
+		"$DPWIN_CH_URL" "$1" "$DPWIN_CH_USER" "$DPWIN_CH_PASSWORD" "$2"
+}
+
+# The requests of file $2 (request_options, several joined by "next") $1
+# times, as one `curl -K` config: curl sends them over one kept-alive
+# connection, as a refresh's connections send theirs.
+repeat_options() {
+	local i
+	for ((i = 0; i < $1; i++)); do
+		[ "$i" -gt 0 ] && echo next
+		cat "$2"
+	done
 }

@@ -36,7 +36,7 @@ DB=dpwin_bench_statements
 
 endpoint=$(cat "$DPWIN_SANDBOX_DIR/ch.pid")
 tck=$(getconf CLK_TCK)
-ticks() { awk '{sub(/^.*\) /, ""); print $12 + $13}' "/proc/$endpoint/stat"; }
+ticks() { cpu_ticks "$endpoint"; }
 
 ch "CREATE DATABASE IF NOT EXISTS $DB" >/dev/null
 ch "CREATE TABLE IF NOT EXISTS $DB.kept (id Int64, w DateTime64(6, 'UTC'), note String)
@@ -47,39 +47,23 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 printf '\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x01a' >"$work/row.bin"
 
-# A curl config that sends the statement $2 (a file of curl options for
-# one request) $1 times over one connection.
-config() {
-	local i
-	for ((i = 0; i < $1; i++)); do
-		[ "$i" -gt 0 ] && echo next
-		cat "$2"
-	done
-}
-
-request() {
-	# $1: query string after /?, $2: the body's file
-	printf 'url = "%s/?%s"\nuser = "%s:%s"\ndata-binary = "@%s"\nsilent\nfail-with-body\noutput = "/dev/null"\n' \
-		"$DPWIN_CH_URL" "$1" "$DPWIN_CH_USER" "$DPWIN_CH_PASSWORD" "$2"
-}
-
 echo "SELECT 1" >"$work/select_1.sql"
 echo "SELECT uuid, engine, metadata_modification_time FROM system.tables WHERE database = '$DB' AND name = 'kept'" >"$work/catalog.sql"
 echo "SELECT name, rows, hash_of_all_files FROM system.parts WHERE database = '$DB' AND table = 'kept' AND active" >"$work/parts.sql"
 echo "CREATE TABLE $DB.s (id Int64, w DateTime64(6, 'UTC'), note String) ENGINE = MergeTree ORDER BY id" >"$work/create.sql"
 echo "DROP TABLE $DB.s SYNC" >"$work/drop.sql"
-request "" "$work/select_1.sql" >"$work/select_1.req"
-request "" "$work/catalog.sql" >"$work/catalog.req"
-request "" "$work/parts.sql" >"$work/parts.req"
-{ request "" "$work/create.sql"; echo next; request "" "$work/drop.sql"; } >"$work/create_drop.req"
-request "query=INSERT%20INTO%20$DB.kept%20FORMAT%20RowBinary" "$work/row.bin" >"$work/insert_1.req"
+request_options "" "$work/select_1.sql" >"$work/select_1.req"
+request_options "" "$work/catalog.sql" >"$work/catalog.req"
+request_options "" "$work/parts.sql" >"$work/parts.req"
+{ request_options "" "$work/create.sql"; echo next; request_options "" "$work/drop.sql"; } >"$work/create_drop.req"
+request_options "query=INSERT%20INTO%20$DB.kept%20FORMAT%20RowBinary" "$work/row.bin" >"$work/insert_1.req"
 
 names=(select_1 catalog parts create_drop insert_1)
 declare -A per n_of cpu wall
 n_of=([select_1]=$N [catalog]=$N [parts]=$N [create_drop]=$((N / 2)) [insert_1]=$N)
 per=([select_1]=1 [catalog]=1 [parts]=1 [create_drop]=2 [insert_1]=1)
 for n in "${names[@]}"; do
-	config "${n_of[$n]}" "$work/$n.req" >"$work/$n.cfg"
+	repeat_options "${n_of[$n]}" "$work/$n.req" >"$work/$n.cfg"
 done
 
 idle_ms=()
