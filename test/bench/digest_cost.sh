@@ -2,7 +2,7 @@
 #
 # test/bench/digest_cost.sh — what ClickHouse spends on a staging digest,
 # and on the digests that could replace it (docs/benchmark.md, "The
-# digest's cost on the server").
+# digest's cost on the server", "The digest without formatRow").
 #
 # Needs a running sandbox (test/sandbox.sh start; DPWIN_SANDBOX_DIR and the
 # ports as for the sandbox).  Makes one table in the database
@@ -27,6 +27,23 @@
 #                    formatRow (the "typed-column digest")
 #   typed_not_null   the same over the columns with their NULLs replaced
 #                    (what the typed hash costs without Nullable columns)
+#   concat           dpwin's digest over the same RowBinary bytes built
+#                    column by column with concat() instead of formatRow
+#                    (fixed-width values by reinterpretAsFixedString, a
+#                    NULL flag byte, a string's varint length); before
+#                    the rounds every row's bytes are checked to equal
+#                    formatRow's
+#   lanes            a digest over the typed columns without a row's
+#                    bytes: two keyed linear maps of the row's values
+#                    (a string by its sipHash64Keyed, a NULL by a term of
+#                    its own) into two 64-bit lanes, and one
+#                    sipHash128ReferenceKeyed over the two lanes
+#   lanes_only       the two lanes summed, without the SipHash over them
+#   prime            the same with lanes a universal hash: each 64-bit
+#                    value as two 32-bit halves, each times a key below
+#                    p = 2^61 - 1, summed in UInt128 and reduced modulo p
+#                    (a sum modulo 2^64 is not universal: two values that
+#                    differ by 2^63 collide under half of the keys)
 #
 # The expressions compute different functions: there is no result to
 # compare between them; each one's answer is checked to be the same in
@@ -62,6 +79,50 @@ nn="id, ifNull(w, toDateTime64(0, 6, 'UTC')), ifNull(amount, toDecimal64(0, 2)),
 k1='(toUInt64(4793260715006215843), toUInt64(8949485148759187680))'
 k2='(toUInt64(1216405301342718271), toUInt64(6329802512240981187))'
 h="sipHash128ReferenceKeyed($k1, formatRow('RowBinary', $cols))"
+
+# RowBinary by concat(): a varint of up to three bytes (strings here are
+# short), a Nullable value as its flag byte and then its bytes.
+varint() {
+	echo "multiIf($1 < 128, char($1), $1 < 16384, char(bitOr(bitAnd($1, 127), 128), bitShiftRight($1, 7)),
+		char(bitOr(bitAnd($1, 127), 128), bitOr(bitAnd(bitShiftRight($1, 7), 127), 128), bitShiftRight($1, 14)))"
+}
+nullable() { echo "if(isNull($1), char(1), concat(char(0), $2))"; }
+row="concat(reinterpretAsFixedString(id), $(nullable w 'reinterpretAsFixedString(assumeNotNull(w))'),
+	$(nullable amount 'reinterpretAsFixedString(assumeNotNull(amount))'),
+	$(nullable note "$(varint 'length(assumeNotNull(note))'), assumeNotNull(note)"),
+	reinterpretAsFixedString(qty), reinterpretAsFixedString(flag))"
+hc="sipHash128ReferenceKeyed($k1, $row)"
+
+# A lane: the sum (modulo 2^64) of each value times a key of its own.
+lane() {
+	echo "(toUInt64($1) * reinterpretAsUInt64(id) + toUInt64($2) * ifNull(reinterpretAsUInt64(w), 0)
+		+ toUInt64($3) * isNull(w) + toUInt64($4) * ifNull(reinterpretAsUInt64(amount), 0)
+		+ toUInt64($5) * isNull(amount) + toUInt64($6) * ifNull(sipHash64Keyed($k1, note), 0)
+		+ toUInt64($7) * isNull(note) + toUInt64($8) * reinterpretAsUInt64(toInt64(qty)) + toUInt64($9) * toUInt64(flag))"
+}
+l1=$(lane 11400714819323198485 13787848793156543929 10723151780598845931 12638153115695167455 9576890767 \
+	14029467366897019727 1609587929392839161 9650029242287828579 2870177450012600261)
+l2=$(lane 7046029254386353131 11140372383758409869 12157665459056928801 17280841924051099017 6151981493 \
+	7316578467137049089 4989356788471474417 14313749767032793493 1442695040888963407)
+hl="sipHash128ReferenceKeyed($k1, concat(reinterpretAsFixedString($l1), reinterpretAsFixedString($l2)))"
+
+# A lane modulo p: a value's halves times two keys of their own.
+half_terms() { echo "toUInt128($2) * bitAnd($1, 4294967295) + toUInt128($3) * bitShiftRight($1, 32)"; }
+prime_lane() {
+	echo "toUInt64(($(half_terms 'reinterpretAsUInt64(id)' "$1" "$2")
+		+ $(half_terms 'ifNull(reinterpretAsUInt64(w), 0)' "$3" "$4") + toUInt128($5) * isNull(w)
+		+ $(half_terms 'ifNull(reinterpretAsUInt64(amount), 0)' "$6" "$7") + toUInt128($8) * isNull(amount)
+		+ $(half_terms "ifNull(sipHash64Keyed($k1, note), 0)" "$9" "${10}") + toUInt128(${11}) * isNull(note)
+		+ $(half_terms 'reinterpretAsUInt64(toInt64(qty))' "${12}" "${13}") + toUInt128(${14}) * toUInt64(flag))
+		% 2305843009213693951)"
+}
+p1=$(prime_lane 1140071481932319848 1378784879315654392 1072315178059884593 1263815311569516745 957689076712345 \
+	1402946736689701972 160958792939283916 965002924228782857 287017745001260026 704602925438635313 \
+	1114037238375840986 1215766545905692880 1728084192405109901 615198149312345)
+p2=$(prime_lane 731657846713704908 498935678847147441 1431374976703279349 144269504088896340 215063252345 \
+	1999561734096531202 823748910274619111 1517392046528301947 386512735019283746 2091827364501928374 \
+	572910384756102938 1938475610293847561 1029384756102938475 402938475612345)
+hp="sipHash128ReferenceKeyed($k1, concat(reinterpretAsFixedString($p1), reinterpretAsFixedString($p2)))"
 declare -A sql=(
 	[count]="SELECT count() FROM $DB.t"
 	[format]="SELECT count(), sum(length(formatRow('RowBinary', $cols))) FROM $DB.t"
@@ -69,8 +130,16 @@ declare -A sql=(
 	[pair]="SELECT count(), sum(sipHash64Keyed($k1, formatRow('RowBinary', $cols))), sum(sipHash64Keyed($k2, formatRow('RowBinary', $cols))) FROM $DB.t"
 	[typed]="SELECT count(), sum(sipHash64Keyed($k1, $cols)), sum(sipHash64Keyed($k2, $cols)) FROM $DB.t"
 	[typed_not_null]="SELECT count(), sum(sipHash64Keyed($k1, $nn)), sum(sipHash64Keyed($k2, $nn)) FROM $DB.t"
+	[concat]="SELECT count(), sum(reinterpretAsUInt64($hc)), sum(reinterpretAsUInt64(substring($hc, 9, 8))) FROM $DB.t"
+	[lanes]="SELECT count(), sum(reinterpretAsUInt64($hl)), sum(reinterpretAsUInt64(substring($hl, 9, 8))) FROM $DB.t"
+	[lanes_only]="SELECT count(), sum($l1), sum($l2) FROM $DB.t"
+	[prime]="SELECT count(), sum(reinterpretAsUInt64($hp)), sum(reinterpretAsUInt64(substring($hp, 9, 8))) FROM $DB.t"
 )
-names=(count format dpwin pair typed typed_not_null)
+names=(count format dpwin pair typed typed_not_null concat lanes lanes_only prime)
+if [ "$(ch "SELECT countIf($row != formatRow('RowBinary', $cols)) FROM $DB.t")" != 0 ]; then
+	echo "digest_cost: concat() does not build formatRow's bytes" >&2
+	exit 1
+fi
 declare -A times answer
 for ((r = 0; r < ROUNDS; r++)); do
 	for ((i = 0; i < ${#names[@]}; i++)); do
