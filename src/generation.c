@@ -27,9 +27,10 @@
  *		rows inside the ranges number exactly the staged rows: nothing of
  *		the clone survived inside the ranges.
  *
- *	  A background merge changes parts without changing rows.  Where parts
- *	  no longer match, the rows concerned are compared by digest instead,
- *	  so a merge costs time, never correctness.
+ *	  A background merge changes parts without changing rows.  Where the
+ *	  target's parts no longer match those recorded at the clone, and are
+ *	  not exactly their merges, the rows concerned are compared by digest
+ *	  instead, so a merge costs time, never correctness.
  *
  *	  Which partitions lie wholly inside the ranges is read from the
  *	  minmax index that every MergeTree part keeps for the columns of the
@@ -83,6 +84,22 @@ typedef struct PartitionMeta
 	int64		rows;
 	PartClass	class;
 } PartitionMeta;
+
+/*
+ * One active part of the target as system.parts shows it, to tell a merge
+ * of the parts recorded at the clone from a change (merged_only()).
+ */
+typedef struct PartLine
+{
+	const char *partition;
+	const char *hash;
+	int64		rows;
+	int64		min_block;
+	int64		max_block;
+	int64		level;
+	int64		mutation;		/* 0 for a part no mutation has rewritten */
+	bool		covered;		/* merged into a part of now (merged_only()) */
+} PartLine;
 
 static bool id_member(List *ids, const char *id);
 
@@ -437,7 +454,7 @@ static char *
 parts_sql(const char *database, List *tables)
 {
 	return psprintf("SELECT partition_id, rows, hash_of_all_files, `table`,"
-					" min_block_number, max_block_number, data_version FROM system.parts"
+					" min_block_number, max_block_number, data_version, level FROM system.parts"
 					" WHERE database = %s AND `table` IN %s AND active"
 					" ORDER BY partition_id, rows, hash_of_all_files, `table`",
 					dpwin_ch_quote_literal(database), dpwin_ch_quote_literal_list(tables));
@@ -517,6 +534,134 @@ read_parts(ChClient *client, const char *database, List *tables, char **layout)
 {
 	return parts_of_rows(parts_rows(client, database, tables), NULL, NULL, NULL,
 						 layout);
+}
+
+/* The parts of parts_rows() (of `table` alone, unless NULL) as PartLines. */
+static List *
+part_lines(List *rows, const char *table)
+{
+	List	   *result = NIL;
+	ListCell   *lc;
+
+	foreach(lc, rows)
+	{
+		List	   *row = (List *) lfirst(lc);
+		PartLine   *p;
+		int64		data_version;
+
+		if (table != NULL && strcmp(dpwin_ch_row_field(row, 3), table) != 0)
+			continue;
+		p = palloc0(sizeof(PartLine));
+		p->partition = dpwin_ch_row_field(row, 0);
+		p->rows = field_int64(row, 1);
+		p->hash = dpwin_ch_row_field(row, 2);
+		p->min_block = field_int64(row, 4);
+		p->max_block = field_int64(row, 5);
+		p->level = field_int64(row, 7);
+
+		/* a part's data version is its mutation, or else its lowest block */
+		data_version = field_int64(row, 6);
+		p->mutation = data_version > p->min_block ? data_version : 0;
+		result = lappend(result, p);
+	}
+	return result;
+}
+
+static bool
+same_part(const PartLine *a, const PartLine *b)
+{
+	return strcmp(a->partition, b->partition) == 0 && strcmp(a->hash, b->hash) == 0 &&
+		a->rows == b->rows && a->min_block == b->min_block &&
+		a->max_block == b->max_block && a->level == b->level &&
+		a->mutation == b->mutation;
+}
+
+/* The parts of `lines` in `partition` that `others` does not hold. */
+static List *
+parts_not_in(List *lines, List *others, const char *partition)
+{
+	List	   *result = NIL;
+	ListCell   *lc;
+	ListCell   *lo;
+
+	foreach(lc, lines)
+	{
+		PartLine   *p = lfirst(lc);
+		bool		found = false;
+
+		if (strcmp(p->partition, partition) != 0)
+			continue;
+		foreach(lo, others)
+			found = found || same_part(p, lfirst(lo));
+		if (!found)
+			result = lappend(result, p);
+	}
+	return result;
+}
+
+/*
+ * Are the target's parts in `partitions` now exactly merges of those that
+ * `before` recorded at the clone, so that they hold the same rows
+ * (docs/design.md, "Why this is exact")?  Each new part must cover the
+ * block numbers of recorded parts gone since, exactly and nothing else,
+ * at a higher level, with their rows (a merge that drops
+ * lightweight-deleted rows or duplicates lowers them) and with the
+ * mutation of every one of them.  An insert, an attach or a mutation
+ * after the clone takes a number above every recorded one; a patch part
+ * of a lightweight update is a partition of its own.  False leaves the
+ * question to the digest.
+ */
+static bool
+merged_only(List *before, List *now, List *partitions)
+{
+	ListCell   *lc;
+	ListCell   *lp;
+	ListCell   *lg;
+
+	foreach(lc, now)
+		if (strncmp(((PartLine *) lfirst(lc))->partition, "patch-", 6) == 0)
+			return false;
+	foreach(lc, partitions)
+	{
+		const char *partition = lfirst(lc);
+		List	   *gone = parts_not_in(before, now, partition);
+		List	   *made = parts_not_in(now, before, partition);
+
+		if (made == NIL)
+			return false;
+		foreach(lg, gone)
+			((PartLine *) lfirst(lg))->covered = false;
+		foreach(lp, made)
+		{
+			PartLine   *m = lfirst(lp);
+			int64		lo = PG_INT64_MAX;
+			int64		hi = PG_INT64_MIN;
+			int64		rows = 0;
+			int64		level = -1;
+
+			foreach(lg, gone)
+			{
+				PartLine   *g = lfirst(lg);
+
+				if (g->min_block < m->min_block || g->max_block > m->max_block)
+					continue;
+				if (g->covered || g->mutation != m->mutation)
+					return false;
+				g->covered = true;
+				lo = Min(lo, g->min_block);
+				hi = Max(hi, g->max_block);
+				rows += g->rows;
+				level = Max(level, g->level);
+			}
+			if (lo != m->min_block || hi != m->max_block || rows != m->rows ||
+				m->level <= level)
+				return false;
+		}
+		foreach(lg, gone)
+			if (!((PartLine *) lfirst(lg))->covered)
+				return false;
+	}
+	return true;
 }
 
 /* The partition of a read_parts() entry. */
@@ -710,6 +855,7 @@ dpwin_generation_clone(ChClient *client, const DpwinTargetInfo *target,
 	List	   *clone_tables = list_make1((char *) name);
 	List	   *clone_parts;
 	List	   *differ;
+	List	   *rows;
 	ListCell   *lc;
 	int64		inside;
 
@@ -788,8 +934,9 @@ dpwin_generation_clone(ChClient *client, const DpwinTargetInfo *target,
 	 * The clone is the target, file for file, if their parts are equal now;
 	 * where a merge on either side has already changed them, the rows are.
 	 */
-	gen->target_parts = read_parts(client, target->database,
-								   list_make1(target->table), NULL);
+	rows = parts_rows(client, target->database, list_make1(target->table));
+	gen->target_parts = parts_of_rows(rows, NULL, NULL, NULL, NULL);
+	gen->target_lines = part_lines(rows, NULL);
 	clone_parts = read_parts(client, target->database, clone_tables, NULL);
 	differ = string_values(parts_differ(parts_of(gen->target_parts, cloned),
 										clone_parts, false));
@@ -1036,6 +1183,7 @@ dpwin_generation_attach_staged(ChClient *client, const DpwinTargetInfo *target,
 	rows = parts_rows(client, target->database, list_make2(gen->table, target->table));
 	gen_parts = parts_of_rows(rows, gen->table, NULL, NULL, &gen->layout);
 	gen->target_parts_now = parts_of_rows(rows, target->table, NULL, NULL, NULL);
+	gen->target_lines_now = part_lines(rows, target->table);
 	gen->target_parts_read = true;
 	gen->staged_parts = staged_parts;
 	gen->attached_parts_now = gen_parts;
@@ -1169,14 +1317,29 @@ dpwin_generation_check_target(ChClient *client, const DpwinTargetInfo *target,
 	if (gen->parts_known)
 	{
 		List	   *now = gen->target_parts_now;
+		List	   *now_lines = gen->target_lines_now;
 
 		if (!gen->target_parts_read)
-			now = read_parts(client, target->database, list_make1(target->table), NULL);
+		{
+			List	   *rows = parts_rows(client, target->database,
+										  list_make1(target->table));
+
+			now = parts_of_rows(rows, NULL, NULL, NULL, NULL);
+			now_lines = part_lines(rows, NULL);
+		}
 		gen->target_parts_now = NIL;
+		gen->target_lines_now = NIL;
 		gen->target_parts_read = false;
 		differ = string_values(parts_differ(gen->target_parts, now, false));
 		if (differ == NIL)
 			return NULL;
+
+		/* Only merged: the same rows in fewer parts. */
+		if (merged_only(gen->target_lines, now_lines, differ))
+		{
+			gen->merged_partitions += list_length(differ);
+			return NULL;
+		}
 	}
 
 	/* Same rows in other parts (a merge), or a change of the target? */
@@ -1223,11 +1386,13 @@ dpwin_generation_json(const DpwinGeneration *gen)
 					 ", \"dropped_partitions\": %d, \"cloned_parts\": " INT64_FORMAT
 					 ", \"cloned_rows\": " INT64_FORMAT ", \"ranges\": %d"
 					 ", \"deleted\": %s, \"attached_parts\": " INT64_FORMAT
-					 ", \"digest_checks\": %d, \"minmax\": %s, \"counted_by_parts\": %s",
+					 ", \"digest_checks\": %d, \"merged_partitions\": %d"
+					 ", \"minmax\": %s, \"counted_by_parts\": %s",
 					 gen->partitions, gen->cloned_partitions, gen->dropped_partitions,
 					 gen->cloned_parts, gen->cloned_rows, list_length(gen->ranges),
 					 gen->deleted ? "true" : "false", gen->attached_parts,
-					 gen->digest_checks, gen->minmax_used ? "true" : "false",
+					 gen->digest_checks, gen->merged_partitions,
+					 gen->minmax_used ? "true" : "false",
 					 gen->counted_by_parts ? "true" : "false");
 	if (gen->deleted)
 		appendStringInfo(&buf, ", \"rewritten\": %s", gen->rewritten ? "true" : "false");

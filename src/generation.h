@@ -32,6 +32,7 @@ typedef struct DpwinGeneration
 
 	/* the target's active parts when cloned, "partition\trows\thash" */
 	List	   *target_parts;
+	List	   *target_lines;	/* the same with their blocks (generation.c) */
 	bool		parts_known;	/* target_parts describes the clone */
 
 	/*
@@ -40,6 +41,7 @@ typedef struct DpwinGeneration
 	 * them once
 	 */
 	List	   *target_parts_now;
+	List	   *target_lines_now;
 	bool		target_parts_read;
 
 	int			partitions;		/* partitions of the target when cloned */
@@ -64,6 +66,7 @@ typedef struct DpwinGeneration
 									 * attached (NULL until then): see
 									 * dpwin_generation_target_parts() */
 	int			digest_checks;	/* checks that fell back to a digest */
+	int			merged_partitions;	/* target partitions found merged only */
 
 	/*
 	 * The clone's parts as cloned, where they are the target's file for
@@ -210,10 +213,12 @@ extern int64 dpwin_generation_check_counts(const DpwinGeneration *gen,
 /*
  * Right before the exchange, under the lease: is the target still the
  * table that was cloned?  Its parts (read now, or by the attach just
- * before) are compared with those recorded at cloning; where they differ (a merge, or a change), or when they were not
- * recorded (recovery of an invocation built by an earlier process), the
- * rows outside the ranges are compared by digest, target against
- * generation.  Returns NULL when they are the same, else the refusal
+ * before) are compared with those recorded at cloning.  Where they differ
+ * only by merges of the recorded parts (same blocks, rows and mutation,
+ * a higher level), the rows are the same; where they differ otherwise,
+ * or when they were not recorded (recovery of an invocation built by an
+ * earlier process), the rows outside the ranges are compared by digest,
+ * target against generation.  Returns NULL when they are the same, else the refusal
  * (admission.h; ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE, naming `when`)
  * for the caller to raise; a failed request ereports.
  */

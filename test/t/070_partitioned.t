@@ -385,6 +385,81 @@ my $uuid_sql = "SELECT toString(uuid) FROM system.tables WHERE database = '$db' 
 	multiset_is(target_rows('by_day'), $expected, '... and keeps the late rows');
 }
 
+# --- merges and changes of the target's parts before the exchange ----------
+#
+# The target's parts are compared with those recorded at the clone right
+# before the exchange.  Parts that are exactly merges of recorded ones
+# (their blocks, rows and mutation, at a higher level) hold the same rows:
+# no digest.  A mutation, or a merge that drops duplicates, changes the
+# parts in the same partitions: compared by digest and refused.  Each case
+# holds the attach of the staged parts, changes the target, releases it.
+sub hold_staged_attach
+{
+	my ($label, $change) = @_;
+	my $uuid = ch_ok($uuid_sql);
+	my $inv = new_uuid();
+	my $attach = "ALTER TABLE `$db`.`" . generation_name($r_day, $inv) . "` ATTACH";
+	my $staged = "' FROM `$db`.`" . invocation_prefix(route_id($r_day), $inv) . 'stg_';
+	fault(pattern => $staged, count => 1, mode => 'hold');
+	my ($h, $out, $err) = refresh_async($r_day, $inv);
+	ok(wait_running(qr/^\Q$attach\E .*_stg_/s, 1, phase => 'holding'), "$label: the attach of the staged parts waits on the server");
+	$change->();
+	is(release($staged), 1, "$label: the attach is released");
+	finish($h);
+	return ($uuid, $out, $err);
+}
+
+sub partition_parts
+{
+	my ($id) = @_;
+	return ch_ok("SELECT count() FROM system.parts WHERE database = '$db' AND table = 'by_day' AND active AND partition_id = '$id'");
+}
+
+{
+	ch_ok("INSERT INTO $tday VALUES (8970, '2026-08-20 01:00:00', 'merged kept', 1)");
+	ch_ok("INSERT INTO $tday VALUES (8971, '2026-08-20 02:00:00', 'merged kept', 2)");
+	is(partition_parts('20260820'), "2\n", 'merged: a kept partition of two parts');
+	my $exp = [ @$expected, sorted_lines(ch_ok("SELECT $ch_row FROM $tday WHERE id IN (8970, 8971)"))->@* ];
+	my ($uuid, $out, $err) = hold_staged_attach('merged', sub {
+		ch_ok("OPTIMIZE TABLE $tday PARTITION ID '20260820' FINAL");
+		is(partition_parts('20260820'), "1\n", 'merged: the partition was merged');
+	});
+	like($$out, qr/^completed\|.*"merged_partitions": [1-9]/, 'merged: published, the merged partition told by its parts')
+	  or diag("out: $$out err: $$err");
+	like($$out, qr/"digest_checks": 0\b/, 'merged: no digest');
+	isnt(ch_ok($uuid_sql), $uuid, 'merged: the target was exchanged');
+	multiset_is(target_rows('by_day'), $exp, 'merged: target = previous rows + the kept rows, window refreshed');
+	$expected = $exp;
+	drop_backups();
+}
+
+{
+	ch_ok("INSERT INTO $tday VALUES (8972, '2026-08-21 01:00:00', 'to be updated', 1)");
+	my ($uuid, $out, $err) = hold_staged_attach('mutated',
+		sub { ch_ok("ALTER TABLE $tday UPDATE v = 'updated behind' WHERE id = 8972 SETTINGS mutations_sync = 2") });
+	like($$err, qr/ERROR:\s+55000: target `\Q$db\E`\.`by_day` changed outside the window between generation build and publication/,
+		'mutated: refused with 55000') or diag("out: $$out err: $$err");
+	is(ch_ok($uuid_sql), $uuid, 'mutated: the target was not exchanged');
+	$expected = [ sort(@$expected, sorted_lines(ch_ok("SELECT $ch_row FROM $tday WHERE id = 8972"))->@*) ];
+	like(ch_ok("SELECT v FROM $tday WHERE id = 8972"), qr/^updated behind$/m, 'mutated: the update is kept');
+	multiset_is(target_rows('by_day'), $expected, 'mutated: target = previous rows with the update');
+}
+
+{
+	ch_ok("INSERT INTO $tday VALUES (8973, '2026-08-22 01:00:00', 'twice', 1)");
+	ch_ok("INSERT INTO $tday VALUES (8973, '2026-08-22 01:00:00', 'twice', 1)");
+	is(partition_parts('20260822'), "2\n", 'deduplicated: a kept partition of two parts, one row twice');
+	my ($uuid, $out, $err) = hold_staged_attach('deduplicated', sub {
+		ch_ok("OPTIMIZE TABLE $tday PARTITION ID '20260822' FINAL DEDUPLICATE");
+		is(partition_parts('20260822'), "1\n", 'deduplicated: the partition was merged');
+	});
+	like($$err, qr/ERROR:\s+55000: target `\Q$db\E`\.`by_day` changed outside the window between generation build and publication/,
+		'deduplicated: refused with 55000') or diag("out: $$out err: $$err");
+	is(ch_ok($uuid_sql), $uuid, 'deduplicated: the target was not exchanged');
+	$expected = [ sort(@$expected, sorted_lines(ch_ok("SELECT $ch_row FROM $tday WHERE id = 8973"))->@*) ];
+	multiset_is(target_rows('by_day'), $expected, 'deduplicated: target = previous rows and the row once');
+}
+
 # --- changes of the generation itself before the exchange ------------------
 #
 # Partitions cloned whole are not counted again before the exchange: their
