@@ -31,15 +31,12 @@ WINDOW="w >= toDateTime64('2026-01-24 00:00:00', 6, 'UTC') AND w < toDateTime64(
 # shellcheck source=test/bench/lib.sh
 . "$ROOT/test/bench/lib.sh"
 
-cols="id Int64, w Nullable(DateTime64(6, 'UTC')), amount Nullable(Decimal(18, 2)), note Nullable(String), qty Int32, flag Bool"
-rows="SELECT number, if(number % 37 = 5, NULL, toDateTime64('2026-01-01 00:00:00', 6, 'UTC') + toIntervalMicrosecond(number * 864000)),
-	number / 7, concat('n', toString(number % 1000)), toInt32(number % 100), number % 3 = 0 FROM numbers(3000000)"
 ch "DROP DATABASE IF EXISTS $DB SYNC" >/dev/null
 ch "CREATE DATABASE $DB" >/dev/null
 for t in one eight; do
-	ch "CREATE TABLE $DB.$t ($cols) ENGINE = MergeTree ORDER BY id" >/dev/null
+	ch "CREATE TABLE $DB.$t $EVENT_COLS ENGINE = MergeTree ORDER BY id" >/dev/null
 	ch "SYSTEM STOP MERGES $DB.$t" >/dev/null
-	ch "INSERT INTO $DB.$t $rows" >/dev/null
+	ch "INSERT INTO $DB.$t $(event_rows 3000000)" >/dev/null
 done
 for ((i = 0; i < 7; i++)); do
 	ch "INSERT INTO $DB.eight SELECT 10000000 + $i * 100000 + number,

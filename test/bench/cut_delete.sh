@@ -38,16 +38,12 @@ elapsed_ms() {
 		"$DPWIN_CH_URL/" --data-binary "$1" | awk '{printf "%.1f", $1 * 1000}'
 }
 
-cols="(id Int64, w Nullable(DateTime64(6, 'UTC')), amount Nullable(Decimal(18, 2)), note Nullable(String), qty Int32, flag Bool)"
 ch "CREATE DATABASE IF NOT EXISTS $DB" >/dev/null
 if [ "$(ch "EXISTS TABLE $DB.month30")" != 1 ]; then
 	echo "cut_delete: making the table" >&2
-	ch "CREATE TABLE $DB.month30 $cols ENGINE = MergeTree PARTITION BY toYYYYMM(w) ORDER BY id
+	ch "CREATE TABLE $DB.month30 $EVENT_COLS ENGINE = MergeTree PARTITION BY toYYYYMM(w) ORDER BY id
 		SETTINGS allow_nullable_key = 1" >/dev/null
-	ch "INSERT INTO $DB.month30 SELECT number,
-		if(number % 37 = 5, NULL, toDateTime64('2026-01-01 00:00:00', 6, 'UTC') + toIntervalMicrosecond(number * 864000)),
-		number / 7, concat('n', toString(number % 1000)), toInt32(number % 100), number % 3 = 0
-		FROM numbers(3000000)" >/dev/null
+	ch "INSERT INTO $DB.month30 $(event_rows 3000000)" >/dev/null
 	ch "OPTIMIZE TABLE $DB.month30 FINAL" >/dev/null
 fi
 

@@ -1,7 +1,8 @@
 # test/bench/lib.sh — helpers of the benchmark's shell scripts (sourced by
 # profile.sh, extraction.sh, timeline.sh, cut_delete.sh, digest_cost.sh,
-# statement_cost.sh, check_cost.sh and bodies.sh once the sandbox's env is
-# loaded and DB names the ClickHouse database they work in).
+# statement_cost.sh, check_cost.sh, bodies.sh and clone_merge.sh once the
+# sandbox's env is loaded and DB names the ClickHouse database they work
+# in).
 
 # One statement to the endpoint, waiting for its end; fails on an error.
 ch() {
@@ -9,6 +10,18 @@ ch() {
 		"$DPWIN_CH_URL/?wait_end_of_query=1" --data-binary "$1"
 }
 pgq() { psql -X -q -A -t -v ON_ERROR_STOP=1 -c "$1"; }
+
+# The columns of the benchmark's events in ClickHouse, and a SELECT of N of
+# them from 2026-01-01 00:00 UTC on, one every 0.864 s (a million rows make
+# ten days), the window value NULL in every 37th, as the bases of
+# test/bench/bench.pl are.
+EVENT_COLS="(id Int64, w Nullable(DateTime64(6, 'UTC')), amount Nullable(Decimal(18, 2)), note Nullable(String), qty Int32, flag Bool)"
+event_rows() {
+	echo "SELECT number,
+		if(number % 37 = 5, NULL, toDateTime64('2026-01-01 00:00:00', 6, 'UTC') + toIntervalMicrosecond(number * 864000)),
+		number / 7, concat('n', toString(number % 1000)), toInt32(number % 100), number % 3 = 0
+		FROM numbers($1)"
+}
 
 # The median of the arguments (the upper one of an even count).
 median() {
