@@ -839,24 +839,43 @@ dpwin_ch_quote_literal(const char *str)
 }
 
 char *
-dpwin_ch_quote_literal_list(List *items)
+dpwin_ch_qualified_name(const char *database, const char *table)
+{
+	return psprintf("%s.%s", dpwin_ch_quote_ident(database), dpwin_ch_quote_ident(table));
+}
+
+/*
+ * The items of a List of C strings, each quoted as a literal or, with a
+ * database, as a table of it, separated by ", ".
+ */
+static char *
+quoted_list(List *items, const char *database)
 {
 	StringInfoData buf;
 	ListCell   *lc;
 
 	initStringInfo(&buf);
-	appendStringInfoChar(&buf, '(');
 	foreach(lc, items)
+	{
+		const char *item = lfirst(lc);
+
 		appendStringInfo(&buf, "%s%s", foreach_current_index(lc) > 0 ? ", " : "",
-						 dpwin_ch_quote_literal((const char *) lfirst(lc)));
-	appendStringInfoChar(&buf, ')');
+						 database ? dpwin_ch_qualified_name(database, item) :
+						 dpwin_ch_quote_literal(item));
+	}
 	return buf.data;
 }
 
 char *
-dpwin_ch_qualified_name(const char *database, const char *table)
+dpwin_ch_quote_literal_list(List *items)
 {
-	return psprintf("%s.%s", dpwin_ch_quote_ident(database), dpwin_ch_quote_ident(table));
+	return psprintf("(%s)", quoted_list(items, NULL));
+}
+
+char *
+dpwin_ch_qualified_name_list(const char *database, List *tables)
+{
+	return quoted_list(tables, database);
 }
 
 /* ---- TabSeparated ---- */

@@ -150,6 +150,9 @@ extern char *dpwin_ch_quote_literal_list(List *items);
 /* `db`.`table` */
 extern char *dpwin_ch_qualified_name(const char *database, const char *table);
 
+/* `db`.`a`, `db`.`b`, ...: a List of table names of one database. */
+extern char *dpwin_ch_qualified_name_list(const char *database, List *tables);
+
 /*
  * Parse a TabSeparated answer: a List of rows, each a List of palloc'd,
  * unescaped C strings ("\N" becomes NULL).

@@ -169,15 +169,7 @@ dpwin_target_drop_table(ChClient *client, const char *database,
 static char *
 drop_tables_sql(const char *database, List *names)
 {
-	StringInfoData sql;
-	ListCell   *lc;
-
-	initStringInfo(&sql);
-	appendStringInfoString(&sql, "DROP TABLE IF EXISTS ");
-	foreach(lc, names)
-		appendStringInfo(&sql, "%s%s", foreach_current_index(lc) > 0 ? ", " : "",
-						 dpwin_ch_qualified_name(database, lfirst(lc)));
-	return sql.data;
+	return psprintf("DROP TABLE IF EXISTS %s", dpwin_ch_qualified_name_list(database, names));
 }
 
 /*
