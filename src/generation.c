@@ -664,6 +664,17 @@ merged_only(List *before, List *now, List *partitions)
 	return true;
 }
 
+/* The target's active parts, as read_parts() entries and as PartLines. */
+static void
+read_target_parts(ChClient *client, const DpwinTargetInfo *target,
+				  List **parts, List **lines)
+{
+	List	   *rows = parts_rows(client, target->database, list_make1(target->table));
+
+	*parts = parts_of_rows(rows, NULL, NULL, NULL, NULL);
+	*lines = part_lines(rows, NULL);
+}
+
 /* The partition of a read_parts() entry. */
 static char *
 part_partition(const char *part)
@@ -855,7 +866,6 @@ dpwin_generation_clone(ChClient *client, const DpwinTargetInfo *target,
 	List	   *clone_tables = list_make1((char *) name);
 	List	   *clone_parts;
 	List	   *differ;
-	List	   *rows;
 	ListCell   *lc;
 	int64		inside;
 
@@ -934,9 +944,7 @@ dpwin_generation_clone(ChClient *client, const DpwinTargetInfo *target,
 	 * The clone is the target, file for file, if their parts are equal now;
 	 * where a merge on either side has already changed them, the rows are.
 	 */
-	rows = parts_rows(client, target->database, list_make1(target->table));
-	gen->target_parts = parts_of_rows(rows, NULL, NULL, NULL, NULL);
-	gen->target_lines = part_lines(rows, NULL);
+	read_target_parts(client, target, &gen->target_parts, &gen->target_lines);
 	clone_parts = read_parts(client, target->database, clone_tables, NULL);
 	differ = string_values(parts_differ(parts_of(gen->target_parts, cloned),
 										clone_parts, false));
@@ -1320,13 +1328,7 @@ dpwin_generation_check_target(ChClient *client, const DpwinTargetInfo *target,
 		List	   *now_lines = gen->target_lines_now;
 
 		if (!gen->target_parts_read)
-		{
-			List	   *rows = parts_rows(client, target->database,
-										  list_make1(target->table));
-
-			now = parts_of_rows(rows, NULL, NULL, NULL, NULL);
-			now_lines = part_lines(rows, NULL);
-		}
+			read_target_parts(client, target, &now, &now_lines);
 		gen->target_parts_now = NIL;
 		gen->target_lines_now = NIL;
 		gen->target_parts_read = false;

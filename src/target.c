@@ -158,18 +158,17 @@ dpwin_target_check_copies(ChClient *client, const DpwinTargetInfo *target,
  * data goes after database_atomic_delay_before_drop_table_sec; waiting for
  * the data to go would only hold the refresh up.
  */
-void
-dpwin_target_drop_table(ChClient *client, const char *database,
-						const char *name)
-{
-	dpwin_ch_exec(client, psprintf("DROP TABLE IF EXISTS %s",
-								   dpwin_ch_qualified_name(database, name)));
-}
-
 static char *
 drop_tables_sql(const char *database, List *names)
 {
 	return psprintf("DROP TABLE IF EXISTS %s", dpwin_ch_qualified_name_list(database, names));
+}
+
+void
+dpwin_target_drop_table(ChClient *client, const char *database,
+						const char *name)
+{
+	dpwin_ch_exec(client, drop_tables_sql(database, list_make1((char *) name)));
 }
 
 /*
