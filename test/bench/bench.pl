@@ -61,6 +61,10 @@ my @sizes = sort { $a <=> $b } split ' ', ($ENV{BENCH_SIZES} // '30 300');
 my @shapes = split ' ', ($ENV{BENCH_SHAPES} // 'day month flat');
 my @ends = split ' ', ($ENV{BENCH_ENDS} // '00:00 13:37');
 my $par = env_int('BENCH_PARALLELISM', 2);
+# the chunk interval of the window's routes, in days, and the chunks of the
+# COPY and sink limits alike (the skip_unchanged and memory routes keep
+# one-day chunks)
+my $chunk_days = env_int('BENCH_CHUNK_DAYS', 1);
 my $rounds = env_int('BENCH_ROUNDS', 3);
 my @kinds = qw(dpwin naive expert copy sink memory skip);
 my %only = map { $_ => 1 } split /,/, ($ENV{BENCH_ONLY} // join(',', @kinds));
@@ -86,7 +90,7 @@ die "BENCH_SOURCE_DAYS must exceed the window by a day\n" if $src_days < $wdays 
 # A run with every default is the one whose CSV docs/benchmark.md quotes.
 my $is_default = !grep { defined $ENV{$_} } qw(BENCH_ROWS_PER_DAY BENCH_WINDOW_DAYS BENCH_MEMORY_WINDOW_DAYS
   BENCH_SKIP_DAYS BENCH_SIZES BENCH_SHAPES BENCH_ENDS BENCH_PARALLELISM BENCH_ROUNDS BENCH_ONLY BENCH_SOURCE_DAYS
-  BENCH_HOSTS BENCH_RTT_MS BENCH_SKIP_CHANGED);
+  BENCH_HOSTS BENCH_RTT_MS BENCH_SKIP_CHANGED BENCH_CHUNK_DAYS);
 my $csv_path = $ENV{BENCH_CSV} // ($is_default ? "$root/docs/bench/results.csv" : undef);
 
 my $start_epoch = timegm(0, 0, 0, 1, 0, 2026);    # 2026-01-01 00:00:00 UTC
@@ -756,9 +760,10 @@ sub route
 	my $p = $o{par} // $par;
 	my $src = $o{source} // 'events';
 	my $srv = $o{server} // $server;
+	my $c = $o{chunk_days} // 1;
 	psql("SELECT dpwin.drop_route('$name') FROM dpwin.route WHERE route_name = '$name';
 		SELECT dpwin.create_route('$name', '$pgs.$src', 'w', '$srv', '$db', '$table',
-			interval '$lookback days', interval '1 day', parallelism => $p)");
+			interval '$lookback days', interval '$c days', parallelism => $p)");
 }
 
 sub have_skip_option
@@ -893,11 +898,15 @@ sub v_expert
 	return { wall => $wall, %ph, verify => 0 };
 }
 
-# The chunks dpwin reads for a window ending at $hi: [lo, hi) epochs.
+# The chunks dpwin reads for the $days days before $hi: [lo, hi) epochs,
+# $chunk_days long from the first, the last one shorter when they do not
+# divide the days, as dpwin plans them.
 sub chunks_of
 {
 	my ($hi, $days) = @_;
-	return map { [ $hi - ($days - $_) * 86400, $hi - ($days - $_ - 1) * 86400 ] } 0 .. $days - 1;
+	my $lo = $hi - $days * 86400;
+	my $step = $chunk_days * 86400;
+	return map { [ $lo + $_ * $step, min($lo + ($_ + 1) * $step, $hi) ] } 0 .. int(($days + $chunk_days - 1) / $chunk_days) - 1;
 }
 
 sub copy_sql
@@ -1228,7 +1237,7 @@ sub route_for_net
 	my ($name, $t) = @_;
 	my $srv = $net{$cur_net}{server};
 	return if ($route_server{$name} // '') eq $srv;
-	route($name, $t, $wdays, server => $srv);
+	route($name, $t, $wdays, server => $srv, chunk_days => $chunk_days);
 	$route_server{$name} = $srv;
 }
 
@@ -1266,6 +1275,7 @@ sub loadavg { open my $f, '<', '/proc/loadavg' or return '?'; my $l = <$f>; retu
 my %meta = (
 	rows_per_day => $rpd, source_days => $src_days, window_days => $wdays, memory_window_days => $mem_wdays,
 	skip_days => $skip_days, skip_changed => $skip_changed, sizes => "@sizes", shapes => "@shapes", ends => "@ends", parallelism => $par,
+	chunk_days => $chunk_days,
 	rounds => $rounds, only => join(',', grep { on($_) } @kinds), hosts => "@hosts", rtt_ms => "@rtts",
 	shared_buffers => $ENV{BENCH_SHARED_BUFFERS} // '?',
 );
@@ -1290,7 +1300,7 @@ for my $n (@sizes)
 	for my $s (@shapes)
 	{
 		clone_base(base_name($s, $n), "t_${s}_$n");
-		route("b_${s}_$n", "t_${s}_$n", $wdays);
+		route("b_${s}_$n", "t_${s}_$n", $wdays, chunk_days => $chunk_days);
 		$route_server{"b_${s}_$n"} = $server;
 	}
 }
