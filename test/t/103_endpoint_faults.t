@@ -145,7 +145,7 @@ both_modes(sub {
 		my ($rc, $out, $err) = bg_finish($h);
 		is($out, 'completed', "$s->{tag}: the refresh completes") or diag($err);
 		check_after_fault($s, which => 'new', state => 'completed', outcome => 'published');
-		is(psql_ok("SELECT string_agg(attempt::text, ',' ORDER BY attempt DESC) FROM dpwin.chunk WHERE invocation_id = '$s->{inv}'"),
+		is(psql_ok("SELECT string_agg(attempt::text, ',' ORDER BY chunk_no) FROM dpwin.chunk WHERE invocation_id = '$s->{inv}'"),
 			'1,1,0,0', "$s->{tag}: the two interrupted chunks were loaded again, into new staging tables");
 		settle_and_check($s, 'recover');
 	}
@@ -174,7 +174,7 @@ both_modes(sub {
 		my ($rc, $out, $err) = bg_finish($h);
 		is($out, 'completed', "$s->{tag}: the refresh completes once the server is back") or diag($err);
 		check_after_fault($s, which => 'new', state => 'completed', outcome => 'published');
-		is(psql_ok("SELECT string_agg(attempt::text, ',' ORDER BY attempt DESC) FROM dpwin.chunk WHERE invocation_id = '$s->{inv}'"),
+		is(psql_ok("SELECT string_agg(attempt::text, ',' ORDER BY chunk_no) FROM dpwin.chunk WHERE invocation_id = '$s->{inv}'"),
 			'1,1,0,0', "$s->{tag}: the two interrupted chunks were loaded again, into new staging tables");
 		settle_and_check($s, 'recover');
 	}
