@@ -102,7 +102,6 @@ typedef struct DpwinExtractShared
 	TimestampTz window_hi;
 	char		snapshot_name[64];
 
-	int			nworkers;		/* workers launched for the queue */
 	pg_atomic_uint32 next_chunk;	/* the chunk queue */
 	pg_atomic_uint32 stop;		/* set on the first permanent failure */
 	pg_atomic_uint32 finished;	/* workers done with the queue */

@@ -163,7 +163,6 @@ dpwin_extraction_run(DpwinExtraction *x, const DpwinExtractJob *job,
 		for (int i = 0; i < x->nchunks; i++)
 			sh->chunks[i].target_digest = x->slots[i].target_digest;
 	nworkers = Min(Min(job->route->parallelism, dpwin_max_workers), x->nchunks);
-	sh->nworkers = nworkers;
 	handles = palloc0(sizeof(BackgroundWorkerHandle *) * nworkers);
 
 	/* ONE snapshot for the whole window, held open until every chunk is in. */

@@ -59,33 +59,13 @@ dpwin_target_create_like(ChClient *client, const DpwinTargetInfo *target,
 	return dpwin_target_check_like(client, target, name);
 }
 
-/* CREATE TABLE db.name AS db.target */
-static char *
-create_copy_sql(const DpwinTargetInfo *target, const char *name)
-{
-	return psprintf("CREATE TABLE %s AS %s",
-					dpwin_ch_qualified_name(target->database, name),
-					dpwin_ch_qualified_name(target->database, target->table));
-}
-
 void
 dpwin_target_create_unchecked(ChClient *client, const DpwinTargetInfo *target,
 							  const char *name)
 {
-	dpwin_ch_exec(client, create_copy_sql(target, name));
-}
-
-void
-dpwin_target_create_start(ChClient *client, const DpwinTargetInfo *target,
-						  const char *name)
-{
-	dpwin_ch_start(client, create_copy_sql(target, name), "q");
-}
-
-void
-dpwin_target_create_finish(ChClient *client)
-{
-	(void) dpwin_ch_finish(client);
+	dpwin_ch_exec(client, psprintf("CREATE TABLE %s AS %s",
+								   dpwin_ch_qualified_name(target->database, name),
+								   dpwin_ch_qualified_name(target->database, target->table)));
 }
 
 /*

@@ -60,15 +60,6 @@ extern char *dpwin_target_create_like(ChClient *client,
 extern void dpwin_target_create_unchecked(ChClient *client,
 										  const DpwinTargetInfo *target,
 										  const char *name);
-
-/*
- * dpwin_target_create_unchecked() started on client, to run while the
- * caller does other work, and waited for (ereports as it does).
- */
-extern void dpwin_target_create_start(ChClient *client,
-									  const DpwinTargetInfo *target,
-									  const char *name);
-extern void dpwin_target_create_finish(ChClient *client);
 extern char *dpwin_target_check_like(ChClient *client,
 									 const DpwinTargetInfo *target,
 									 const char *name);

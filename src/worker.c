@@ -6,9 +6,8 @@
  *	  while digesting them, streams them into an attempt-owned staging
  *	  table, has ClickHouse digest the staging table, and journals a
  *	  verified receipt fenced by the lease epoch.  The digest runs on a
- *	  second connection while the worker loads its next chunk, and the
- *	  next chunk's staging table is made on a third one meanwhile, so that
- *	  a worker's statements in sequence are its INSERTs.
+ *	  second connection while the worker loads its next chunk, so that a
+ *	  worker's statements in sequence are its CREATEs and INSERTs.
  *
  *	  A transient failure (connection, timeout, 5xx, digest mismatch) is
  *	  retried at most DPWIN_MAX_RETRIES times with backoff.  Before a retry
@@ -110,19 +109,6 @@ typedef struct WorkerState
 	 */
 	bool		has_pending;
 	StagedChunk pending;
-
-	/*
-	 * The chunk taken from the queue ahead of its turn, whose first
-	 * attempt's staging table is made on a connection of its own while the
-	 * worker loads the chunk before it (docs/design.md, "Extraction"):
-	 * journaled once its attempt is in the journal, creating once its
-	 * CREATE is sent.
-	 */
-	ChClient   *maker;
-	DpwinChunkSlot *ahead;
-	bool		ahead_journaled;
-	bool		ahead_creating;
-	char		ahead_staging[NAMEDATALEN * 2];
 } WorkerState;
 
 /* Streams a byte range of the encode buffer as a request body. */
@@ -444,60 +430,10 @@ worker_read_checked(WorkerState *ws, DpwinChunkSlot *slot, const char *staging,
 	PG_END_TRY();
 }
 
-/* Journal an attempt, before it writes anything to ClickHouse. */
-static void
-worker_journal_attempt(WorkerState *ws, DpwinChunkSlot *slot, int attempt,
-					   const char *staging)
-{
-	DpwinExtractShared *sh = ws->sh;
-
-	dpwin_xact_begin("dpwin: chunk attempt");
-	dpwin_chunk_begin(&sh->invocation_id, slot->chunk_no, attempt, staging,
-					  sh->target_id, sh->lease_epoch);
-	dpwin_xact_commit(ws->chunk_cxt);
-}
-
 /*
- * Take the next chunk from the queue ahead of its turn and start making
- * its first attempt's staging table on the maker's connection, so that
- * the CREATE runs while this worker loads the chunk in hand rather than
- * between its INSERTs.  Only while at least as many chunks are left as
- * there are workers: the last ones go to whichever worker is free first.  A chunk taken ahead is journaled before its CREATE is sent, as
- * any attempt.
- */
-static void
-worker_take_ahead(WorkerState *ws)
-{
-	DpwinExtractShared *sh = ws->sh;
-	uint32		next = pg_atomic_read_u32(&sh->next_chunk);
-	uint32		idx;
-
-	if (sh->mode != DPWIN_EXTRACT_STAGE || ws->ahead != NULL ||
-		pg_atomic_read_u32(&sh->stop) || next >= (uint32) sh->nchunks ||
-		(uint32) sh->nchunks - next < (uint32) sh->nworkers)
-		return;
-	idx = pg_atomic_fetch_add_u32(&sh->next_chunk, 1);
-	if (idx >= (uint32) sh->nchunks)
-		return;
-	ws->ahead = &sh->chunks[idx];
-	ws->ahead_journaled = false;
-	ws->ahead_creating = false;
-	strlcpy(ws->ahead_staging,
-			dpwin_staging_name(sh->route_id, &sh->invocation_id,
-							   ws->ahead->chunk_no, 0),
-			sizeof(ws->ahead_staging));
-	worker_journal_attempt(ws, ws->ahead, 0, ws->ahead_staging);
-	ws->ahead_journaled = true;
-	dpwin_target_create_start(ws->maker, &ws->target, ws->ahead_staging);
-	ws->ahead_creating = true;
-}
-
-/*
- * One attempt at one chunk: journal it, create its staging table (or, for
- * a chunk taken ahead, wait for the one made meanwhile) and load the
- * chunk's rows into it, digesting them as they go (ws->loaded), while the
- * next chunk's staging table is made.  ereports on any failure;
- * worker_verdict() tells whether a retry may help.
+ * One attempt at one chunk: journal it, create its staging table and load
+ * the chunk's rows into it, digesting them as they go (ws->loaded).
+ * ereports on any failure; worker_verdict() tells whether a retry may help.
  */
 static void
 worker_attempt(WorkerState *ws, DpwinChunkSlot *slot, int attempt)
@@ -505,9 +441,6 @@ worker_attempt(WorkerState *ws, DpwinChunkSlot *slot, int attempt)
 	DpwinExtractShared *sh = ws->sh;
 	StagedChunk *c = &ws->loaded;
 	char	   *staging;
-	bool		ahead = attempt == 0 && ws->ahead == slot;
-	bool		journaled = ahead && ws->ahead_journaled;
-	bool		made = ahead && ws->ahead_creating;
 
 	memset(c, 0, sizeof(StagedChunk));
 	c->slot = slot;
@@ -522,19 +455,12 @@ worker_attempt(WorkerState *ws, DpwinChunkSlot *slot, int attempt)
 	ws->failure = DPWIN_FAILURE_NONE;
 	ws->client->last_failure = DPWIN_FAILURE_NONE;
 	ws->verifier->last_failure = DPWIN_FAILURE_NONE;
-	ws->maker->last_failure = DPWIN_FAILURE_NONE;
-	if (ahead)
-	{
-		ws->ahead = NULL;
-		ws->ahead_creating = false;
-	}
 
 	/* Journal the attempt before it writes anything to ClickHouse. */
-	if (!journaled)
-		worker_journal_attempt(ws, slot, attempt, staging);
-	if (made)
-		dpwin_target_create_finish(ws->maker);
-	worker_take_ahead(ws);
+	dpwin_xact_begin("dpwin: chunk attempt");
+	dpwin_chunk_begin(&sh->invocation_id, slot->chunk_no, attempt, staging,
+					  sh->target_id, sh->lease_epoch);
+	dpwin_xact_commit(ws->chunk_cxt);
 
 	/*
 	 * The name is new: it carries the invocation, the chunk and the attempt,
@@ -548,8 +474,7 @@ worker_attempt(WorkerState *ws, DpwinChunkSlot *slot, int attempt)
 	 * checks it on its own, so that a changed target fails it with the
 	 * check's error rather than the load's.
 	 */
-	if (!made)
-		dpwin_target_create_unchecked(ws->client, &ws->target, staging);
+	dpwin_target_create_unchecked(ws->client, &ws->target, staging);
 	worker_read_checked(ws, slot, staging, &c->local, &c->rows, &c->bytes);
 }
 
@@ -811,8 +736,6 @@ worker_verdict(WorkerState *ws)
 		return ws->client->last_failure;
 	if (ws->verifier->last_failure != DPWIN_FAILURE_NONE)
 		return ws->verifier->last_failure;
-	if (ws->maker->last_failure != DPWIN_FAILURE_NONE)
-		return ws->maker->last_failure;
 	return DPWIN_FAILURE_FINAL;
 }
 
@@ -895,7 +818,6 @@ worker_complete_pending(WorkerState *ws)
 	ws->failure = DPWIN_FAILURE_NONE;
 	ws->client->last_failure = DPWIN_FAILURE_NONE;
 	ws->verifier->last_failure = DPWIN_FAILURE_NONE;
-	ws->maker->last_failure = DPWIN_FAILURE_NONE;
 	PG_TRY();
 	{
 		worker_verify(ws, &c);
@@ -916,38 +838,6 @@ worker_complete_pending(WorkerState *ws)
 	ws->last_query_id = NULL;
 	if (worker_failed(ws, c.slot, c.attempt, edata))
 		(void) worker_stage(ws, c.slot, c.attempt + 1, false);
-}
-
-/*
- * A chunk taken ahead that the worker will not load, the extraction
- * having stopped: its attempt is fenced like a failed one (its CREATE
- * waited for, its staging table dropped) and journaled as such, so that
- * nothing of it is left once the coordinator goes on.
- */
-static void
-worker_drop_ahead(WorkerState *ws)
-{
-	DpwinChunkSlot *slot = ws->ahead;
-	bool		creating = ws->ahead_creating;
-
-	if (slot == NULL)
-		return;
-	ws->ahead = NULL;
-	ws->ahead_creating = false;
-	if (!ws->ahead_journaled)
-		return;
-	MemoryContextReset(ws->chunk_cxt);
-	if (creating)
-	{
-		ChHttpReply reply;
-
-		MemoryContextSwitchTo(ws->chunk_cxt);
-		(void) dpwin_ch_finish_status(ws->maker, &reply);
-	}
-	ws->last_query_id = NULL;
-	if (worker_fence_attempt(ws, slot, 0))
-		worker_journal_attempt_end(ws, slot, 0, "fenced",
-								   "the extraction stopped before this chunk was loaded");
 }
 
 /*
@@ -1045,9 +935,6 @@ worker_setup(WorkerState *ws, MemoryContext worker_cxt)
 	ws->verifier = dpwin_ch_client_open(conf, psprintf("dpwin-%s-w%d-v-",
 													   dpwin_uuid_text(&sh->invocation_id),
 													   MyProcPid));
-	ws->maker = dpwin_ch_client_open(conf, psprintf("dpwin-%s-w%d-m-",
-													dpwin_uuid_text(&sh->invocation_id),
-													MyProcPid));
 	dpwin_xact_commit(worker_cxt);
 }
 
@@ -1115,11 +1002,6 @@ dpwin_worker_main(Datum main_arg)
 		CHECK_FOR_INTERRUPTS();
 		if (pg_atomic_read_u32(&sh->stop))
 			break;
-		if (ws.ahead != NULL)
-		{
-			worker_chunk(&ws, ws.ahead);
-			continue;
-		}
 		idx = pg_atomic_fetch_add_u32(&sh->next_chunk, 1);
 		if (idx >= (uint32) sh->nchunks)
 			break;
@@ -1136,7 +1018,6 @@ dpwin_worker_main(Datum main_arg)
 		worker_chunk(&ws, &sh->chunks[idx]);
 	}
 	worker_complete_pending(&ws);
-	worker_drop_ahead(&ws);
 
 	/*
 	 * Every receipt of this worker is committed and its slots are written:
@@ -1145,7 +1026,6 @@ dpwin_worker_main(Datum main_arg)
 	pg_atomic_add_fetch_u32(&sh->finished, 1);
 	SetLatch(&sh->coordinator->procLatch);
 
-	dpwin_ch_client_close(ws.maker);
 	dpwin_ch_client_close(ws.verifier);
 	dpwin_ch_client_close(ws.client);
 	dsm_detach(seg);

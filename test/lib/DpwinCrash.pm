@@ -29,7 +29,7 @@ use DpwinFixture qw(fresh_fixture drop_fixture drop_routes ch_rows uuid_of micro
   invocation_prefix bg_psql bg_finish waits_for_http hold_session release_session);
 
 our @EXPORT = qw($E1 $E2 crash_setup crash_teardown scenario check_after_fault settle_and_check
-  refresh_sql journal state_of chunks_in_state workers_loading route_state check_route_state leftovers
+  refresh_sql journal state_of chunks_in_state route_state check_route_state leftovers
   hold_locks release_locks pg_up coordinator_pid waits_on_lock sandbox_cmd crash wait_answered
   crash_in_request start_caller interrupt_caller wait_final);
 
@@ -138,14 +138,6 @@ sub chunks_in_state
 {
 	my ($s, $state) = @_;
 	return psql_ok("SELECT count(*) FROM dpwin.chunk WHERE invocation_id = '$s->{inv}' AND state = '$state'");
-}
-
-# How many chunk workers have a chunk journaled running: a worker may hold
-# two, the one it loads and the one it took ahead of its turn.
-sub workers_loading
-{
-	my ($s) = @_;
-	return psql_ok("SELECT count(DISTINCT worker_pid) FROM dpwin.chunk WHERE invocation_id = '$s->{inv}' AND state = 'running'");
 }
 
 # The route's last_interval_end in microseconds, 0 before any.

@@ -480,9 +480,7 @@ sub release_source { release_session(@_); }
 
 # Wait until $n chunk workers (or more) of invocation $inv wait at the
 # source barrier, each in a chunk of its own; returns their pids by chunk
-# number, or an empty list after $timeout seconds.  A worker may also
-# hold the chunk it took ahead of its turn, journaled as running too: the
-# chunk it reads is its lowest.
+# number, or an empty list after $timeout seconds.
 sub workers_held
 {
 	my ($inv, $n, $timeout) = @_;
@@ -491,7 +489,7 @@ sub workers_held
 			@pids = split /\n/, psql_ok("SELECT c.worker_pid FROM dpwin.chunk c"
 				  . " JOIN pg_stat_activity a ON a.pid = c.worker_pid AND a.backend_type = 'dpwin chunk worker'"
 				  . " WHERE c.invocation_id = '$inv' AND c.state = 'running' AND a.wait_event_type = 'Lock'"
-				  . " GROUP BY c.worker_pid ORDER BY min(c.chunk_no)");
+				  . " ORDER BY c.chunk_no");
 			@pids >= $n;
 		}, $timeout // 60)
 	  or return ();

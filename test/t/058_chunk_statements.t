@@ -4,15 +4,13 @@
 # attached (docs/benchmark.md).  A target changed between admission and
 # the copy fails the refresh with the check's error, whether the rows load
 # into the copy or not, and nothing of it is attached.  A chunk's digest
-# runs on a connection of its own while the worker loads the next chunk,
-# and the next chunk's staging table is made on a third while a chunk
-# loads; a chunk taken ahead that is not loaded is fenced.
+# runs on a connection of its own while the worker loads the next chunk.
 use strict;
 use warnings;
 use Test::More;
 use DpwinTest;
 use DpwinFixture qw(fault fresh_fixture drop_fixture create_event_source new_event_route new_uuid route_id
-  invocation_prefix refresh_row_sql bg_psql bg_finish uuid_of own_tables);
+  invocation_prefix refresh_row_sql bg_psql bg_finish uuid_of);
 use DpwinEndpoint qw(release wait_running wait_logged running);
 
 my $db = "t058_$$";
@@ -133,63 +131,6 @@ create_event_source();
 	is(psql_ok("SELECT count(*) FROM dpwin.chunks c JOIN dpwin.chunks n ON n.invocation_id = c.invocation_id"
 		  . " AND n.chunk_no = c.chunk_no + 1 WHERE c.invocation_id = '$inv' AND c.finished_at > n.started_at"),
 		3, "each chunk's receipt was journaled after the next chunk's attempt began");
-}
-
-# ---- the next chunk's staging table is made while a chunk loads ----------------
-
-# One worker, four chunks.  Hold the INSERT of chunk 0 on the server: the
-# worker has taken chunk 1 ahead of its turn, and its staging table is made
-# on a third connection meanwhile, so that the worker's next statement
-# after the INSERT's answer is chunk 1's INSERT, not its CREATE.  Without
-# that, chunk 1's CREATE would wait for the INSERT of chunk 0.
-{
-	my ($route) = new_event_route('ahead');
-	psql_ok("SELECT dpwin.alter_route('$route', parallelism => 1)");
-	my $inv = new_uuid();
-	my $prefix = invocation_prefix(route_id($route), $inv);
-	my $insert0 = "INSERT INTO `$db`.`${prefix}stg_0_0`";
-	fault(pattern => $insert0, mode => 'hold', count => 1);
-	my $seq = ch_log_seq();
-	my $h = bg_psql(refresh_row_sql($route, $E, $inv));
-	ok(wait_running(qr/^\Q$insert0\E/, 1, phase => 'holding'), 'ahead: the INSERT of chunk 0 waits on the server');
-	ok(wait_logged($seq, qr/^CREATE TABLE `\Q$db\E`\.`\Q${prefix}\Estg_1_0` AS /),
-		'... while the staging table of chunk 1 is made');
-	is(scalar(grep { $_->{phase} eq 'holding' && $_->{query} =~ /^\Q$insert0\E/ } running()), 1,
-		'... the INSERT of chunk 0 still held');
-	is(release($insert0), 1, 'the INSERT is released');
-	my ($rc, $out, $err) = bg_finish($h);
-	is($rc, 0, 'ahead: the refresh completes') or diag($err);
-	is(psql_ok("SELECT string_agg(chunk_no || ':' || attempt || ':' || state, ' ' ORDER BY chunk_no)"
-		  . " FROM dpwin.chunks WHERE invocation_id = '$inv'"),
-		'0:0:verified 1:0:verified 2:0:verified 3:0:verified', 'ahead: every chunk verified at its first attempt');
-	my @log = ch_log_since($seq);
-	for my $c (1 .. 3)
-	{
-		is(scalar(grep { $_->{query} =~ /^CREATE TABLE `\Q$db\E`\.`\Q${prefix}\Estg_${c}_0` AS / } @log), 1,
-			"ahead: chunk $c: its staging table is made once");
-	}
-}
-
-# A chunk taken ahead that the worker does not load, because the chunk
-# before it failed for good, is fenced: its staging table is dropped, its
-# attempt journaled as fenced, and nothing of the refresh is left.
-{
-	my ($route) = new_event_route('ahead_fenced');
-	psql_ok("SELECT dpwin.alter_route('$route', parallelism => 1)");
-	my $inv = new_uuid();
-	my $prefix = invocation_prefix(route_id($route), $inv);
-	fault(pattern => "INSERT INTO `$db`.`${prefix}stg_0_0`", mode => 'error', code => 497, count => 1);
-	my $seq = ch_log_seq();
-	my ($rc, $out, $err) = psql(refresh_row_sql($route, $E, $inv));
-	isnt($rc, 0, 'fenced: the refresh fails');
-	like($err, qr/ClickHouse error 497 while inserting rows of chunk 0/, '... with the INSERT\'s refusal');
-	is(psql_ok("SELECT string_agg(chunk_no || ':' || attempt || ':' || state, ' ' ORDER BY chunk_no)"
-		  . " FROM dpwin.chunks WHERE invocation_id = '$inv'"),
-		'0:0:failed 1:0:fenced 2:0:pending 3:0:pending', '... chunk 1, taken ahead, journaled as fenced; the others never begun');
-	my @log = ch_log_since($seq);
-	is(scalar(grep { $_->{query} =~ /^CREATE TABLE `\Q$db\E`\.`\Q${prefix}\Estg_1_0` AS / } @log), 1,
-		'... its staging table was made');
-	is_deeply(own_tables($route, $inv), [], '... and no table of the refresh is left');
 }
 
 # ---- the window's facts come with the chunks' digests -------------------------

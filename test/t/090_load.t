@@ -141,7 +141,7 @@ sub held_workers
 	my $in = join(', ', map { "'$_'" } @routes);
 	return wait_until(sub {
 		pump_all(@$sessions);
-		psql_ok("SELECT count(DISTINCT c.worker_pid) FROM dpwin.chunks c JOIN pg_stat_activity a ON a.pid = c.worker_pid"
+		psql_ok("SELECT count(*) FROM dpwin.chunks c JOIN pg_stat_activity a ON a.pid = c.worker_pid"
 			  . " WHERE c.route_name IN ($in) AND c.state = 'running' AND a.wait_event_type = 'Lock'") >= $n
 	}, 60);
 }

@@ -41,8 +41,8 @@ sub restart_pg
 	my $s = scenario('extracting');
 	fault(pattern => "INSERT INTO `$db`.`$s->{prefix}stg_", mode => 'hold', count => 4);
 	my $h = bg_psql(refresh_sql($s->{route}, $E2, $s->{inv}));
-	ok(wait_until(sub { workers_loading($s) == 2 }, 30),
-		'extracting: both workers are loading a chunk');
+	ok(wait_until(sub { chunks_in_state($s, 'running') == 2 }, 30),
+		'extracting: two chunks are being loaded');
 	ok(wait_running(qr/^INSERT INTO `\Q$db\E`\.`\Q$s->{prefix}\Estg_/, 2, phase => 'holding'),
 		'extracting: their INSERTs are on the server');
 	restart_pg($h, 'extracting');

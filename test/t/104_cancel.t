@@ -47,8 +47,8 @@ both_modes(sub {
 			my $s = scenario("${how}_xtr_$m");
 			fault(pattern => "INSERT INTO `$db`.`$s->{prefix}stg_", mode => 'hold', count => 4);
 			my ($h, $pid) = start_caller($s);
-			ok(wait_until(sub { workers_loading($s) == 2 }, 30),
-				"$s->{tag}: both workers are loading a chunk");
+			ok(wait_until(sub { chunks_in_state($s, 'running') == 2 }, 30),
+				"$s->{tag}: two chunks are being loaded");
 			ok(wait_running(qr/^INSERT INTO `\Q$db\E`\.`\Q$s->{prefix}\Estg_/, 2, phase => 'holding'),
 				"$s->{tag}: their INSERTs are on the server");
 			interrupt_caller($s, $how, $h, $pid);
