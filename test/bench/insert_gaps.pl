@@ -20,7 +20,6 @@ use warnings;
 sub median
 {
 	my @v = sort { $a <=> $b } @_;
-	return '-' unless @v;
 	return @v % 2 ? $v[$#v / 2] : ($v[@v / 2 - 1] + $v[@v / 2]) / 2;
 }
 
@@ -54,6 +53,9 @@ for my $f (@ARGV)
 		  $cre{$n}[0] - $ins{$c}[1], $cre{$n}[1] - $cre{$n}[0], $ins{$n}[0] - $cre{$n}[1], $gap;
 	}
 	my @sorted = sort { $a <=> $b } @dg;
-	printf "  medians: answer->next INSERT %.0f ms; the staging digests %.0f ms (%.0f-%.0f)\n", median(@gap), median(@dg),
-	  @sorted ? ($sorted[0], $sorted[-1]) : ('-', '-');
+	if (@gap && @dg)
+	{
+		printf "  medians: answer->next INSERT %.0f ms; the staging digests %.0f ms (%.0f-%.0f)\n",
+		  median(@gap), median(@dg), $sorted[0], $sorted[-1];
+	}
 }
