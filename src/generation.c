@@ -466,6 +466,13 @@ parts_rows(ChClient *client, const char *database, List *tables)
 	return dpwin_ch_parse_tsv(dpwin_ch_exec(client, parts_sql(database, tables)));
 }
 
+/* A part as parts_differ() compares it: "partition\trows\thash". */
+static char *
+part_entry(const char *partition, int64 rows, const char *hash)
+{
+	return psprintf("%s\t" INT64_FORMAT "\t%s", partition, rows, hash);
+}
+
 /* The order of the "partition\trows\thash" strings, which parts_differ() walks. */
 static int
 part_cmp(const ListCell *a, const ListCell *b)
@@ -497,8 +504,8 @@ parts_of_rows(List *rows, const char *table, List **sources, List **ids,
 
 		if (table != NULL && strcmp(dpwin_ch_row_field(row, 3), table) != 0)
 			continue;
-		result = lappend(result, psprintf("%s\t%s\t%s", dpwin_ch_row_field(row, 0),
-										  dpwin_ch_row_field(row, 1), dpwin_ch_row_field(row, 2)));
+		result = lappend(result, part_entry(dpwin_ch_row_field(row, 0), field_int64(row, 1),
+											dpwin_ch_row_field(row, 2)));
 		if (layout != NULL)
 			layout_add(&l, dpwin_ch_row_field(row, 0), field_int64(row, 1),
 					   field_int64(row, 4), field_int64(row, 5), field_int64(row, 6));
@@ -664,15 +671,28 @@ merged_only(List *before, List *now, List *partitions)
 	return true;
 }
 
-/* The target's active parts, as read_parts() entries and as PartLines. */
-static void
-read_target_parts(ChClient *client, const DpwinTargetInfo *target,
-				  List **parts, List **lines)
+/* PartLines as sorted read_parts() entries. */
+static List *
+part_entries(List *lines)
 {
-	List	   *rows = parts_rows(client, target->database, list_make1(target->table));
+	List	   *result = NIL;
+	ListCell   *lc;
 
-	*parts = parts_of_rows(rows, NULL, NULL, NULL, NULL);
-	*lines = part_lines(rows, NULL);
+	foreach(lc, lines)
+	{
+		PartLine   *p = lfirst(lc);
+
+		result = lappend(result, part_entry(p->partition, p->rows, p->hash));
+	}
+	list_sort(result, part_cmp);
+	return result;
+}
+
+/* The target's active parts as PartLines. */
+static List *
+read_target_lines(ChClient *client, const DpwinTargetInfo *target)
+{
+	return part_lines(parts_rows(client, target->database, list_make1(target->table)), NULL);
 }
 
 /* The partition of a read_parts() entry. */
@@ -944,7 +964,8 @@ dpwin_generation_clone(ChClient *client, const DpwinTargetInfo *target,
 	 * The clone is the target, file for file, if their parts are equal now;
 	 * where a merge on either side has already changed them, the rows are.
 	 */
-	read_target_parts(client, target, &gen->target_parts, &gen->target_lines);
+	gen->target_lines = read_target_lines(client, target);
+	gen->target_parts = part_entries(gen->target_lines);
 	clone_parts = read_parts(client, target->database, clone_tables, NULL);
 	differ = string_values(parts_differ(parts_of(gen->target_parts, cloned),
 										clone_parts, false));
@@ -1190,7 +1211,6 @@ dpwin_generation_attach_staged(ChClient *client, const DpwinTargetInfo *target,
 	 */
 	rows = parts_rows(client, target->database, list_make2(gen->table, target->table));
 	gen_parts = parts_of_rows(rows, gen->table, NULL, NULL, &gen->layout);
-	gen->target_parts_now = parts_of_rows(rows, target->table, NULL, NULL, NULL);
 	gen->target_lines_now = part_lines(rows, target->table);
 	gen->target_parts_read = true;
 	gen->staged_parts = staged_parts;
@@ -1324,15 +1344,13 @@ dpwin_generation_check_target(ChClient *client, const DpwinTargetInfo *target,
 
 	if (gen->parts_known)
 	{
-		List	   *now = gen->target_parts_now;
 		List	   *now_lines = gen->target_lines_now;
 
 		if (!gen->target_parts_read)
-			read_target_parts(client, target, &now, &now_lines);
-		gen->target_parts_now = NIL;
+			now_lines = read_target_lines(client, target);
 		gen->target_lines_now = NIL;
 		gen->target_parts_read = false;
-		differ = string_values(parts_differ(gen->target_parts, now, false));
+		differ = string_values(parts_differ(gen->target_parts, part_entries(now_lines), false));
 		if (differ == NIL)
 			return NULL;
 

@@ -30,9 +30,12 @@ typedef struct DpwinGeneration
 	const char *window_column;
 	List	   *ranges;			/* DpwinChunkBounds: what is replaced */
 
-	/* the target's active parts when cloned, "partition\trows\thash" */
+	/*
+	 * the target's active parts when cloned, with their blocks (PartLines,
+	 * generation.c), and as "partition\trows\thash"
+	 */
+	List	   *target_lines;
 	List	   *target_parts;
-	List	   *target_lines;	/* the same with their blocks (generation.c) */
 	bool		parts_known;	/* target_parts describes the clone */
 
 	/*
@@ -40,7 +43,6 @@ typedef struct DpwinGeneration
 	 * parts are attached, for dpwin_generation_check_target(), which uses
 	 * them once
 	 */
-	List	   *target_parts_now;
 	List	   *target_lines_now;
 	bool		target_parts_read;
 
