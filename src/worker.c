@@ -61,14 +61,6 @@
 #define WORKER_PIECE_BYTES	(1024 * 1024)
 
 /*
- * Staging digests a worker keeps running while it loads its next chunks,
- * each on a connection of its own (docs/design.md, "Extraction"): with
- * two, a digest that takes longer than the next chunk's load is read
- * after the load of the chunk after that.
- */
-#define WORKER_VERIFIERS	2
-
-/*
  * A chunk an attempt loaded into its staging table: what its verification
  * needs, kept outside the per-attempt memory.
  */
@@ -81,7 +73,6 @@ typedef struct StagedChunk
 	uint64		rows;
 	uint64		bytes;
 	TimestampTz started;
-	ChClient   *verifier;		/* the connection computing its digest */
 } StagedChunk;
 
 /* What one worker needs for all its chunks. */
@@ -90,9 +81,9 @@ typedef struct WorkerState
 	DpwinExtractShared *sh;
 	DpwinRoute *route;
 	ChClient   *client;
-	ChClient   *verifiers[WORKER_VERIFIERS];	/* the staging digests */
-	ChClient   *verifying;		/* the verifier of the verification under
-								 * way, whose failure may be its verdict */
+	ChClient   *verifier;		/* the staging digests: a connection of their
+								 * own, so that one runs while the next chunk
+								 * loads */
 	RbEncoder  *encoder;
 	DpwinTargetInfo target;		/* database, table and columns only */
 	char	   *insert_prefix;	/* "INSERT INTO " */
@@ -113,11 +104,11 @@ typedef struct WorkerState
 	StagedChunk loaded;			/* what the last attempt loaded */
 
 	/*
-	 * The chunks whose digests the verifiers compute while the worker loads
-	 * the next ones, oldest first (docs/design.md, "Extraction").
+	 * The chunk whose digest the verifier computes while the worker loads
+	 * the next one (docs/design.md, "Extraction").
 	 */
-	int			npending;
-	StagedChunk pending[WORKER_VERIFIERS];
+	bool		has_pending;
+	StagedChunk pending;
 } WorkerState;
 
 /* Streams a byte range of the encode buffer as a request body. */
@@ -157,14 +148,6 @@ worker_record_failure(DpwinExtractShared *sh, ErrorData *edata)
 }
 
 /* Raise the failure of a chunk's INSERT, if it failed. */
-/* Move the running staging digests on while the worker works. */
-static void
-worker_poll_digests(WorkerState *ws)
-{
-	for (int i = 0; i < ws->npending; i++)
-		dpwin_ch_poll(ws->pending[i].verifier);
-}
-
 static void
 worker_insert_check(ChHttpStatus status, const ChHttpReply *reply, int chunk_no)
 {
@@ -202,7 +185,8 @@ static void
 worker_send(WorkerState *ws, const char *staging, const char *data, size_t len,
 			int chunk_no, bool last)
 {
-	worker_poll_digests(ws);
+	if (ws->has_pending)
+		dpwin_ch_poll(ws->verifier);
 	if (!ws->inserting)
 	{
 		char	   *sql = psprintf("%s%s%s", ws->insert_prefix,
@@ -263,7 +247,8 @@ chunk_batch_boundary(ChunkReceiver *r)
 {
 	WorkerState *ws = r->ws;
 
-	worker_poll_digests(ws);
+	if (ws->has_pending)
+		dpwin_ch_poll(ws->verifier);
 	if (r->in_batch > 0)
 	{
 		MemoryContextReset(ws->batch_cxt);
@@ -469,7 +454,7 @@ worker_attempt(WorkerState *ws, DpwinChunkSlot *slot, int attempt)
 	/* Verdicts on earlier work are not this attempt's. */
 	ws->failure = DPWIN_FAILURE_NONE;
 	ws->client->last_failure = DPWIN_FAILURE_NONE;
-	ws->verifying = NULL;
+	ws->verifier->last_failure = DPWIN_FAILURE_NONE;
 
 	/* Journal the attempt before it writes anything to ClickHouse. */
 	dpwin_xact_begin("dpwin: chunk attempt");
@@ -494,29 +479,15 @@ worker_attempt(WorkerState *ws, DpwinChunkSlot *slot, int attempt)
 }
 
 /*
- * Ask a verifier that no pending chunk uses for a loaded chunk's staging
- * digest, and in the same read for the window's facts among its rows
- * (facts.h).
+ * Ask the verifier for a staging table's digest, and in the same read for
+ * the window's facts among its rows (facts.h).
  */
 static void
-worker_digest_start(WorkerState *ws, StagedChunk *c)
+worker_digest_start(WorkerState *ws, const DpwinChunkSlot *slot, const char *staging)
 {
-	ChClient   *verifier = NULL;
-
-	for (int v = 0; v < WORKER_VERIFIERS && verifier == NULL; v++)
-	{
-		verifier = ws->verifiers[v];
-		for (int i = 0; i < ws->npending; i++)
-			if (ws->pending[i].verifier == verifier)
-				verifier = NULL;
-	}
-	Assert(verifier != NULL);
-	c->verifier = verifier;
-	verifier->last_failure = DPWIN_FAILURE_NONE;
-	dpwin_target_digest_like_start(verifier, &ws->target, c->staging, &ws->sh->key,
-								   dpwin_facts_chunk_sql(&ws->target, ws->route->window_column,
-														 c->slot, ws->sh->window_lo,
-														 ws->sh->window_hi));
+	dpwin_target_digest_like_start(ws->verifier, &ws->target, staging, &ws->sh->key,
+								   dpwin_facts_chunk_sql(&ws->target, ws->route->window_column, slot,
+														 ws->sh->window_lo, ws->sh->window_hi));
 }
 
 /*
@@ -533,8 +504,7 @@ worker_verify(WorkerState *ws, const StagedChunk *c)
 	DpwinDigest remote;
 	List	   *facts;
 
-	ws->verifying = c->verifier;
-	facts = dpwin_target_digest_like_finish(c->verifier, &ws->target, c->staging,
+	facts = dpwin_target_digest_like_finish(ws->verifier, &ws->target, c->staging,
 											DPWIN_FACTS_CHUNK_COLUMNS, &remote);
 	if (!dpwin_digest_equal(&c->local, &remote))
 	{
@@ -726,7 +696,7 @@ worker_try(WorkerState *ws, DpwinChunkSlot *slot, int attempt, bool defer,
 			worker_attempt(ws, slot, attempt);
 			if (!defer)
 			{
-				worker_digest_start(ws, &ws->loaded);
+				worker_digest_start(ws, slot, ws->loaded.staging);
 				worker_verify(ws, &ws->loaded);
 			}
 		}
@@ -738,8 +708,8 @@ worker_try(WorkerState *ws, DpwinChunkSlot *slot, int attempt, bool defer,
 		FlushErrorState();
 		AbortCurrentTransaction();
 		/* a verification of this attempt's own ends with it */
-		if (!defer && ws->loaded.verifier != NULL)
-			dpwin_ch_abandon(ws->loaded.verifier);
+		if (!defer)
+			dpwin_ch_abandon(ws->verifier);
 	}
 	PG_END_TRY();
 	return edata;
@@ -764,9 +734,8 @@ worker_verdict(WorkerState *ws)
 		return ws->failure;
 	if (ws->client->last_failure != DPWIN_FAILURE_NONE)
 		return ws->client->last_failure;
-	if (ws->verifying != NULL &&
-		ws->verifying->last_failure != DPWIN_FAILURE_NONE)
-		return ws->verifying->last_failure;
+	if (ws->verifier->last_failure != DPWIN_FAILURE_NONE)
+		return ws->verifier->last_failure;
 	return DPWIN_FAILURE_FINAL;
 }
 
@@ -830,24 +799,25 @@ worker_stage(WorkerState *ws, DpwinChunkSlot *slot, int attempt, bool defer)
 }
 
 /*
- * Verify the oldest chunk whose digest a verifier has been computing.  A
- * chunk that does not verify is fenced and staged again like any failed
- * attempt, this time verified at once, on the verifier it leaves free.
+ * Verify the chunk whose digest the verifier has been computing, if any.
+ * A chunk that does not verify is fenced and staged again like any failed
+ * attempt, this time verified at once.
  */
 static void
-worker_complete_oldest(WorkerState *ws)
+worker_complete_pending(WorkerState *ws)
 {
 	StagedChunk c;
 	ErrorData  *volatile edata = NULL;
 
-	Assert(ws->npending > 0);
-	c = ws->pending[0];
-	ws->npending--;
-	memmove(&ws->pending[0], &ws->pending[1], ws->npending * sizeof(StagedChunk));
+	if (!ws->has_pending)
+		return;
+	c = ws->pending;
+	ws->has_pending = false;
 
 	MemoryContextReset(ws->chunk_cxt);
 	ws->failure = DPWIN_FAILURE_NONE;
 	ws->client->last_failure = DPWIN_FAILURE_NONE;
+	ws->verifier->last_failure = DPWIN_FAILURE_NONE;
 	PG_TRY();
 	{
 		worker_verify(ws, &c);
@@ -858,7 +828,7 @@ worker_complete_oldest(WorkerState *ws)
 		edata = CopyErrorData();
 		FlushErrorState();
 		AbortCurrentTransaction();
-		dpwin_ch_abandon(c.verifier);
+		dpwin_ch_abandon(ws->verifier);
 	}
 	PG_END_TRY();
 	if (edata == NULL)
@@ -871,11 +841,10 @@ worker_complete_oldest(WorkerState *ws)
 }
 
 /*
- * Stage one chunk.  Its digest is left to a verifier while the worker
- * loads its next chunks: once it is loaded, the oldest pending chunk is
- * verified if every verifier is busy (its digest ran while this one
- * loaded, and the one before it), and this one's digest starts on the
- * free one.  The last ones are verified when the queue is empty.
+ * Stage one chunk.  Its digest is left to the verifier while the worker
+ * loads its next chunk: an attempt that loads it verifies the one before
+ * it (whose digest ClickHouse computed meanwhile), then starts its own
+ * digest.  The last one is verified when the queue is empty.
  */
 static void
 worker_chunk(WorkerState *ws, DpwinChunkSlot *slot)
@@ -904,10 +873,10 @@ worker_chunk(WorkerState *ws, DpwinChunkSlot *slot)
 
 	/* a retry of the chunk before may load again: keep what this one loaded */
 	loaded = ws->loaded;
-	if (ws->npending == WORKER_VERIFIERS)
-		worker_complete_oldest(ws);
-	worker_digest_start(ws, &loaded);
-	ws->pending[ws->npending++] = loaded;
+	worker_complete_pending(ws);
+	worker_digest_start(ws, loaded.slot, loaded.staging);
+	ws->pending = loaded;
+	ws->has_pending = true;
 }
 
 /*
@@ -963,10 +932,9 @@ worker_setup(WorkerState *ws, MemoryContext worker_cxt)
 	ws->client = dpwin_ch_client_open(conf, psprintf("dpwin-%s-w%d-",
 													 dpwin_uuid_text(&sh->invocation_id),
 													 MyProcPid));
-	for (int v = 0; v < WORKER_VERIFIERS; v++)
-		ws->verifiers[v] = dpwin_ch_client_open(conf, psprintf("dpwin-%s-w%d-v%d-",
-															   dpwin_uuid_text(&sh->invocation_id),
-															   MyProcPid, v));
+	ws->verifier = dpwin_ch_client_open(conf, psprintf("dpwin-%s-w%d-v-",
+													   dpwin_uuid_text(&sh->invocation_id),
+													   MyProcPid));
 	dpwin_xact_commit(worker_cxt);
 }
 
@@ -1049,8 +1017,7 @@ dpwin_worker_main(Datum main_arg)
 			idx = (uint32) sh->nchunks - 1 - idx;
 		worker_chunk(&ws, &sh->chunks[idx]);
 	}
-	while (ws.npending > 0)
-		worker_complete_oldest(&ws);
+	worker_complete_pending(&ws);
 
 	/*
 	 * Every receipt of this worker is committed and its slots are written:
@@ -1059,8 +1026,7 @@ dpwin_worker_main(Datum main_arg)
 	pg_atomic_add_fetch_u32(&sh->finished, 1);
 	SetLatch(&sh->coordinator->procLatch);
 
-	for (int v = 0; v < WORKER_VERIFIERS; v++)
-		dpwin_ch_client_close(ws.verifiers[v]);
+	dpwin_ch_client_close(ws.verifier);
 	dpwin_ch_client_close(ws.client);
 	dsm_detach(seg);
 	proc_exit(0);
