@@ -1,8 +1,8 @@
 # test/bench/lib.sh — helpers of the benchmark's shell scripts (sourced by
 # profile.sh, extraction.sh, timeline.sh, cut_delete.sh, digest_cost.sh,
-# statement_cost.sh, check_cost.sh, bodies.sh and clone_merge.sh once the
-# sandbox's env is loaded and DB names the ClickHouse database they work
-# in).
+# statement_cost.sh, check_cost.sh, bodies.sh, clone_merge.sh and
+# format_cost.sh once the sandbox's env is loaded and DB names the
+# ClickHouse database they work in).
 
 # One statement to the endpoint, waiting for its end; fails on an error.
 ch() {
