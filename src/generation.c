@@ -1150,11 +1150,7 @@ dpwin_generation_remove_ranges(ChClient *client, const DpwinTargetInfo *target,
 		report_settled(client, status, &reply, query_id,
 					   psprintf("removing the window's rows from %s", qtable));
 
-	/*
-	 * The scratch table's parts join the generation.  The table itself is
-	 * the invocation's like its staging tables, and the clean-up drops it
-	 * with them, off the caller's path.
-	 */
+	/* The scratch table's parts join the generation. */
 	if (gen->scratch != NULL)
 	{
 		List	   *from = NIL;
@@ -1162,6 +1158,7 @@ dpwin_generation_remove_ranges(ChClient *client, const DpwinTargetInfo *target,
 		for (int i = 0; i < list_length(gen->mixed); i++)
 			from = lappend(from, gen->scratch);
 		attach_partitions(client, target->database, gen->mixed, from, gen->table);
+		dpwin_target_drop_table(client, target->database, gen->scratch);
 		gen->scratch = NULL;
 	}
 }

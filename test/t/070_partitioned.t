@@ -188,13 +188,6 @@ sub scenario
 		"$o{label}: " . ($o{rewrite} ? 'the cut partitions were rewritten by a mutation' : 'the cut partitions were not rewritten'));
 	like($pj, $o{rewrite} ? qr/"rewritten": true/ : qr/"rewritten": false/, "$o{label}: evidence says whether they were");
 	is(scalar(grep { $_->{query} =~ /APPLY DELETED MASK/ } @$log), 0, "$o{label}: no mask was applied afterwards");
-	# The scratch table where the DELETE ran is dropped by the clean-up
-	# after the EXCHANGE, not on the way to it.
-	my ($i_del) = grep { $log->[$_]{query} =~ /^(?:DELETE FROM|ALTER TABLE) `\Q$db\E`\.`[^`]*_gen_del` (?:WHERE|DELETE WHERE) / } 0 .. $#$log;
-	my ($i_ex) = grep { $log->[$_]{query} =~ /^EXCHANGE TABLES `\Q$db\E`\.`\Q$tbl\E` AND / } 0 .. $#$log;
-	my @i_drop = grep { $_ > $i_del && $log->[$_]{query} =~ /^DROP TABLE IF EXISTS .*_gen_del`/ } 0 .. $#$log;
-	ok(@i_drop >= 1 && !grep({ $_ < $i_ex } @i_drop),
-		"$o{label}: the scratch table was dropped after the EXCHANGE, by the clean-up");
 	like($pj, qr/"dropped_partitions": ${\ scalar(@copy)}\b/,
 		"$o{label}: evidence counts " . scalar(@copy) . " partitions wholly inside the window, not cloned");
 	like($pj, $o{evidence}, "$o{label}: evidence says how partitions were judged") if $o{evidence};
