@@ -65,6 +65,13 @@ my $par = env_int('BENCH_PARALLELISM', 2);
 # COPY and sink limits alike (the skip_unchanged and memory routes keep
 # one-day chunks)
 my $chunk_days = env_int('BENCH_CHUNK_DAYS', 1);
+# dpwin's target: a fresh clone of the base in every round, as every peer's
+# (a route's first refresh, or one after its target was replaced), or the
+# table its route published last, refilled in place with the base's parts
+# (a scheduled refresh after its first run)
+my $target_mode = $ENV{BENCH_TARGET} // 'fresh';
+die "BENCH_TARGET: unknown choice $target_mode (known: fresh scheduled)\n"
+  unless $target_mode =~ /^(fresh|scheduled)$/;
 my $rounds = env_int('BENCH_ROUNDS', 3);
 my @kinds = qw(dpwin naive expert copy sink memory skip);
 my %only = map { $_ => 1 } split /,/, ($ENV{BENCH_ONLY} // join(',', @kinds));
@@ -90,7 +97,7 @@ die "BENCH_SOURCE_DAYS must exceed the window by a day\n" if $src_days < $wdays 
 # A run with every default is the one whose CSV docs/benchmark.md quotes.
 my $is_default = !grep { defined $ENV{$_} } qw(BENCH_ROWS_PER_DAY BENCH_WINDOW_DAYS BENCH_MEMORY_WINDOW_DAYS
   BENCH_SKIP_DAYS BENCH_SIZES BENCH_SHAPES BENCH_ENDS BENCH_PARALLELISM BENCH_ROUNDS BENCH_ONLY BENCH_SOURCE_DAYS
-  BENCH_HOSTS BENCH_RTT_MS BENCH_SKIP_CHANGED BENCH_CHUNK_DAYS);
+  BENCH_HOSTS BENCH_RTT_MS BENCH_SKIP_CHANGED BENCH_CHUNK_DAYS BENCH_TARGET);
 my $csv_path = $ENV{BENCH_CSV} // ($is_default ? "$root/docs/bench/results.csv" : undef);
 
 my $start_epoch = timegm(0, 0, 0, 1, 0, 2026);    # 2026-01-01 00:00:00 UTC
@@ -653,12 +660,41 @@ sub clone_base
 	my ($b, $t) = @_;
 	ch_drop($t);
 	ch("CREATE TABLE $db.$t AS $db.$b");
+	attach_base($b, $t);
+}
+
+# The base's partitions attached to $t, by hard links.
+sub attach_base
+{
+	my ($b, $t) = @_;
 	my @ids = ch_lines("SELECT DISTINCT partition_id FROM system.parts"
 		  . " WHERE database = '$db' AND table = '$b' AND active ORDER BY partition_id");
 	while (my @batch = splice(@ids, 0, 100))
 	{
 		ch("ALTER TABLE $db.$t " . join(', ', map { "ATTACH PARTITION ID '$_' FROM $db.$b" } @batch));
 	}
+}
+
+# The target of a scheduled refresh (BENCH_TARGET=scheduled): the table the
+# route's last refresh published, its parts since merged into the base's.
+# It is refilled in place (TRUNCATE, then the base's partitions by hard
+# links), so that it keeps the UUID of that publication and a refresh finds
+# the target its route published, as every run of a scheduled job after its
+# first does; it then skips the EXCHANGE probe (docs/design.md, "The
+# conversation with ClickHouse"). The first round makes the table with one
+# refresh that is not measured.
+sub refill_base
+{
+	my ($b, $t, $route, $hi) = @_;
+	if (!(ch_lines("SELECT count() FROM system.tables WHERE database = '$db' AND name = '$t'"))[0])
+	{
+		clone_base($b, $t);
+		settle();
+		v_dpwin($route, $hi);
+		drop_leftovers();
+	}
+	ch("TRUNCATE TABLE $db.$t");
+	attach_base($b, $t);
 }
 
 # Drop what runs leave behind: dpwin's backups and any stray table of a
@@ -1058,16 +1094,22 @@ sub target_variant
 	my ($round, $end, $n, $shape, $variant) = @_;
 	my ($lo, $hi) = ($end->{hi} - $wdays * 86400, $end->{hi});
 	my $b = base_name($shape, $n);
-	my $t = "t_${shape}_$n";
 	my %k = (round => $round, end => $end->{label}, days => $n, shape => $shape, variant => $variant, par => $par, mode_keys());
+	# A scheduled refresh's target and route are its host mode's own: a
+	# route made again for another mode's server forgets its publications.
+	my $scheduled = $variant eq 'dpwin' && $target_mode eq 'scheduled';
+	my $t = "t_${shape}_$n";
+	my $route = "b_${shape}_$n";
+	($t, $route) = map { "s_${shape}_${n}_$k{mode}" =~ s{/}{_}r } 1 .. 2 if $scheduled;
 	my $name = "$k{mode} $end->{label} ${shape}_$n $variant r$round";
 	drop_leftovers();
-	clone_base($b, $t);
-	route_for_net("b_${shape}_$n", $t) if $variant eq 'dpwin';
+	route_for_net($route, $t) if $variant eq 'dpwin';
+	if ($scheduled) { refill_base($b, $t, $route, $hi); }
+	else { clone_base($b, $t); }
 	settle();
 	my $r = eval {
 		measured($name, sub {
-			$variant eq 'dpwin' ? v_dpwin("b_${shape}_$n", $hi)
+			$variant eq 'dpwin' ? v_dpwin($route, $hi)
 			  : $variant eq 'naive' ? v_naive($t, $lo, $hi)
 			  : v_expert($shape, $t, $lo, $hi);
 		});
@@ -1089,7 +1131,7 @@ sub target_variant
 	# a scheduled job meets from its second run on (a window bound inside a
 	# partition leaves lightweight-deleted rows there).
 	settle();
-	my $again = eval { measured("$name again", sub { v_dpwin("b_${shape}_$n", $hi) }) };
+	my $again = eval { measured("$name again", sub { v_dpwin($route, $hi) }) };
 	return record({}, %k, variant => 'dpwin again', check => 'FAILED: ' . (split /\n/, $@)[0]) if !$again;
 	$again->{rows} //= $window_rows{ $end->{label} };
 	$again->{check} = check_result(fingerprint("$db.$t", $lo, $hi), source_window_ref('events', $lo, $hi),
@@ -1275,7 +1317,7 @@ sub loadavg { open my $f, '<', '/proc/loadavg' or return '?'; my $l = <$f>; retu
 my %meta = (
 	rows_per_day => $rpd, source_days => $src_days, window_days => $wdays, memory_window_days => $mem_wdays,
 	skip_days => $skip_days, skip_changed => $skip_changed, sizes => "@sizes", shapes => "@shapes", ends => "@ends", parallelism => $par,
-	chunk_days => $chunk_days,
+	chunk_days => $chunk_days, target => $target_mode,
 	rounds => $rounds, only => join(',', grep { on($_) } @kinds), hosts => "@hosts", rtt_ms => "@rtts",
 	shared_buffers => $ENV{BENCH_SHARED_BUFFERS} // '?',
 );

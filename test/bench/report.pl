@@ -193,9 +193,10 @@ sub text_table
 {
 	my ($med, $ratios) = @_;
 	my $m = $R{meta};
-	my $t = sprintf("dpwin benchmark, %s; %s rows/day, source %s days, %s-day window, parallelism %s, %s-day chunks, median of %s rounds;"
+	my $t = sprintf("dpwin benchmark, %s; %s rows/day, source %s days, %s-day window, parallelism %s, %s-day chunks, dpwin's targets %s, median of %s rounds;"
 		  . " %d CPUs; load average at start %s, at end %s; %s s\n",
-		$m->{started}, $m->{rows_per_day}, $m->{source_days}, $m->{window_days}, $m->{parallelism}, $m->{chunk_days} // 1, $m->{rounds},
+		$m->{started}, $m->{rows_per_day}, $m->{source_days}, $m->{window_days}, $m->{parallelism}, $m->{chunk_days} // 1,
+		$m->{target} // 'fresh', $m->{rounds},
 		$m->{cpus}, $m->{load_start}, $m->{load_end}, $m->{run_seconds});
 	$t .= "window rows: " . join(', ', map { "end $_: $R{window_rows}{$_}" } sort keys %{ $R{window_rows} }) . "\n\n";
 	my @h = ([ 'mode', '%-13s' ], [ 'end', '%-5s' ], [ 'days', '%4s' ], [ 'shape', '%-5s' ], [ 'variant', '%-22s' ], [ 'wall_s', '%7s' ],
