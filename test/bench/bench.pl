@@ -1100,7 +1100,7 @@ sub target_variant
 	my $scheduled = $variant eq 'dpwin' && $target_mode eq 'scheduled';
 	my $t = "t_${shape}_$n";
 	my $route = "b_${shape}_$n";
-	($t, $route) = map { "s_${shape}_${n}_$k{mode}" =~ s{/}{_}r } 1 .. 2 if $scheduled;
+	$t = $route = "s_${shape}_${n}_$k{mode}" =~ s{/}{_}r if $scheduled;
 	my $name = "$k{mode} $end->{label} ${shape}_$n $variant r$round";
 	drop_leftovers();
 	route_for_net($route, $t) if $variant eq 'dpwin';
