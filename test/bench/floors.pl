@@ -21,13 +21,9 @@
 # benchmark's own client (and of psql for the COPY limits) is in neither.
 use strict;
 use warnings;
-
-sub median
-{
-	my @v = sort { $a <=> $b } @_;
-	return undef unless @v;
-	return @v % 2 ? $v[ $#v / 2 ] : ($v[ @v / 2 - 1 ] + $v[ @v / 2 ]) / 2;
-}
+use FindBin;
+use lib $FindBin::Bin;
+use BenchStats qw(median);
 
 for my $file (@ARGV)
 {

@@ -31,6 +31,7 @@ FILES="$DPWIN_SANDBOX_DIR/format_cost"
 . "$ROOT/test/bench/lib.sh"
 
 endpoint=$(cat "$DPWIN_SANDBOX_DIR/ch.pid")
+tck=$(getconf CLK_TCK)
 cols="(id Int64, w Nullable(DateTime64(6, 'UTC')), amount Nullable(Decimal(18, 2)),
 	note Nullable(String), qty Nullable(Int32), flag Nullable(Bool))"
 
@@ -69,7 +70,7 @@ for ((r = 0; r < ROUNDS; r++)); do
 			exit 1
 		fi
 		ch "DROP TABLE $DB.c SYNC" >/dev/null
-		cpu[$f]="${cpu[$f]:-} $(((c1 - c0) * 1000 / $(getconf CLK_TCK)))"
+		cpu[$f]="${cpu[$f]:-} $(((c1 - c0) * 1000 / tck))"
 		wall[$f]="${wall[$f]:-} $(((t1 - t0) / 1000000))"
 	done
 done

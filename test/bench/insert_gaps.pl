@@ -16,12 +16,9 @@
 #   perl test/bench/insert_gaps.pl FILE...
 use strict;
 use warnings;
-
-sub median
-{
-	my @v = sort { $a <=> $b } @_;
-	return @v % 2 ? $v[$#v / 2] : ($v[@v / 2 - 1] + $v[@v / 2]) / 2;
-}
+use FindBin;
+use lib $FindBin::Bin;
+use BenchStats qw(median);
 
 for my $f (@ARGV)
 {

@@ -25,6 +25,9 @@
 # it to the last answer.
 use strict;
 use warnings;
+use FindBin;
+use lib $FindBin::Bin;
+use BenchStats qw(median);
 use List::Util qw(sum);
 use POSIX qw(floor);
 
@@ -54,13 +57,6 @@ sub kind_of
 	return 'clean-up' if $after && $text =~ /^DROP TABLE/;
 	for my $k (@kinds) { return $k->[0] if $text =~ $k->[1]; }
 	return 'other';
-}
-
-sub median
-{
-	my @v = sort { $a <=> $b } @_;
-	return 0 unless @v;
-	return @v % 2 ? $v[ $#v / 2 ] : ($v[ @v / 2 - 1 ] + $v[ @v / 2 ]) / 2;
 }
 
 # The steps after a dpwin refresh's rows, in the order after_rows() gives
