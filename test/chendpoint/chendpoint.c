@@ -44,6 +44,9 @@
 
 struct endpoint_state g;
 
+/* The server's shutdown_wait_unfinished default: 5 s. */
+#define SHUTDOWN_WAIT_MS 5000
+
 
 static void
 usage(FILE *out)
@@ -389,12 +392,17 @@ open_engine(const struct options *o)
 /*
  * Orderly shutdown: stop accepting, refuse new statements, cancel the
  * running ones, wait for connection threads, then close the engine
- * (exiting with open sessions crashes the engine).
+ * (exiting with open sessions crashes the engine).  As a server's
+ * shutdown cancels every query but cannot stop one that ignores
+ * cancellation, and waits a while (shutdown_wait_unfinished) for the
+ * connections to end, the stubborn statements run to their end and are
+ * answered first, for at most SHUTDOWN_WAIT_MS.
  */
 static void
 shut_down(struct MHD_Daemon *main_d, struct MHD_Daemon *control_d)
 {
 	MHD_socket quiesced = MHD_quiesce_daemon(main_d);
+	uint64_t until = mono_ms() + SHUTDOWN_WAIT_MS;
 
 	if (quiesced != MHD_INVALID_SOCKET)
 		close(quiesced);
@@ -404,9 +412,13 @@ shut_down(struct MHD_Daemon *main_d, struct MHD_Daemon *control_d)
 		int kcode = 0;
 
 		if (engine_exec(g.anchor, "KILL QUERY WHERE query NOT ILIKE "
-		    "'KILL QUERY%' ASYNC", &kerr, &kcode) != 0)
+		    "'KILL QUERY%' AND position(query, concat('chendpoint-', "
+		    "'stubborn')) = 0 ASYNC", &kerr, &kcode) != 0)
 			free(kerr);
 	}
+	holds_release_stubborn();
+	while (atomic_load(&g.finishing) > 0 && mono_ms() < until)
+		sleep_ms(20);
 	MHD_stop_daemon(main_d);
 	MHD_stop_daemon(control_d);
 	sessions_close_all();

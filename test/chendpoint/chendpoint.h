@@ -77,6 +77,7 @@ struct endpoint_state {
 	size_t n_roles;
 	atomic_int shutting_down;
 	atomic_int executing;	/* statements running in the engine */
+	atomic_int finishing;	/* stubborn requests not yet answered */
 	atomic_ulong fifo_seq;
 };
 
@@ -109,7 +110,8 @@ enum fault_mode {
 	FAULT_MIDSTREAM,
 	FAULT_REFUSE,
 	FAULT_IDLE_CLOSE,
-	FAULT_STUBBORN		/* a hold that KILL QUERY does not stop */
+	FAULT_STUBBORN,		/* a hold that KILL QUERY does not stop */
+	FAULT_HOLD_REPLY	/* the statement runs; its answer is held */
 };
 
 /* Exception block of a failure after "200 OK" (mode=midstream). */
@@ -143,19 +145,28 @@ void faults_describe(struct buf *out);
 
 /* Holds and delays run in the engine, so that they show as running. */
 struct hold;
-struct hold *hold_begin(const char *text, size_t len, unsigned long *token);
+struct hold *hold_begin(const char *text, size_t len, int stubborn,
+			unsigned long *token);
 int hold_released(struct hold *h);
 void hold_end(struct hold *h);
 /* Release the holds whose text contains pattern; returns how many. */
 int holds_release(const char *pattern);
+/* At shutdown: release the stubborn holds, whose statements then run. */
+void holds_release_stubborn(void);
 /*
- * Marks the sleeping SELECT of a stubborn hold: KILL QUERY passes over it
- * (qidmap.c), and it sleeps again when killed all the same (run.c).
+ * Marks the engine text of a stubborn statement (its sleeping SELECT, and
+ * the statement itself as a leading comment): KILL QUERY passes over it
+ * (qidmap.c), KILL QUERY ... SYNC waits for it to end (run.c), and a
+ * shutdown lets it finish (chendpoint.c).
  */
 #define STUBBORN_MARK "chendpoint-" "stubborn"
+#define STUBBORN_COMMENT "/* " STUBBORN_MARK " */ "
 /* The KILLs a stubborn hold has outlived, for GET /holds. */
 void hold_note_kill(struct hold *h);
+void holds_note_kill_token(unsigned long token);
 void holds_describe(struct buf *out);
+/* Wait, polling, until the hold is released or the endpoint stops. */
+void hold_wait(struct hold *h);
 
 /* ---- the registry of running statements and query ids (qidmap.c) ---- */
 
@@ -188,11 +199,23 @@ void running_remove(struct request *r);
 void running_set_phase(struct request *r, enum run_phase p);
 /* The running statements, one per line, for GET /running. */
 void running_describe(struct buf *out);
+/*
+ * KILL QUERY WHERE <condition>: the condition's place in text, and whether
+ * the KILL is SYNC.  Returns 0 for any other statement.
+ */
+int qid_kill_condition(const char *text, size_t len, size_t *cond_at,
+		       size_t *cond_len, int *sync);
+/*
+ * SELECT <what> FROM the stubborn statements (STUBBORN_MARK) that a KILL
+ * with this condition matches, under the query ids of the current mode.
+ */
+char *qid_stubborn_select(const char *what, const char *cond, size_t len);
 /* The value of log_comment that carries a client's query_id. */
 char *qid_carrier(const char *query_id);
 /*
- * The statement as the engine must run it in the visible mode, so that
- * system.processes, KILL QUERY and queryID() know the client's query_id;
+ * The statement as the engine must run it: in the visible mode so that
+ * system.processes, KILL QUERY and queryID() know the client's query_id,
+ * and in both modes so that KILL QUERY passes over stubborn statements;
  * NULL when nothing changes.
  */
 char *qid_rewrite(const char *text, size_t len, const char *query_id,
@@ -263,6 +286,8 @@ struct request {
 	int fault_checked;
 	long idle_ms;		/* its connection was idle this long; -1: new */
 	int dropped;		/* idle_close: closed unanswered, never run */
+	int stubborn;		/* ignores KILL; a shutdown lets it finish */
+	int hold_at_eof;	/* a stubborn INSERT: held once its data is in */
 
 	/* The registry of running statements. */
 	int registered;
@@ -273,6 +298,7 @@ struct request {
 	struct engine_result res;
 	int failed;
 	int cut_by_shutdown;	/* the endpoint began to stop while it ran */
+	int reply_dropped;	/* hold_reply: it ran; the shutdown dropped it */
 	int err_code;
 	char *err_msg;
 	char *out_format;	/* format of the result, NULL if none */

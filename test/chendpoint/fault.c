@@ -14,7 +14,9 @@
  * a client's KILL.
  * A stubborn hold is what a server's EXCHANGE or long INSERT does once it
  * runs: KILL QUERY marks it killed, yet it goes on until it is done (here:
- * until released).
+ * until released, or until the endpoint stops, which lets it finish).
+ * hold_reply holds the answer of a statement that has run: released, it is
+ * sent; a shutdown drops it.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -36,6 +38,7 @@ struct hold {
 	unsigned long token;
 	char *text;
 	int released;
+	int stubborn;
 	long kills;		/* KILLs outlived (stubborn holds) */
 	struct hold *next;
 };
@@ -58,6 +61,7 @@ static const char *const mode_names[] = {
 	[FAULT_REFUSE] = "refuse",
 	[FAULT_IDLE_CLOSE] = "idle_close",
 	[FAULT_STUBBORN] = "stubborn",
+	[FAULT_HOLD_REPLY] = "hold_reply",
 };
 
 void
@@ -108,7 +112,7 @@ fault_add(const char *mode_s, const char *pattern, long count, long code,
 
 	if (mode == FAULT_NONE)
 		return "unknown mode (error, lost, delay, hold, stubborn, "
-		    "midstream, refuse, idle_close)\n";
+		    "hold_reply, midstream, refuse, idle_close)\n";
 	if (count < 1)
 		return "bad count\n";
 	if ((mode == FAULT_ERROR || mode == FAULT_MIDSTREAM) &&
@@ -190,12 +194,13 @@ faults_describe(struct buf *out)
 /* ---- holds ---- */
 
 struct hold *
-hold_begin(const char *text, size_t len, unsigned long *token)
+hold_begin(const char *text, size_t len, int stubborn, unsigned long *token)
 {
 	struct hold *h = xmalloc(sizeof(*h));
 
 	h->text = xstrndup(text, len);
 	h->released = 0;
+	h->stubborn = stubborn;
 	h->kills = 0;
 	pthread_mutex_lock(&hold_lock);
 	h->token = ++hold_seq;
@@ -223,6 +228,26 @@ hold_note_kill(struct hold *h)
 	pthread_mutex_lock(&hold_lock);
 	h->kills++;
 	pthread_mutex_unlock(&hold_lock);
+}
+
+/* A KILL QUERY matched the sleep of hold 'token', and passed over it. */
+void
+holds_note_kill_token(unsigned long token)
+{
+	struct hold *h;
+
+	pthread_mutex_lock(&hold_lock);
+	for (h = holds; h != NULL; h = h->next)
+		if (h->token == token)
+			h->kills++;
+	pthread_mutex_unlock(&hold_lock);
+}
+
+void
+hold_wait(struct hold *h)
+{
+	while (!hold_released(h) && !atomic_load(&g.shutting_down))
+		sleep_ms(20);
 }
 
 /* The holds in progress: number, KILLs outlived, released, text. */
@@ -290,8 +315,8 @@ hold_exists(unsigned long token)
  * hold whose SELECT has not reached the engine yet is missed by the KILL,
  * so it is repeated until every released hold has ended (at most 10 s).
  */
-int
-holds_release(const char *pattern)
+static int
+release_matching(const char *pattern, int stubborn_only)
 {
 	unsigned long *tokens = NULL;
 	size_t n = 0, i, left;
@@ -301,7 +326,8 @@ holds_release(const char *pattern)
 
 	pthread_mutex_lock(&hold_lock);
 	for (h = holds; h != NULL; h = h->next) {
-		if (h->released || !contains_nocase(h->text, strlen(h->text),
+		if (h->released || (stubborn_only && !h->stubborn) ||
+		    !contains_nocase(h->text, strlen(h->text),
 		    pattern ? pattern : ""))
 			continue;
 		h->released = 1;
@@ -324,4 +350,16 @@ holds_release(const char *pattern)
 		engine_close(ec);
 	free(tokens);
 	return (int) n;
+}
+
+int
+holds_release(const char *pattern)
+{
+	return release_matching(pattern, 0);
+}
+
+void
+holds_release_stubborn(void)
+{
+	(void) release_matching(NULL, 1);
 }

@@ -561,6 +561,12 @@ answer(struct MHD_Connection *c, struct request *r)
 		r->answered = 1;
 		return MHD_NO;	/* MHD closes the connection */
 	}
+	if (r->reply_dropped) {
+		engine_result_free(&r->res);
+		log_request(r, "reply-dropped");
+		r->answered = 1;
+		return MHD_NO;
+	}
 	if (r->dropped) {
 		log_request(r, "idle-closed");
 		r->answered = 1;
@@ -572,7 +578,7 @@ answer(struct MHD_Connection *c, struct request *r)
 	 * still running when it began to stop (their results may be cut).
 	 */
 	if (r->cut_by_shutdown ||
-	    (r->failed && atomic_load(&g.shutting_down))) {
+	    (r->failed && !r->stubborn && atomic_load(&g.shutting_down))) {
 		engine_result_free(&r->res);
 		log_request(r, "shutdown");
 		r->answered = 1;
@@ -602,6 +608,8 @@ request_free(struct request *r)
 	}
 	if (!r->logged && r->log_text != NULL)
 		log_request(r, "aborted");
+	if (r->stubborn)
+		atomic_fetch_sub(&g.finishing, 1);
 	engine_result_free(&r->res);
 	for (i = 0; i < r->n_settings; i++) {
 		free(r->settings[i].key);

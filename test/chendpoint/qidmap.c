@@ -19,6 +19,8 @@
  *     the client's id.
  * In the hidden mode nothing is carried or changed, as behind a proxy that
  * does not pass query ids on: statements run under the engine's ids only.
+ * In both modes KILL QUERY passes over the stubborn statements (fault.c),
+ * which a server cannot stop once they run.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -43,16 +45,28 @@ static const char processes_view[] =
     CARRIER_PREFIX "')), Settings) AS Settings) FROM system.processes)";
 
 /*
- * What KILL QUERY may stop: not the sleep of a stubborn hold (fault.c),
- * which stands for a statement that a server cannot stop once it runs.
- * The mark is split so that the KILL does not hide itself.
+ * What KILL QUERY may stop, in each mode: not a stubborn statement (its
+ * text carries STUBBORN_MARK), which stands for a statement that a server
+ * cannot stop once it runs.  The mark is split so that the KILL does not
+ * hide itself.
  */
-static const char kill_view[] =
+#define NOT_STUBBORN "position(query, concat('chendpoint-', 'stubborn')) = 0"
+#define IS_STUBBORN "position(query, concat('chendpoint-', 'stubborn')) > 0"
+#define ENGINE_ID "query_id AS __chendpoint_engine_query_id"
+
+static const char kill_view_visible[] =
     "(SELECT * REPLACE (" CARRIED("query_id") " AS query_id, "
     CARRIED("initial_query_id") " AS initial_query_id) FROM "
-    "(SELECT *, query_id AS __chendpoint_engine_query_id "
-    "FROM system.processes WHERE position(query, concat('chendpoint-', "
-    "'stubborn')) = 0))";
+    "(SELECT *, " ENGINE_ID " FROM system.processes WHERE "
+    NOT_STUBBORN "))";
+static const char kill_view_hidden[] =
+    "(SELECT *, " ENGINE_ID " FROM system.processes WHERE " NOT_STUBBORN ")";
+static const char stubborn_view_visible[] =
+    "(SELECT * REPLACE (" CARRIED("query_id") " AS query_id, "
+    CARRIED("initial_query_id") " AS initial_query_id) FROM "
+    "system.processes WHERE " IS_STUBBORN ")";
+static const char stubborn_view_hidden[] =
+    "(SELECT * FROM system.processes WHERE " IS_STUBBORN ")";
 
 static atomic_int mode = QID_VISIBLE;
 static pthread_mutex_t run_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -313,37 +327,51 @@ map_query_id_call(struct rewrite *w, size_t i, const char *query_id)
 
 /*
  * KILL QUERY [ON CLUSTER c] WHERE <condition> [SYNC|ASYNC|TEST] [FORMAT f]
- * [SETTINGS ...]: the condition is evaluated over the mapped view.
+ * [SETTINGS ...]: the tokens [*where + 1, *end) are the condition.
  */
+static int
+kill_where(const struct rewrite *w, size_t *where, size_t *end, int *sync)
+{
+	size_t i;
+	int depth = 0;
+
+	*where = 0;
+	*sync = 0;
+	if (!tok_kw(w, 0, "KILL") || !tok_kw(w, 1, "QUERY"))
+		return 0;
+	for (i = 2; i < w->nt && !*where; i++)
+		if (tok_kw(w, i, "WHERE"))
+			*where = i;
+	if (!*where || *where + 1 >= w->nt)
+		return 0;
+	for (*end = *where + 1; *end < w->nt; (*end)++) {
+		if (w->t[*end].type == SQL_T_OPEN)
+			depth++;
+		else if (w->t[*end].type == SQL_T_CLOSE && depth > 0)
+			depth--;
+		else if (depth == 0 && (w->t[*end].type == SQL_T_SEMI ||
+		    tok_kw(w, *end, "SYNC") || tok_kw(w, *end, "ASYNC") ||
+		    tok_kw(w, *end, "TEST") || tok_kw(w, *end, "FORMAT") ||
+		    tok_kw(w, *end, "SETTINGS")))
+			break;
+	}
+	*sync = *end < w->nt && tok_kw(w, *end, "SYNC");
+	return *end > *where + 1;
+}
+
+/* The condition of a KILL QUERY is evaluated over the mode's kill view. */
 static void
 map_kill(struct rewrite *w)
 {
-	size_t i, where = 0, end;
-	int depth = 0;
+	size_t where, end;
+	int sync;
 
-	if (!tok_kw(w, 0, "KILL") || !tok_kw(w, 1, "QUERY"))
-		return;
-	for (i = 2; i < w->nt && !where; i++)
-		if (tok_kw(w, i, "WHERE"))
-			where = i;
-	if (!where || where + 1 >= w->nt)
-		return;
-	for (end = where + 1; end < w->nt; end++) {
-		if (w->t[end].type == SQL_T_OPEN)
-			depth++;
-		else if (w->t[end].type == SQL_T_CLOSE && depth > 0)
-			depth--;
-		else if (depth == 0 && (w->t[end].type == SQL_T_SEMI ||
-		    tok_kw(w, end, "SYNC") || tok_kw(w, end, "ASYNC") ||
-		    tok_kw(w, end, "TEST") || tok_kw(w, end, "FORMAT") ||
-		    tok_kw(w, end, "SETTINGS")))
-			break;
-	}
-	if (end == where + 1)
+	if (!kill_where(w, &where, &end, &sync))
 		return;
 	add_edit(w, w->t[where].b, w->t[where].b,
 	    xasprintf(" query_id IN (SELECT __chendpoint_engine_query_id "
-	    "FROM %s WHERE ", kill_view));
+	    "FROM %s WHERE ", qid_mode_get() == QID_VISIBLE ?
+	    kill_view_visible : kill_view_hidden));
 	add_edit(w, w->t[end - 1].b, w->t[end - 1].b, xstrdup(")"));
 }
 
@@ -358,14 +386,10 @@ edit_order(const void *x, const void *y)
 	return (int) (b->b - b->a > 0) - (int) (a->b - a->a > 0);
 }
 
-char *
-qid_rewrite(const char *text, size_t len, const char *query_id,
-	    size_t *out_len)
+static void
+tokenize(struct rewrite *w, const char *text, size_t len)
 {
 	struct sql_scanner sc = {text, len, 0};
-	struct rewrite w = {text, NULL, 0, NULL, 0};
-	struct buf out = {0};
-	size_t i, at = 0;
 
 	for (;;) {
 		struct token t;
@@ -373,11 +397,48 @@ qid_rewrite(const char *text, size_t len, const char *query_id,
 		t.type = sql_next_token(&sc, &t.a, &t.b);
 		if (t.type == SQL_T_END || t.type == SQL_T_UNTERMINATED)
 			break;
-		w.t = xrealloc(w.t, (w.nt + 1) * sizeof(*w.t));
-		w.t[w.nt++] = t;
+		w->t = xrealloc(w->t, (w->nt + 1) * sizeof(*w->t));
+		w->t[w->nt++] = t;
 	}
+}
+
+int
+qid_kill_condition(const char *text, size_t len, size_t *cond_at,
+		   size_t *cond_len, int *sync)
+{
+	struct rewrite w = {text, NULL, 0, NULL, 0};
+	size_t where, end;
+	int found;
+
+	tokenize(&w, text, len);
+	found = kill_where(&w, &where, &end, sync);
+	if (found) {
+		*cond_at = w.t[where + 1].a;
+		*cond_len = w.t[end - 1].b - *cond_at;
+	}
+	free(w.t);
+	return found;
+}
+
+char *
+qid_stubborn_select(const char *what, const char *cond, size_t len)
+{
+	return xasprintf("SELECT %s FROM %s WHERE %.*s FORMAT TabSeparated", what,
+	    qid_mode_get() == QID_VISIBLE ? stubborn_view_visible :
+	    stubborn_view_hidden, (int) len, cond);
+}
+
+char *
+qid_rewrite(const char *text, size_t len, const char *query_id,
+	    size_t *out_len)
+{
+	struct rewrite w = {text, NULL, 0, NULL, 0};
+	struct buf out = {0};
+	size_t i, at = 0;
+
+	tokenize(&w, text, len);
 	map_kill(&w);
-	for (i = 0; i < w.nt; i++)
+	for (i = 0; i < w.nt && qid_mode_get() == QID_VISIBLE; i++)
 		if (!map_processes(&w, i))
 			map_query_id_call(&w, i, query_id);
 	free(w.t);

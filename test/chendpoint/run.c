@@ -249,8 +249,9 @@ name_user(const struct request *r, char *msg)
  * stops it, as on a server where the statement itself is slow.  Returns 0
  * when the statement may run: the time is up or the hold was released.
  * A KILL from a client fails the request (394) without running it, except
- * in a stubborn hold: there the KILL is outlived and the statement runs
- * once released, as a server's EXCHANGE already running does.
+ * in a stubborn hold: KILL QUERY passes over it (qidmap.c), and the
+ * statement runs once released, or once the endpoint begins to stop, as a
+ * server's EXCHANGE already running does.
  */
 static int
 wait_fault(struct engine_conn *ec, struct request *r)
@@ -266,9 +267,10 @@ wait_fault(struct engine_conn *ec, struct request *r)
 	char *sql, *err = NULL;
 	int code = 0, rc = 0, released;
 
-	if ((r->fault.mode != FAULT_DELAY && !hold) || ms <= 0)
+	if ((r->fault.mode != FAULT_DELAY && !hold) || ms <= 0 || r->hold_at_eof)
 		return 0;
-	h = hold_begin(r->log_text ? r->log_text : "", r->log_len, &token);
+	h = hold_begin(r->log_text ? r->log_text : "", r->log_len, stubborn,
+	    &token);
 	running_set_phase(r, hold ? PHASE_HOLDING : PHASE_WAITING);
 	buf_put_literal(&lit, r->log_text ? r->log_text : "", r->log_len);
 	sql = xasprintf("SELECT sleepEachRow(%.6f), 'chendpoint-hold-%lu', %s%s "
@@ -305,12 +307,77 @@ wait_fault(struct engine_conn *ec, struct request *r)
 	return -1;
 }
 
+/*
+ * The stubborn statements a KILL QUERY matches ('what' selected from each),
+ * as TabSeparated lines; NULL if it is no KILL QUERY WHERE or on failure.
+ */
+static char *
+kill_stubborn(struct engine_conn *ec, const char *query, size_t len,
+	      const char *what, int *sync)
+{
+	struct engine_result res = {0};
+	size_t at, n;
+	char *sql, *out = NULL;
+
+	if (!qid_kill_condition(query, len, &at, &n, sync))
+		return NULL;
+	sql = qid_stubborn_select(what, query + at, n);
+	if (engine_query(ec, sql, strlen(sql), "TabSeparated", &res) == 0)
+		out = xstrndup(res.data ? res.data : "", res.len);
+	engine_result_free(&res);
+	free(sql);
+	return out;
+}
+
+/*
+ * A KILL QUERY that matches stubborn statements: the KILL passes over them
+ * (they ignore cancellation), each hold counts it, and KILL QUERY ... SYNC
+ * answers only once they have ended, as the server's synchronous KILL
+ * waits for every query it matched to leave the process list.
+ */
+static void
+kill_outlived(struct engine_conn *ec, const char *query, size_t len)
+{
+	static const char token_of[] =
+	    "extract(query, 'chendpoint-hold-([0-9]+)')";
+	char *tokens, *p, *left, kw[8];
+	size_t n;
+	int sync = 0;
+	uint64_t until = mono_ms() + HOLD_MAX_MS;
+
+	sql_first_keyword(query, len, kw, sizeof(kw));
+	if (strcmp(kw, "KILL") != 0)
+		return;
+
+	tokens = kill_stubborn(ec, query, len, token_of, &sync);
+	for (p = tokens; p != NULL && *p != '\0'; p += n + (p[n] == '\n')) {
+		char line[32];
+		long token;
+
+		n = strcspn(p, "\n");
+		snprintf(line, sizeof(line), "%.*s", (int) n, p);
+		if (parse_long(line, &token) == 0 && token > 0)
+			holds_note_kill_token((unsigned long) token);
+	}
+	free(tokens);
+	while (sync && mono_ms() < until) {
+		left = kill_stubborn(ec, query, len, "count()",
+		    &sync);
+		if (left == NULL || atoi(left) == 0) {
+			free(left);
+			break;
+		}
+		free(left);
+		sleep_ms(100);
+	}
+}
+
 static void
 execute(struct request *r, const char *query, size_t len)
 {
 	struct engine_conn *ec;
 	struct setup su;
-	char *mapped = NULL;
+	char *mapped = NULL, *marked = NULL;
 	size_t mapped_len = 0;
 	int fresh;
 
@@ -341,15 +408,26 @@ execute(struct request *r, const char *query, size_t len)
 		const char *fmt = r->format && r->format[0] ?
 		    r->format : "TabSeparated";
 
-		if (qid_mode_get() == QID_VISIBLE)
-			mapped = qid_rewrite(query, len, r->query_id,
-			    &mapped_len);
+		mapped = qid_rewrite(query, len, r->query_id, &mapped_len);
+		if (mapped == NULL) {
+			mapped = xstrndup(query, len);
+			mapped_len = len;
+		}
+		/* The statement itself ignores KILL too, once released. */
+		if (r->stubborn && !r->hold_at_eof) {
+			marked = xasprintf("%s%.*s", STUBBORN_COMMENT,
+			    (int) mapped_len, mapped);
+			free(mapped);
+			mapped = marked;
+			mapped_len = strlen(marked);
+		}
 		running_set_phase(r, PHASE_RUNNING);
-		if (engine_query(ec, mapped ? mapped : query,
-		    mapped ? mapped_len : len, fmt, &r->res) != 0) {
+		if (engine_query(ec, mapped, mapped_len, fmt, &r->res) != 0) {
 			set_error(r, r->res.code, name_user(r, r->res.error));
 			r->res.error = NULL;
 			engine_result_free(&r->res);
+		} else {
+			kill_outlived(ec, query, len);
 		}
 	}
 	/*
@@ -358,7 +436,7 @@ execute(struct request *r, const char *query, size_t len)
 	 * without an error: a statement that was still in the engine when the
 	 * endpoint began to stop is never answered (answer() drops it).
 	 */
-	if (atomic_load(&g.shutting_down))
+	if (atomic_load(&g.shutting_down) && !r->stubborn)
 		r->cut_by_shutdown = 1;
 	atomic_fetch_sub(&g.executing, 1);
 	/* The statement has left system.processes once the engine answered. */
@@ -397,6 +475,47 @@ decide_output_format(struct request *r, const char *text, size_t len)
 		    r->format : "TabSeparated");
 }
 
+/*
+ * mode=hold_reply: the statement has run (and left system.processes); its
+ * answer waits until released.  A shutdown meanwhile drops it, as a server
+ * that stops after the statement committed and before it answered.
+ */
+static void
+hold_reply(struct request *r)
+{
+	struct hold *h;
+	unsigned long token;
+
+	if (r->fault.mode != FAULT_HOLD_REPLY)
+		return;
+	h = hold_begin(r->log_text ? r->log_text : "", r->log_len, 0, &token);
+	hold_wait(h);
+	if (!hold_released(h))
+		r->reply_dropped = 1;
+	hold_end(h);
+}
+
+/*
+ * A stubborn INSERT (mode=stubborn) is held once its data is in: it runs
+ * in the engine, listed in system.processes, and ends (commits its rows)
+ * only when released or when the endpoint stops, whether or not its client
+ * is still there -- an INSERT that completes after its client timed out.
+ */
+static void
+hold_eof(struct request *r)
+{
+	struct hold *h;
+	unsigned long token;
+
+	if (!r->hold_at_eof)
+		return;
+	h = hold_begin(r->log_text ? r->log_text : "", r->log_len, 1, &token);
+	running_set_phase(r, PHASE_HOLDING);
+	hold_wait(h);
+	running_set_phase(r, PHASE_RUNNING);
+	hold_end(h);
+}
+
 /* Consume the fault registered for this statement, if any. */
 static void
 check_fault(struct request *r)
@@ -409,6 +528,11 @@ check_fault(struct request *r)
 	/* The server closed the idle connection as the request came in. */
 	if (r->fault.mode == FAULT_IDLE_CLOSE)
 		r->dropped = 1;
+	/* A shutdown waits for it to be answered (chendpoint.c). */
+	if (r->fault.mode == FAULT_STUBBORN) {
+		r->stubborn = 1;
+		atomic_fetch_add(&g.finishing, 1);
+	}
 	if (r->fault.mode == FAULT_ERROR)
 		set_error_fmt(r, r->fault.code, "injected fault (pattern "
 		    "'%s', mode error)", r->fault.pattern);
@@ -438,6 +562,7 @@ run_buffered(struct request *r, const char *text, size_t len,
 	}
 	decide_output_format(r, text, len);
 	execute(r, text, len);
+	hold_reply(r);
 }
 
 /* ---- streaming INSERT through a FIFO ---- */
@@ -546,10 +671,12 @@ finish_stream(struct request *r)
 {
 	/* Even with no data the reader needs a writer to see EOF. */
 	if (fifo_open_writer(r) == 0) {
+		hold_eof(r);
 		close(r->fifo_fd);
 		r->fifo_fd = -1;
 	}
 	join_stream(r);
+	hold_reply(r);
 }
 
 /*
@@ -657,6 +784,9 @@ start_stream(struct request *r, const char *text, size_t len)
 	}
 
 	/* INSERT INTO t [(cols)] FROM INFILE 'f' [COMPRESSION c] [SETTINGS ...] FORMAT f */
+	r->hold_at_eof = r->stubborn;
+	if (r->stubborn)
+		buf_puts(&q, STUBBORN_COMMENT);
 	buf_append(&q, text, sp->infile_at);
 	buf_puts(&q, " FROM INFILE ");
 	buf_put_literal(&q, r->fifo_path, strlen(r->fifo_path));
