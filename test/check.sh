@@ -202,6 +202,9 @@ run_tap() {
 	files=("${chosen[@]}")
 	[ ${#files[@]} -gt 0 ] || return 0
 	tap_log=$(mktemp)
+	# the branches the fault matrix's timing-dependent cases took
+	# (test/lib/DpwinMatrix.pm, hedge()), counted in the summary
+	rm -f "$DPWIN_SANDBOX/hedges.log"
 	# --directives prints every skipped assertion, so that none goes unnoticed.
 	prove --timer --directives -I test/lib "${files[@]}" 2>&1 | tee "$tap_log" || rc=1
 	if grep -Eiq 'skipped:|# skip' "$tap_log"; then
@@ -217,6 +220,10 @@ run_tap() {
 				sed "s/^/$major  | /")
 	fi
 	rm -f "$tap_log"
+	if [ -s "$DPWIN_SANDBOX/hedges.log" ]; then
+		mapfile -t -O ${#summary[@]} summary < <(sort "$DPWIN_SANDBOX/hedges.log" | uniq -c |
+			awk -v m="$major" '{ printf "%-3s hedge      %s %s: %d\n", m, $2, $3, $1 }')
+	fi
 	return $rc
 }
 

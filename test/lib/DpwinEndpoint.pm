@@ -15,6 +15,7 @@ our @EXPORT_OK = qw(
   query_ids_mode set_query_ids both_modes
   release running wait_running connections faults_pending
   log_entries wait_logged sockets_accepted holds
+  only_held_timed_out hedge
 );
 
 # The endpoint's query_id mode: 'visible' (statements run under the
@@ -162,6 +163,40 @@ sub log_entries
 			status => $status, query => unescape($query) };
 	}
 	return @rows;
+}
+
+# Since $seq, every statement of the scenario $s's invocation that the
+# test did not hold ($held matches the held ones) answered 200, and every
+# KILL QUERY dpwin sent named a held statement: on a slow machine a
+# request_timeout meant for a held statement only could meet another, and
+# change the outcome a test asserts.
+sub only_held_timed_out
+{
+	my ($s, $seq, $held) = @_;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	my @mine = grep { index($_->{query_id}, "dpwin-$s->{inv}-") == 0 } log_entries($seq);
+	my %held_ids = map { $_->{query_id} => 1 } grep { $_->{query} =~ $held } @mine;
+	my @other = grep { $_->{query} !~ $held } @mine;
+	my @bad = grep { $_->{status} ne '200' } @other;
+	is(scalar(@bad), 0, "$s->{tag}: every statement not held answered 200 (" . scalar(@other) . ')')
+	  or diag(join("\n", map { "$_->{status} $_->{query}" } @bad));
+	my @killed = map { /^KILL QUERY WHERE query_id = '([^']+)'/ ? ($1) : () } map { $_->{query} } @other;
+	is(scalar(grep { !$held_ids{$_} } @killed), 0, "$s->{tag}: dpwin killed held statements only");
+}
+
+# A test whose outcome may take one of two branches with timing records
+# the branch taken: one line "case branch" appended to the file
+# DPWIN_HEDGE_LOG (default: hedges.log in the sandbox folder), which
+# test/check.sh counts in its summary, so that a branch that must
+# sometimes run can be told from one that never does.
+sub hedge
+{
+	my ($case, $branch) = @_;
+	my $file = $ENV{DPWIN_HEDGE_LOG} // "$ENV{DPWIN_SANDBOX}/hedges.log";
+	open(my $fh, '>>', $file) or die "$file: $!";
+	print $fh "$case $branch\n";
+	close($fh);
+	note("hedge: $case took the branch $branch");
 }
 
 # Wait until the log after $since has an answered line matching $re.

@@ -28,10 +28,10 @@ use warnings;
 use Exporter 'import';
 use Test::More;
 use DpwinTest;
-use DpwinFixture qw(fault bg_psql bg_finish ch_rows uuid_of after_refresh exchange_re exchanges
+use DpwinFixture qw(bg_psql bg_finish ch_rows uuid_of after_refresh exchange_re exchanges
   hold_source release_source workers_held);
 use DpwinCrash;
-use DpwinEndpoint qw(set_query_ids release running wait_running log_entries);
+use DpwinEndpoint qw(set_query_ids release running wait_running log_entries faults_pending holds);
 
 our @EXPORT = qw(run_matrix);
 
@@ -43,6 +43,56 @@ our %ENGINES = (
 my ($db, $shape, $mode, $m);
 my ($slow, $lp, $evkey);
 my %count;       # "shape mode" -> faulted refreshes
+my %kinds;       # fault kind -> faulted refreshes
+my @registered;  # the endpoint faults of the running case
+my %hedged;      # "case branch" -> times taken
+
+# Register an endpoint fault (DpwinFixture::fault), remembered so that the
+# end of the case can check that it fired.
+sub fault
+{
+	my (%f) = @_;
+	push @registered, {%f};
+	return DpwinFixture::fault(%f);
+}
+
+# Every endpoint fault the case registered fired: the endpoint spent it
+# (GET /faults no longer lists all of its count), or for refused
+# connections, the query log shows one since the case began.  A case
+# whose fault did not fire fails.  The faults left are cleared.
+sub check_fired
+{
+	my ($name, $seq) = @_;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	my %pending;
+	for (faults_pending())
+	{
+		my ($md, $n, $pat) = split /\t/, $_, 3;
+		$pending{"$md\t" . DpwinEndpoint::unescape($pat // '')} += $n;
+	}
+	for my $f (@registered)
+	{
+		my $what = "$name ($shape, $mode): its $f->{mode} fault fired";
+		if ($f->{mode} eq 'refuse')
+		{
+			ok(scalar(grep { $_->{status} eq 'refused' } log_entries($seq)), "$what (a refused connection)");
+			next;
+		}
+		my $left = $pending{"$f->{mode}\t$f->{pattern}"} // 0;
+		ok($left < ($f->{count} // 1), "$what (pattern '$f->{pattern}')") or diag("$left of $f->{count} left");
+	}
+	ch_control('POST', '/faults/clear');
+	@registered = ();
+}
+
+# A case whose branch depends on timing: recorded (DpwinEndpoint::hedge)
+# and counted for the summary line.
+sub hedge
+{
+	my ($case, $branch) = @_;
+	$hedged{"$case $branch"}++;
+	DpwinEndpoint::hedge($case, $branch);
+}
 
 sub new_s
 {
@@ -154,6 +204,76 @@ sub kill_while_extracting
 	settle_and_check($s, 'expired');
 }
 
+# After an EXCHANGE that ran and lost its reply ($out, $err: the refresh's
+# result; $seq: the log before it): dpwin reads the target's UUID, finds
+# the generation of its intent there and completes, in either query-id
+# mode.  After a restart it may find the server not back within its
+# settling and retrying time (a recorded branch): it stops publishing and
+# recover() completes.  Either way the target is exactly the new
+# generation and no EXCHANGE is sent again.
+sub x_committed_then
+{
+	my ($s, $out, $err, $seq, $restarted) = @_;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	hedge("x_lost_restart/$mode", $out eq 'completed' ? 'completed' : 'server_late') if $restarted;
+	if ($out eq 'completed' || !$restarted)
+	{
+		is($out, 'completed', "$s->{tag}: the refresh completes") or diag($err);
+		check_after_fault($s, which => 'new', state => 'completed', outcome => 'published');
+	}
+	else
+	{
+		like($err, qr/ERROR:\s+08006: /, "$s->{tag}: or the refresh fails, the server not back in time") or diag($err);
+		check_after_fault($s, which => 'new', state => 'publishing', outcome => '');
+	}
+	my $seq2 = ch_log_seq();
+	settle_and_check($s, 'recover');
+	is(scalar(exchanges($seq2, $s->{t})), 0, "$s->{tag}: recover sent no EXCHANGE");
+	is(psql_ok("SELECT count(*) FROM dpwin.publication WHERE invocation_id = '$s->{inv}' AND outcome = 'published'"),
+		1, "$s->{tag}: published once");
+}
+
+# The statuses of the EXCHANGEs of table $t in the endpoint's log file,
+# which outlives its restarts (GET /log starts again with each).
+sub exchanges_in_log_file
+{
+	my ($t) = @_;
+	my $re = exchange_re($t);
+	open(my $fh, '<', "$ENV{DPWIN_SANDBOX}/ch_queries.log") or die "ch_queries.log: $!";
+	my @st;
+	while (my $l = <$fh>)
+	{
+		chomp $l;
+		my (undef, undef, undef, undef, $status, $query) = split /\t/, $l, 6;
+		push @st, $status if defined $query && DpwinEndpoint::unescape($query) =~ $re;
+	}
+	close($fh);
+	return @st;
+}
+
+# A statement of step $step (its log matching $re) ignored dpwin's KILL
+# QUERY after request_timeout: in the visible mode dpwin settles it, and
+# its KILL QUERY ... SYNC still waits on the server when the refresh gives
+# up ($err); with hidden query ids dpwin sends no KILL.
+sub stubborn_outlived
+{
+	my ($s, $err, $step, $re) = @_;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	my ($qid) = map { $_->{query_id} } grep { $_->{query} =~ $re } running();
+	if ($mode eq 'visible')
+	{
+		like($err, qr/ERROR:\s+08006: .*did not answer in time while settling query \Q$qid\E/,
+			"$s->{tag}: the refresh gives up settling its $step statement") or diag($err);
+		ok(scalar(grep { $_->{query} =~ /^KILL QUERY WHERE query_id = '\Q$qid\E' SYNC/ } running()),
+			"$s->{tag}: dpwin's KILL QUERY ... SYNC still waits on the server");
+	}
+	else
+	{
+		like($err, qr/ERROR:\s+08006: /, "$s->{tag}: the refresh fails: its $step statement got no answer") or diag($err);
+		is(scalar(grep { $_->{query} =~ /^KILL QUERY/ } running()), 0, "$s->{tag}: no KILL QUERY was sent");
+	}
+}
+
 sub none_held
 {
 	my ($s) = @_;
@@ -164,7 +284,7 @@ sub none_held
 
 # ---- the cases: name => code, each one faulted refresh ----------------------
 
-my @CASES = (
+our @CASES = (
 
 	# --- SIGKILL of the coordinator (100, 110) ---
 
@@ -494,7 +614,8 @@ my @CASES = (
 		my ($rc, $out, $err) = bg_finish($h);
 		# The interrupted chunks are retried with backoff; the refresh fails
 		# if the endpoint is not back before the retries run out (on a
-		# loaded machine its restart can take that long).
+		# loaded machine its restart can take that long): recorded.
+		hedge("chr_extracting/$mode", $out eq 'completed' ? 'completed' : 'retries_out');
 		if ($out eq 'completed')
 		{
 			check_after_fault($s, which => 'new', state => 'completed', outcome => 'published');
@@ -524,6 +645,7 @@ my @CASES = (
 		# either dpwin builds again and completes, or it fails before the intent
 		my $state = state_of($s->{inv});
 		ok($state =~ /^(completed|failed)$/, "$s->{tag}: the refresh ended ($state)") or diag($err);
+		hedge("chr_verified/$mode", $state);
 		if ($state eq 'completed')
 		{
 			check_after_fault($s, which => 'new', state => 'completed', outcome => 'published');
@@ -547,6 +669,7 @@ my @CASES = (
 		# runs and exchanges once more -- unless that question itself gets
 		# no answer in time (a loaded machine), when it leaves the
 		# invocation publishing for recover(), as in the hidden mode.
+		hedge("chr_publishing/$mode", $out eq 'completed' ? 'completed' : 'unsettled');
 		if ($mode eq 'visible' && $out eq 'completed')
 		{
 			is(join(',', map { $_->{status} } exchanges(0, $s->{t})), '200', "$s->{tag}: dpwin exchanged once more");
@@ -618,29 +741,180 @@ my @CASES = (
 		}
 	} ],
 
-	[ lost_reply => sub {
-		# the endpoint runs the EXCHANGE and drops the connection without an
-		# answer (a lost reply after the fact)
-		my $s = new_s('lost');
+	[ idle_exchange => sub {
+		# the server closes the kept-alive connection as the EXCHANGE
+		# arrives on it: the EXCHANGE is dropped unrun, its reply lost
+		my $s = new_s('idlx');
+		my $seq = ch_log_seq();
 		fault(pattern => xpat($s), mode => 'idle_close', ms => 0, count => 1);
 		my ($rc, $out, $err) = run_e2($s);
-		my $state = state_of($s->{inv});
-		ok($state =~ /^(completed|publishing|failed)$/, "$s->{tag}: the refresh ended ($state)") or diag($err);
-		if ($state eq 'completed')
+		my @x = exchanges($seq, $s->{t});
+		is($x[0]{status}, 'idle-closed', "$s->{tag}: the EXCHANGE reached the server on a connection it closed");
+		if ($mode eq 'visible')
 		{
+			# dpwin settles it (not running), finds the target unexchanged
+			# and exchanges once more
+			is($out, 'completed', "$s->{tag}: the refresh completes") or diag($err);
+			is(join(',', map { $_->{status} } @x), 'idle-closed,200', "$s->{tag}: one more EXCHANGE ran");
 			check_after_fault($s, which => 'new', state => 'completed', outcome => 'published');
-			settle_and_check($s, 'recover');
-		}
-		elsif ($state eq 'publishing')
-		{
-			check_after_fault($s, which => 'old', state => 'publishing', outcome => '');
 			settle_and_check($s, 'recover');
 		}
 		else
 		{
-			check_after_fault($s, which => 'old', state => 'failed', outcome => 'not_published');
-			settle_and_check($s, 'failed');
+			like($err, qr/ERROR:\s+08006: .*EXCHANGE.*HINT:.*dpwin\.recover\('\Q$s->{inv}\E'\)/s,
+				"$s->{tag}: the refresh fails, leaving the publication to recover()") or diag($err);
+			is(scalar(@x), 1, "$s->{tag}: no second EXCHANGE while the first may still run");
+			check_after_fault($s, which => 'old', state => 'publishing', outcome => '');
+			$seq = ch_log_seq();
+			settle_and_check($s, 'recover');
+			is(join(',', map { $_->{status} } exchanges($seq, $s->{t})), '200', "$s->{tag}: recover exchanged once");
 		}
+	} ],
+
+	# --- server-grade faults at the publication: the EXCHANGE committed
+	# and its reply lost; statements that ignore KILL QUERY; the settling
+	# question unanswered; an INSERT that completes after its client gave up
+
+	[ x_lost => sub {
+		# the EXCHANGE runs to completion, then the connection is dropped
+		# without a reply
+		my $s = new_s('xlst');
+		my $seq = ch_log_seq();
+		fault(pattern => xpat($s), mode => 'lost', count => 1);
+		my ($rc, $out, $err) = run_e2($s);
+		my @x = exchanges($seq, $s->{t});
+		is(join(',', map { $_->{status} } @x), 'lost', "$s->{tag}: one EXCHANGE, run, its reply lost; no second one");
+		x_committed_then($s, $out, $err, $seq);
+	} ],
+
+	[ x_lost_restart => sub {
+		# the EXCHANGE runs to completion, then ClickHouse restarts before
+		# it replies
+		my $s = new_s('xlrs');
+		my $seq = ch_log_seq();
+		fault(pattern => xpat($s), mode => 'hold_reply', count => 1);
+		my $h = start_e2($s);
+		ok(wait_until(sub { grep { $_->{query} =~ exchange_re($s->{t}) } holds() }, 60),
+			"$s->{tag}: the EXCHANGE ran; its reply is held");
+		isnt(uuid_of($s->{t}), $s->{pre_uuid}, "$s->{tag}: the target was exchanged before the restart");
+		sandbox_cmd('restart-ch');
+		my ($rc, $out, $err) = bg_finish($h);
+		# the scenario's first refresh published E1 with one EXCHANGE
+		is(join(',', exchanges_in_log_file($s->{t})), '200,reply-dropped',
+			"$s->{tag}: one EXCHANGE, its reply dropped by the restart; no second one");
+		x_committed_then($s, $out, $err, $seq, 1);
+	} ],
+
+	[ x_stubborn => sub {
+		# the EXCHANGE ignores KILL QUERY and outlasts request_timeout
+		my $s = new_s('xstb', server => $slow);
+		my $seq = ch_log_seq();
+		fault(pattern => xpat($s), mode => 'stubborn', count => 1);
+		my ($rc, $out, $err) = run_e2($s);
+		ok(wait_running(exchange_re($s->{t}), 1, phase => 'holding'), "$s->{tag}: the EXCHANGE still runs on the server");
+		stubborn_outlived($s, $err, 'exchange', exchange_re($s->{t}));
+		is(scalar(exchanges($seq, $s->{t})), 0, "$s->{tag}: and no second EXCHANGE was sent");
+		check_after_fault($s, which => 'old', state => 'publishing', outcome => '');
+		is(release(xpat($s)), 1, "$s->{tag}: released");
+		ok(wait_answered($seq, exchange_re($s->{t})), "$s->{tag}: the first EXCHANGE has run, after its client gave up");
+		check_after_fault($s, which => 'new', state => 'publishing', outcome => '');
+		$seq = ch_log_seq();
+		settle_and_check($s, 'recover');
+		is(scalar(exchanges($seq, $s->{t})), 0, "$s->{tag}: recover sent no EXCHANGE");
+	} ],
+
+	[ backup_stubborn => sub {
+		# after the EXCHANGE, the RENAME that keeps the replaced table as
+		# the backup ignores KILL QUERY and outlasts request_timeout
+		my $s = new_s('bstb', server => $slow);
+		my $seq = ch_log_seq();
+		my $seq0 = $seq;
+		my $pat = "RENAME TABLE `$db`.`$s->{prefix}gen` TO";
+		my $re = qr/^\Q$pat\E/;
+		fault(pattern => $pat, mode => 'stubborn', count => 1);
+		my ($rc, $out, $err) = run_e2($s);
+		ok(wait_running($re, 1, phase => 'holding'), "$s->{tag}: the RENAME still runs on the server");
+		if ($mode eq 'visible')
+		{
+			stubborn_outlived($s, $err, 'backup', $re);
+			like($err, qr/HINT:\s+The invocation is published; .*dpwin\.recover\('\Q$s->{inv}\E'\)/s,
+				"$s->{tag}: the refresh fails after publishing, naming recover()") or diag($err);
+			check_after_fault($s, which => 'new', state => 'published', outcome => 'published');
+		}
+		else
+		{
+			# dpwin cannot tell whether the RENAME still runs and leaves
+			# the replaced table to it
+			is($out, 'completed', "$s->{tag}: the refresh completes") or diag($err);
+			is(scalar(grep { $_->{query} =~ /^KILL QUERY/ } running()), 0, "$s->{tag}: no KILL QUERY was sent");
+			check_after_fault($s, which => 'new', state => 'completed', outcome => 'published');
+		}
+		is(release($pat), 1, "$s->{tag}: released");
+		ok(wait_answered($seq, $re), "$s->{tag}: the RENAME has run, after its client gave up");
+		$seq = ch_log_seq();
+		settle_and_check($s, 'recover');
+		is(scalar(exchanges($seq, $s->{t})), 0, "$s->{tag}: recover sent no EXCHANGE");
+		is(scalar(exchanges($seq0, $s->{t})), 1, "$s->{tag}: one EXCHANGE in all");
+	} ],
+
+	[ ins_late => sub {
+		# a staging INSERT has all its rows, ignores KILL QUERY and
+		# completes after its client timed out
+		my $s = new_s('insl', server => $slow);
+		my $seq = ch_log_seq();
+		my $stg = "$s->{prefix}stg_0_0";
+		my $re = qr/^INSERT INTO `\Q$db\E`\.`\Q$stg\E`/;
+		fault(pattern => "INSERT INTO `$db`.`$stg`", mode => 'stubborn', count => 1);
+		my $h = start_e2($s);
+		ok(wait_running($re, 1, phase => 'holding'), "$s->{tag}: the INSERT has its rows and is held on the server");
+		my ($qid) = map { $_->{query_id} } grep { $_->{query} =~ $re } running();
+		if ($mode eq 'visible')
+		{
+			# dpwin times out, then settles the INSERT: its KILL QUERY ...
+			# SYNC waits on the server, as on a server, until the INSERT ends
+			ok(wait_running(qr/^KILL QUERY WHERE query_id = '\Q$qid\E' SYNC/, 1, timeout => 60),
+				"$s->{tag}: dpwin settles the timed-out INSERT: its KILL QUERY ... SYNC waits");
+			is(release($stg), 1, "$s->{tag}: released: the INSERT completes after its client timed out");
+		}
+		my ($rc, $out, $err) = bg_finish($h);
+		is($out, 'completed', "$s->{tag}: the refresh completes") or diag($err);
+		if ($mode eq 'hidden')
+		{
+			# dpwin cannot see it and moved on to another staging table
+			is(release($stg), 1, "$s->{tag}: the timed-out INSERT is still held when the refresh completed");
+		}
+		ok(wait_answered($seq, $re), "$s->{tag}: the timed-out INSERT has ended");
+		is((grep { $_->{query} =~ $re } log_entries($seq))[0]{status}, '200', "$s->{tag}: and inserted its rows");
+		is(psql_ok("SELECT attempt FROM dpwin.chunk WHERE invocation_id = '$s->{inv}' AND chunk_no = 0"), 1,
+			"$s->{tag}: chunk 0 was staged again in a table of its own");
+		check_after_fault($s, which => 'new', state => 'completed', outcome => 'published');
+		settle_and_check($s, 'recover');
+	} ],
+
+	[ x_unanswered => sub {
+		# the EXCHANGE outlasts request_timeout and ignores KILL QUERY; the
+		# server answers none of dpwin's system.processes lookups that
+		# would settle it.  Hidden query ids: dpwin asks none.
+		return if $mode eq 'hidden';
+		my $s = new_s('xuna', server => $slow);
+		my $seq = ch_log_seq();
+		fault(pattern => xpat($s), mode => 'stubborn', count => 1);
+		fault(pattern => "FROM system.processes WHERE query_id = 'dpwin-$s->{inv}-exchange-", mode => 'lost',
+			count => 1000);
+		my ($rc, $out, $err) = run_e2($s);
+		like($err, qr/ERROR:\s+08006: lost the connection to ClickHouse server .*while settling query dpwin-\Q$s->{inv}\E-exchange-/,
+			"$s->{tag}: the refresh fails: the settling question got no answer") or diag($err);
+		my @l = grep { $_->{query} =~ /FROM system\.processes WHERE query_id = 'dpwin-\Q$s->{inv}\E-exchange-/ } log_entries($seq);
+		ok(@l && !grep({ $_->{status} ne 'lost' } @l), "$s->{tag}: every lookup reached the server and got no answer (" . scalar(@l) . ')');
+		is(scalar(grep { $_->{query} =~ /^KILL QUERY/ } log_entries($seq)), 0, "$s->{tag}: no KILL QUERY was sent");
+		ok(wait_running(exchange_re($s->{t}), 1, phase => 'holding'), "$s->{tag}: the EXCHANGE still runs on the server");
+		check_after_fault($s, which => 'old', state => 'publishing', outcome => '');
+		check_fired('x_unanswered', $seq);
+		is(release(xpat($s)), 1, "$s->{tag}: released");
+		ok(wait_answered($seq, exchange_re($s->{t})), "$s->{tag}: the EXCHANGE has run");
+		$seq = ch_log_seq();
+		settle_and_check($s, 'recover');
+		is(scalar(exchanges($seq, $s->{t})), 0, "$s->{tag}: recover sent no EXCHANGE");
 	} ],
 
 	# --- cancels and terminates of the caller (104) ---
@@ -794,7 +1068,11 @@ sub run_matrix
 			next if $chosen++ % $parts != $part;
 			next if defined $only && $name !~ /$only/;
 			note("case $name ($shape, $mode)");
+			my $seq = ch_log_seq();
+			my $before = $count{"$shape $mode"} // 0;
 			$code->();
+			check_fired($name, $seq);
+			$kinds{$name} += ($count{"$shape $mode"} // 0) - $before;
 		}
 	}
 	set_query_ids('visible');
@@ -805,6 +1083,9 @@ sub run_matrix
 	diag(sprintf("fault matrix (%s%s) on %s: %s; %d faulted refreshes in %d s", $size,
 			$parts > 1 ? ", part $part/$parts" : '', $shape,
 			join(', ', map { "$_ $count{$_}" } sort keys %count), $n, time - $t0));
+	diag("fault matrix on $shape, by kind: " . join(', ', map { "$_ $kinds{$_}" } sort keys %kinds));
+	diag("fault matrix on $shape, hedged branches: " . join(', ', map { "$_ $hedged{$_}" } sort keys %hedged))
+	  if %hedged;
 	return $n;
 }
 

@@ -4,8 +4,9 @@
 # sees it: queries, RowBinary streaming inserts, errors and their HTTP
 # statuses, authentication and accounts, concurrency, EXCHANGE TABLES,
 # statements under the client's query_id (and hidden from it), and the
-# test-only control port (faults: error, lost, delay, hold, midstream,
-# refuse, idle_close; the query log, running statements, connections).
+# test-only control port (faults: error, lost, delay, hold, stubborn,
+# hold_reply, midstream, refuse, idle_close; the query log, running
+# statements, connections).
 #
 # Expects a running endpoint (test/sandbox.sh start) and, in the environment:
 #   DPWIN_CH_URL           e.g. http://127.0.0.1:18123
@@ -538,6 +539,72 @@ ctl('/faults/clear');
 	is(chq("SELECT count() FROM $db.f WHERE s = 'slow row'")->{body}, "1\n",
 		'hold: the statement ran once released');
 	is(ctl('/release', pattern => "$db.f")->{body}, "0\n", 'hold: nothing is left to release');
+}
+
+# Wait until GET /running shows a statement under query_id $qid (in
+# phase $phase, if given).
+sub wait_running_qid {
+	my ($qid, $phase) = @_;
+	$phase //= '';
+	for (1 .. 3000) {
+		return 1 if ctl('/running')->{body} =~ /^\Q$qid\E\t[^\t]*\t\Q$phase\E/m;
+	}
+	return 0;
+}
+
+# stubborn: a statement that ignores cancellation, as the server's INSERT
+# that has its data or its EXCHANGE once they run.  KILL QUERY ... ASYNC
+# answers at once and it goes on; KILL QUERY ... SYNC answers only once it
+# has ended; an INSERT completes after its client gave up.
+{
+	ok_q("CREATE TABLE $db.stb (n UInt32) ENGINE = MergeTree ORDER BY n", 'create the stubborn table');
+	ctl('/fault', pattern => "INSERT INTO $db.stb", mode => 'stubborn');
+	my $qid = "stubborn-$db";
+	my $r = http(body => "1\n2\n3\n", max_time => 2,
+		params => [query => "INSERT INTO $db.stb FORMAT TSV", query_id => $qid]);
+	is($r->{rc}, 28, 'stubborn: the client gives up (curl --max-time, exit 28)');
+	ok(wait_running_qid($qid, 'holding'), 'stubborn: the INSERT, its rows in, still runs on the server');
+	is(chq("SELECT count() FROM system.processes WHERE query_id = '$qid'")->{body}, "1\n",
+		'stubborn: system.processes lists it');
+	is(chq("KILL QUERY WHERE query_id = '$qid' ASYNC")->{status}, 200, 'stubborn: KILL QUERY ... ASYNC answers');
+	ok(wait_running_qid($qid, 'holding'), 'stubborn: and the INSERT goes on');
+	my ($cmd, $hf, $bf) = curl_cmd(body => "KILL QUERY WHERE query_id = '$qid' SYNC",
+		params => [query_id => "sync-killer-$db"]);
+	my $pid = open(my $out, '-|', @$cmd) // die "fork: $!";
+	ok(wait_running_qid("sync-killer-$db"), 'stubborn: KILL QUERY ... SYNC waits on the server');
+	is(chq("SELECT count() FROM $db.stb")->{body}, "0\n", 'stubborn: meanwhile no row is in');
+	is(ctl('/release', pattern => "INSERT INTO $db.stb")->{body}, "1\n", 'stubborn: released');
+	my $code = <$out> // 0;
+	close($out);
+	is(parse_reply($? >> 8, $code, $hf, $bf)->{status}, 200, 'stubborn: then KILL QUERY ... SYNC answers');
+	is(chq("SELECT count() FROM $db.stb")->{body}, "3\n",
+		'stubborn: the INSERT completed after its client gave up: its three rows are in');
+	like(ctl('/log')->{body}, qr/\t\Q$qid\E\t\Q$user\E\t200\tINSERT INTO \Q$db\E\.stb FORMAT TSV\n/,
+		'stubborn: and was answered 200, to nobody');
+}
+
+# hold_reply: the statement runs and leaves system.processes; its answer
+# waits until released.
+{
+	my $qid = "hold-reply-$db";
+	ctl('/fault', pattern => "hold_reply_$$", mode => 'hold_reply');
+	my ($cmd, $hf, $bf) = curl_cmd(body => "INSERT INTO $db.f SELECT 7, 'hold_reply_$$'",
+		params => [query_id => $qid]);
+	my $pid = open(my $out, '-|', @$cmd) // die "fork: $!";
+	my $held = 0;
+	for (1 .. 3000) {
+		$held = ctl('/holds')->{body} =~ /\tINSERT INTO \Q$db\E\.f SELECT 7, 'hold_reply_$$'\n/;
+		last if $held;
+	}
+	ok($held, 'hold_reply: GET /holds lists the held answer');
+	is(chq("SELECT count() FROM $db.f WHERE s = 'hold_reply_$$'")->{body}, "1\n",
+		'hold_reply: the statement has run');
+	is(chq("SELECT count() FROM system.processes WHERE query_id = '$qid'")->{body}, "0\n",
+		'hold_reply: and left system.processes');
+	is(ctl('/release', pattern => "hold_reply_$$")->{body}, "1\n", 'hold_reply: released');
+	my $code = <$out> // 0;
+	close($out);
+	is(parse_reply($? >> 8, $code, $hf, $bf)->{status}, 200, 'hold_reply: then it answers 200');
 }
 
 # refuse: the next N connections are closed at accept.
