@@ -238,7 +238,13 @@ sub x_committed_then
 sub exchanges_in_log_file
 {
 	my ($t) = @_;
-	my $re = exchange_re($t);
+	return statuses_in_log_file(exchange_re($t));
+}
+
+# The statuses of the statements matching $re in the endpoint's log file.
+sub statuses_in_log_file
+{
+	my ($re) = @_;
 	open(my $fh, '<', "$ENV{DPWIN_SANDBOX}/ch_queries.log") or die "ch_queries.log: $!";
 	my @st;
 	while (my $l = <$fh>)
@@ -249,6 +255,28 @@ sub exchanges_in_log_file
 	}
 	close($fh);
 	return @st;
+}
+
+# After a restart of ClickHouse while a publication statement ran and was
+# answered: dpwin completes, or, when the restarted server is not back in
+# time for the statements after it (a recorded branch), fails after
+# publishing and recover() completes.
+sub after_restart_published
+{
+	my ($s, $out, $err) = @_;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	hedge("x_stubborn_restart/$mode", $out eq 'completed' ? 'completed' : 'server_late');
+	if ($out eq 'completed')
+	{
+		check_after_fault($s, which => 'new', state => 'completed', outcome => 'published');
+	}
+	else
+	{
+		like($err, qr/ERROR:\s+08006: .*HINT:\s+The invocation is published; .*dpwin\.recover\('\Q$s->{inv}\E'\)/s,
+			"$s->{tag}: or the refresh fails after publishing, naming recover()") or diag($err);
+		check_after_fault($s, which => 'new', state => 'published', outcome => 'published');
+	}
+	settle_and_check($s, 'recover');
 }
 
 # A statement of step $step (its log matching $re) ignored dpwin's KILL
@@ -889,6 +917,51 @@ our @CASES = (
 			"$s->{tag}: chunk 0 was staged again in a table of its own");
 		check_after_fault($s, which => 'new', state => 'completed', outcome => 'published');
 		settle_and_check($s, 'recover');
+	} ],
+
+	[ x_stubborn_restart => sub {
+		# ClickHouse restarts while the EXCHANGE, which ignores KILL QUERY,
+		# runs: the server lets it finish and answers it before it stops
+		my $s = new_s('xsrs');
+		fault(pattern => xpat($s), mode => 'stubborn', count => 1);
+		my $h = start_e2($s);
+		ok(wait_running(exchange_re($s->{t}), 1, phase => 'holding'), "$s->{tag}: the EXCHANGE runs on the server");
+		sandbox_cmd('restart-ch');
+		my ($rc, $out, $err) = bg_finish($h);
+		# the scenario's first refresh published E1 with one EXCHANGE
+		is(join(',', exchanges_in_log_file($s->{t})), '200,200',
+			"$s->{tag}: the EXCHANGE ran to its end in the restart and was answered; no second one");
+		after_restart_published($s, $out, $err);
+	} ],
+
+	[ ins_stubborn_restart => sub {
+		# ClickHouse restarts while a staging INSERT, its rows in, runs and
+		# ignores cancellation: the server lets it commit and answers it
+		my $s = new_s('isrs');
+		my $stg = "$s->{prefix}stg_0_0";
+		my $re = qr/^INSERT INTO `\Q$db\E`\.`\Q$stg\E`/;
+		fault(pattern => "INSERT INTO `$db`.`$stg`", mode => 'stubborn', count => 1);
+		my $h = start_e2($s);
+		ok(wait_running($re, 1, phase => 'holding'), "$s->{tag}: the INSERT has its rows and runs on the server");
+		# the other chunks staged first, so that the restart meets this one only
+		ok(wait_until(sub { chunks_in_state($s, 'verified') >= 3 }, 60),
+			"$s->{tag}: the other chunks are staged");
+		sandbox_cmd('restart-ch');
+		my ($rc, $out, $err) = bg_finish($h);
+		my @st = statuses_in_log_file($re);
+		is($st[0], '200', "$s->{tag}: the INSERT committed in the restart and was answered");
+		hedge("ins_stubborn_restart/$mode", $out eq 'completed' ? 'completed' : 'server_late');
+		if ($out eq 'completed')
+		{
+			check_after_fault($s, which => 'new', state => 'completed', outcome => 'published');
+			settle_and_check($s, 'recover');
+		}
+		else
+		{
+			like($err, qr/ERROR:\s+08006: /, "$s->{tag}: or the refresh fails, the server not back in time") or diag($err);
+			check_after_fault($s, which => 'old', state => 'failed', outcome => '');
+			settle_and_check($s, 'failed');
+		}
 	} ],
 
 	[ x_unanswered => sub {
