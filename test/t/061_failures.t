@@ -286,7 +286,8 @@ for my $case ([ 'ddl', 'ADD COLUMN extra Nullable(Int32)' ],
 	is_deeply(own_tables($route, $inv), [], 'abandon: its staging and generation tables are dropped');
 	is_deeply(ch_rows($t), $pre, 'abandon: target untouched');
 	is(psql_ok("SELECT state FROM dpwin.abandon('$inv')"), 'abandoned', 'abandon: again is harmless');
-	like(psql_err("SELECT * FROM dpwin.recover('$inv')"), qr/^55000:/, 'abandon: nothing to recover');
+	like(psql_err("SELECT * FROM dpwin.recover('$inv')"), qr/^55000: invocation \Q$inv\E is abandoned and has nothing to recover$/,
+		'abandon: nothing to recover');
 	is(psql_ok("SELECT reconcile->>'verdict' FROM dpwin.reconcile('$inv')"), 'no_intent',
 		'abandon: reconcile says no_intent');
 
