@@ -581,6 +581,10 @@ sub wait_running_qid {
 		'stubborn: the INSERT completed after its client gave up: its three rows are in');
 	like(ctl('/log')->{body}, qr/\t\Q$qid\E\t\Q$user\E\t200\tINSERT INTO \Q$db\E\.stb FORMAT TSV\n/,
 		'stubborn: and was answered 200, to nobody');
+	# the log is in the order of the answers
+	my %at = map { my @f = split /\t/; ($f[2] => $f[0]) } split /\n/, ctl('/log')->{body};
+	ok($at{$qid} && $at{"sync-killer-$db"} && $at{$qid} < $at{"sync-killer-$db"},
+		'stubborn: KILL QUERY ... SYNC answered after the INSERT had ended');
 }
 
 # hold_reply: the statement runs and leaves system.processes; its answer
