@@ -361,8 +361,7 @@ kill_outlived(struct engine_conn *ec, const char *query, size_t len)
 	}
 	free(tokens);
 	while (sync && mono_ms() < until) {
-		left = kill_stubborn(ec, query, len, "count()",
-		    &sync);
+		left = kill_stubborn(ec, query, len, "count()", &sync);
 		if (left == NULL || atoi(left) == 0) {
 			free(left);
 			break;
@@ -377,7 +376,7 @@ execute(struct request *r, const char *query, size_t len)
 {
 	struct engine_conn *ec;
 	struct setup su;
-	char *mapped = NULL, *marked = NULL;
+	char *mapped = NULL, *marked;
 	size_t mapped_len = 0;
 	int fresh;
 
