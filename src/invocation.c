@@ -362,9 +362,30 @@ dpwin_invocation_recall(Coordinator *c)
 	return inv;
 }
 
+/*
+ * Take what admission learned of the target.  The schema fingerprint is
+ * the first admission's (or the journal's): a later admission is checked
+ * against it, never replaces it.
+ */
+void
+dpwin_invocation_set_target(Coordinator *c, DpwinTargetInfo *target)
+{
+	if (c->schema_fingerprint == NULL)
+		c->schema_fingerprint = MemoryContextStrdup(c->cxt, target->schema_fingerprint);
+	c->target = target;
+}
+
+/* One receipt slot per planned chunk, before any is read (skipping). */
+void
+dpwin_invocation_open_slots(Coordinator *c)
+{
+	c->ext.nchunks = list_length(c->ext.chunks);
+	c->ext.slots = palloc0(sizeof(DpwinChunkSlot) * c->ext.nchunks);
+}
+
 /* What the chunk workers of this invocation need to know. */
-DpwinExtractJob
-dpwin_invocation_extract_job(Coordinator *c)
+static DpwinExtractJob
+invocation_extract_job(Coordinator *c)
 {
 	DpwinExtractJob job;
 
@@ -378,6 +399,19 @@ dpwin_invocation_extract_job(Coordinator *c)
 	job.window_hi = c->hi;
 	job.cxt = c->cxt;
 	return job;
+}
+
+/*
+ * Read the planned chunks with this invocation's workers
+ * (dpwin_extraction_run()), which fill the receipts; the seconds it took.
+ */
+double
+dpwin_invocation_extract(Coordinator *c, DpwinExtractMode mode,
+						 void (*overlap) (void *arg), void *arg)
+{
+	DpwinExtractJob job = invocation_extract_job(c);
+
+	return dpwin_extraction_run(&c->ext, &job, mode, overlap, arg);
 }
 
 /* Journal c->build.outcome: a DpwinCommitWith, or in a transaction. */

@@ -37,8 +37,8 @@ commit_schema(Coordinator *c)
 DpwinStepResult
 dpwin_step_planned(Coordinator *c)
 {
-	c->target = dpwin_extraction_admit(c->client, c->route, c->cxt, NULL);
-	c->schema_fingerprint = c->target->schema_fingerprint;
+	dpwin_invocation_set_target(c, dpwin_extraction_admit(c->client, c->route,
+														  c->cxt, NULL));
 	return dpwin_step_result(DPWIN_STATE_EXTRACTING, commit_schema);
 }
 
@@ -85,8 +85,7 @@ prepare_skipping(Coordinator *c)
 	int			i = 0;
 	ListCell   *lc;
 
-	x->nchunks = list_length(x->chunks);
-	x->slots = palloc0(sizeof(DpwinChunkSlot) * x->nchunks);
+	dpwin_invocation_open_slots(c);
 	parts = dpwin_generation_target_parts(c->client, c->target, &layout);
 	if (cache != NULL &&
 		(memcmp(&cache->key, &x->key, sizeof(DpwinDigestKey)) != 0 ||
@@ -205,7 +204,7 @@ overlap_head_start(Coordinator *c, bool skipping)
 		ereport(LOG,
 				(errmsg("dpwin: invocation %s probes and clones its target after extraction: %s",
 						dpwin_uuid_text(&c->id), edata->message)));
-		c->build.gen = NULL;
+		dpwin_build_forget_generation(c);
 	}
 	PG_END_TRY();
 	MemoryContextSwitchTo(cxt);
@@ -260,17 +259,14 @@ commit_snapshot(Coordinator *c)
 DpwinStepResult
 dpwin_step_extracting(Coordinator *c)
 {
-	DpwinExtractJob job = dpwin_invocation_extract_job(c);
-
 	if (c->route->skip_unchanged)
 	{
 		List	   *parts;
 		List	   *staged;
 
 		parts = prepare_skipping(c);
-		c->times.extract = dpwin_extraction_run(&c->ext, &job,
-												DPWIN_EXTRACT_SKIP_UNCHANGED,
-												overlap_skipping, c);
+		c->times.extract = dpwin_invocation_extract(c, DPWIN_EXTRACT_SKIP_UNCHANGED,
+													 overlap_skipping, c);
 		/* nothing to ask when the probe answered during the extraction */
 		probe_exchange(c);
 		staged = dpwin_build_staged_ranges(c);
@@ -288,8 +284,8 @@ dpwin_step_extracting(Coordinator *c)
 	}
 	else
 	{
-		c->times.extract = dpwin_extraction_run(&c->ext, &job, DPWIN_EXTRACT_STAGE,
-												overlap_clone, c);
+		c->times.extract = dpwin_invocation_extract(c, DPWIN_EXTRACT_STAGE,
+													 overlap_clone, c);
 		/* nothing to ask when the probe answered during the extraction */
 		probe_exchange(c);
 	}
