@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * dpwin.c
- *	  Module entry point: _PG_init and the dpwin.* GUCs of the refresh.
+ *	  Module entry point: _PG_init and every dpwin.* GUC, and the few
+ *	  general helpers that every part of dpwin shares (dpwin.h).
  *
  *	  dpwin owns shared memory (the progress table of running invocations,
  *	  progress.c) and launches background workers, so it must be loaded
@@ -69,4 +70,21 @@ Datum
 dpwin_version(PG_FUNCTION_ARGS)
 {
 	PG_RETURN_TEXT_P(cstring_to_text(DPWIN_VERSION_STR));
+}
+
+/* An invocation id as text, for messages and names. */
+char *
+dpwin_uuid_text(const pg_uuid_t *id)
+{
+	return DatumGetCString(DirectFunctionCall1(uuid_out, UUIDPGetDatum(id)));
+}
+
+/* A palloc'd copy of a UUID, to pass as a Datum. */
+pg_uuid_t *
+dpwin_uuid_copy(const pg_uuid_t *id)
+{
+	pg_uuid_t  *c = palloc(sizeof(pg_uuid_t));
+
+	memcpy(c, id, sizeof(pg_uuid_t));
+	return c;
 }

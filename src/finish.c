@@ -20,6 +20,8 @@
 #include "bgworker.h"
 #include "build.h"
 #include "chprobe.h"
+#include "evidence.h"
+#include "route_state.h"
 #include "steps.h"
 #include "window.h"
 

@@ -16,6 +16,7 @@
  */
 #include "dpwin.h"
 
+#include "chunk.h"
 #include "miscadmin.h"
 #include "utils/json.h"
 #include "utils/memutils.h"
@@ -63,10 +64,10 @@ void
 dpwin_invocation_transition(Coordinator *c, DpwinState to, DpwinCommitWith with,
 							const char *message, int sqlerrcode)
 {
-	if (!dpwin_state_may_follow(c->state, to))
+	if (!dpwin_registry_state_may_follow(c->state, to))
 		elog(ERROR, "dpwin: invocation %s cannot go from %s to %s",
-			 dpwin_uuid_text(&c->id), dpwin_state_name(c->state),
-			 dpwin_state_name(to));
+			 dpwin_uuid_text(&c->id), dpwin_registry_state_name(c->state),
+			 dpwin_registry_state_name(to));
 
 	dpwin_xact_begin("dpwin: state change");
 	if (with != NULL)
@@ -427,7 +428,7 @@ dpwin_invocation_fill_result(Coordinator *c)
 {
 	DpwinCallShared *call = c->call;
 
-	strlcpy(call->state, dpwin_state_name(c->state), sizeof(call->state));
+	strlcpy(call->state, dpwin_registry_state_name(c->state), sizeof(call->state));
 	call->window_lo = c->lo;
 	call->window_hi = c->hi;
 	call->chunks = c->ext.nchunks ? c->ext.nchunks : list_length(c->ext.chunks);

@@ -26,6 +26,7 @@
 #include "chclient.h"
 #include "extraction.h"
 #include "generation.h"
+#include "publication.h"
 #include "registry.h"
 #include "route.h"
 #include "target.h"

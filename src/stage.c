@@ -266,7 +266,7 @@ dpwin_step_extracting(Coordinator *c)
 
 		parts = prepare_skipping(c);
 		c->times.extract = dpwin_invocation_extract(c, DPWIN_EXTRACT_SKIP_UNCHANGED,
-													 overlap_skipping, c);
+													overlap_skipping, c);
 		/* nothing to ask when the probe answered during the extraction */
 		probe_exchange(c);
 		staged = dpwin_build_staged_ranges(c);
@@ -285,7 +285,7 @@ dpwin_step_extracting(Coordinator *c)
 	else
 	{
 		c->times.extract = dpwin_invocation_extract(c, DPWIN_EXTRACT_STAGE,
-													 overlap_clone, c);
+													overlap_clone, c);
 		/* nothing to ask when the probe answered during the extraction */
 		probe_exchange(c);
 	}

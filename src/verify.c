@@ -25,6 +25,7 @@
 
 #include "bgworker.h"
 #include "invocation.h"
+#include "verification.h"
 #include "verify.h"
 #include "window.h"
 

@@ -24,6 +24,7 @@
 #include "dpwin.h"
 
 #include "access/xact.h"
+#include "chunk.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
