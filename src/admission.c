@@ -23,9 +23,9 @@
 #include "utils/memutils.h"
 
 #include "admission.h"
+#include "chtype.h"
 #include "ctq.h"
 #include "digest.h"
-#include "rowbinary.h"
 
 /*
  * Oldest server dpwin admits.  23.3 (LTS) has Atomic databases by default,
@@ -879,7 +879,7 @@ check_column_types(const DpwinRoute *route, List *columns, const char *qname,
 	for (int i = 0; i < list_length(columns); i++)
 	{
 		TargetColumn *c = (TargetColumn *) list_nth(columns, i);
-		char	   *why = dpwin_rb_type_parity(route->column_types[i],
+		char	   *why = dpwin_ch_type_parity(route->column_types[i],
 											   route->column_typmods[i], c->type);
 
 		if (why != NULL)

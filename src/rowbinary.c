@@ -920,13 +920,13 @@ dpwin_rb_encoder_create(int ncols, char *const *names, const Oid *typids,
 		RbCol	   *c = &enc->cols[i];
 		int32		typmod = typmods[i];
 		Oid			elem;
-		Oid			base = dpwin_pg_resolve_type(typids[i], &typmod, &elem);
+		Oid			base = dpwin_ch_type_resolve_pg(typids[i], &typmod, &elem);
 		char	   *error;
 		ChType	   *t = dpwin_ch_type_parse(ch_types[i], &error);
 
 		c->name = pstrdup(names[i]);
 		if (t != NULL)
-			error = dpwin_parity_resolved(base, elem, typmod, t);
+			error = dpwin_ch_type_parity_resolved(base, elem, typmod, t);
 		if (error != NULL)
 			ereport(ERROR,
 					(errcode(ERRCODE_DATATYPE_MISMATCH),

@@ -29,6 +29,7 @@
 #include "utils/timestamp.h"
 
 #include "chclient.h"
+#include "chtype.h"
 #include "digest.h"
 #include "lease.h"
 #include "route.h"
@@ -118,14 +119,14 @@ dpwin__encode_rowbinary(PG_FUNCTION_ARGS)
 	PG_RETURN_BYTEA_P(result);
 }
 
-/* dpwin_test.dpwin_rb_type_parity(typ regtype, typmod int, ch_type text) -> text */
+/* dpwin_test.rb_type_parity(typ regtype, typmod int, ch_type text) -> text */
 Datum
 dpwin__rb_type_parity(PG_FUNCTION_ARGS)
 {
 	char	   *why;
 
-	why = dpwin_rb_type_parity(PG_GETARG_OID(0), PG_GETARG_INT32(1),
-						 text_to_cstring(PG_GETARG_TEXT_PP(2)));
+	why = dpwin_ch_type_parity(PG_GETARG_OID(0), PG_GETARG_INT32(1),
+							   text_to_cstring(PG_GETARG_TEXT_PP(2)));
 	if (why == NULL)
 		PG_RETURN_NULL();
 	PG_RETURN_TEXT_P(cstring_to_text(why));
