@@ -13,7 +13,7 @@
 #define DPWIN_CHHTTP_H
 
 #include "lib/stringinfo.h"
-#include "route.h"
+#include "fdw.h"
 
 typedef enum ChHttpStatus
 {

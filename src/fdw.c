@@ -35,7 +35,7 @@
 #include "utils/guc.h"
 #include "utils/syscache.h"
 
-#include "route.h"
+#include "fdw.h"
 
 #define DPWIN_FDW_NAME "dpwin_clickhouse"
 

@@ -16,12 +16,12 @@
  */
 #include "dpwin.h"
 
-#include "chunk.h"
 #include "miscadmin.h"
 #include "utils/json.h"
 #include "utils/memutils.h"
 
 #include "bgworker.h"
+#include "chunk.h"
 #include "invocation.h"
 #include "lease.h"
 #include "names.h"

@@ -25,6 +25,7 @@
 #include "call.h"
 #include "chclient.h"
 #include "extraction.h"
+#include "fdw.h"
 #include "generation.h"
 #include "publication.h"
 #include "registry.h"

@@ -36,6 +36,7 @@
 #include "catalog.h"
 #include "chclient.h"
 #include "call.h"
+#include "fdw.h"
 #include "lease.h"
 #include "names.h"
 #include "publication.h"

@@ -43,6 +43,7 @@
 #include "catalog.h"
 #include "chtype.h"
 #include "digest.h"
+#include "fdw.h"
 #include "route.h"
 #include "version.h"
 #include "window.h"

@@ -24,7 +24,6 @@
 #include "dpwin.h"
 
 #include "access/xact.h"
-#include "chunk.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
@@ -42,8 +41,10 @@
 
 #include "bgworker.h"
 #include "chclient.h"
+#include "chunk.h"
 #include "extract.h"
 #include "facts.h"
+#include "fdw.h"
 #include "names.h"
 #include "progress.h"
 #include "registry.h"

@@ -31,6 +31,7 @@
 #include "chclient.h"
 #include "chtype.h"
 #include "digest.h"
+#include "fdw.h"
 #include "lease.h"
 #include "route.h"
 #include "rowbinary.h"
