@@ -23,6 +23,7 @@ PG_MODULE_MAGIC;
 int			dpwin_max_workers = 8;
 int			dpwin_lease_timeout_ms = 0;
 int			dpwin_retry_backoff_ms = 500;
+int			dpwin_max_invocations = 16;
 
 void
 _PG_init(void)
@@ -58,8 +59,16 @@ _PG_init(void)
 							PGC_SUSET, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 
-	/* dpwin.max_invocations and the shared memory it sizes */
-	dpwin_progress_init();
+	DefineCustomIntVariable("dpwin.max_invocations",
+							"Maximum number of invocations that can run at once (progress slots).",
+							NULL,
+							&dpwin_max_invocations,
+							16, 1, 1024,
+							PGC_POSTMASTER, 0,
+							NULL, NULL, NULL);
+
+	/* the shared memory that dpwin.max_invocations sizes */
+	dpwin_progress_init(dpwin_max_invocations);
 
 	MarkGUCPrefixReserved("dpwin");
 }

@@ -35,6 +35,7 @@ extern void _PG_init(void);
 extern int	dpwin_max_workers;
 extern int	dpwin_lease_timeout_ms;
 extern int	dpwin_retry_backoff_ms;
+extern int	dpwin_max_invocations;	/* sizes progress.c's slots */
 
 /* General helpers (dpwin.c) */
 extern char *dpwin_uuid_text(const pg_uuid_t *id);
