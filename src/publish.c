@@ -57,9 +57,9 @@ readmit_target(Coordinator *c, const char *when)
 
 	now = dpwin_extraction_admit(c->client, c->route, c->cxt, &refusal);
 	if (refusal == NULL)
-		refusal = dpwin_target_check_unchanged(now,
-											   c->target ? c->target->uuid : NULL,
-											   c->schema_fingerprint, when);
+		refusal = dpwin_admission_check_unchanged(now,
+												  c->target ? c->target->uuid : NULL,
+												  c->schema_fingerprint, when);
 	if (refusal != NULL)
 		return refusal;
 	dpwin_invocation_set_target(c, now);
@@ -156,7 +156,7 @@ dpwin_step_verified(Coordinator *c)
 	}
 	refusal = readmit_target(c, "while the generation was being built");
 	if (refusal != NULL)
-		dpwin_refusal_raise(refusal);
+		dpwin_admission_raise(refusal);
 
 	/*
 	 * Every staging table is the target as admitted (and admitted again
@@ -192,7 +192,7 @@ dpwin_step_verified(Coordinator *c)
 											&c->ext.key,
 											"between generation build and publication");
 	if (refusal != NULL)
-		dpwin_refusal_raise(refusal);
+		dpwin_admission_raise(refusal);
 
 	/* The generation's counts, with the window's facts. */
 	if (!from_chunks || !window_facts_from_chunks(c))
@@ -335,7 +335,7 @@ check_still_ours(Coordinator *c, const DpwinPublication *pub,
 	if (refusal != NULL)
 	{
 		c->build.outcome = DPWIN_OUTCOME_NOT_PUBLISHED;
-		dpwin_refusal_raise(refusal);
+		dpwin_admission_raise(refusal);
 	}
 	if (strcmp(c->target->uuid, pub->target_uuid_before) != 0)
 		report_unknown(c, pub, target_uuid, generation_uuid);

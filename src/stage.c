@@ -140,9 +140,9 @@ probe_exchange(Coordinator *c)
 		strcmp(c->published_generation, c->target->uuid) == 0)
 		return;
 	cxt = MemoryContextSwitchTo(c->cxt);
-	dpwin_target_probe_exchange(c->client, c->route->target_database,
-								dpwin_invocation_table_prefix(c->route->route_id, &c->id),
-								true);
+	dpwin_admission_probe_exchange(c->client, c->route->target_database,
+								   dpwin_invocation_table_prefix(c->route->route_id, &c->id),
+								   true);
 	MemoryContextSwitchTo(cxt);
 }
 

@@ -337,7 +337,7 @@ dpwin__admit_target(PG_FUNCTION_ARGS)
 	DpwinTargetInfo *info;
 	StringInfoData buf;
 
-	info = dpwin_target_admit(client, route);
+	info = dpwin_admission_admit(client, route);
 	dpwin_ch_client_close(client);
 
 	initStringInfo(&buf);
@@ -379,7 +379,7 @@ dpwin__probe_exchange(PG_FUNCTION_ARGS)
 	DpwinRoute *route;
 	ChClient   *client = open_client_for_route(route_name, &route);
 
-	dpwin_target_probe_exchange(client, route->target_database, "_dpwin_", false);
+	dpwin_admission_probe_exchange(client, route->target_database, "_dpwin_", false);
 	dpwin_ch_client_close(client);
 	PG_RETURN_VOID();
 }
