@@ -49,17 +49,6 @@ typedef struct DpwinDigest
 
 #define DPWIN_DIGEST_INIT {0, 0, 0}
 
-/* Reference SipHash-2-4 of data under key (k0, k1). */
-extern PGDLLEXPORT uint64 dpwin_siphash24(uint64 k0, uint64 k1, const void *data, size_t len);
-
-/*
- * Reference SipHash-2-4-128 of data under key (k0, k1): out[0] is the
- * first eight bytes of the reference output read little-endian, out[1]
- * the last eight.
- */
-extern PGDLLEXPORT void dpwin_siphash24_128(uint64 k0, uint64 k1, const void *data,
-											size_t len, uint64 out[2]);
-
 /* Add one row (its RowBinary bytes) to the digest. */
 extern PGDLLEXPORT void dpwin_digest_add_row(DpwinDigest *d, const DpwinDigestKey *key,
 											 const void *row, size_t len);
