@@ -2,9 +2,12 @@
  *
  * build.c
  *	  The generation of a refresh (docs/design.md, "Building the
- *	  generation"): the ranges a refresh replaces, and the clone of the
- *	  target with the window removed, which the steps of extraction (as a
- *	  head start) and of building prepare alike.
+ *	  generation").  This file computes the ranges that a refresh
+ *	  replaces, and it clones the target into the generation and removes
+ *	  the window from the clone.  The extracting step prepares the clone
+ *	  as a head start while the workers read the source; the verified step
+ *	  prepares it when no head start is usable.  It also writes the
+ *	  generation's fields of c->build (invocation.h).
  *
  *-------------------------------------------------------------------------
  */

@@ -1,9 +1,10 @@
 /*-------------------------------------------------------------------------
  *
  * build.h
- *	  The generation of a refresh: admission under the lease, the ranges a
- *	  refresh replaces, and the clone of the target with the window
- *	  removed.  Used by the steps (steps.h); calls none.
+ *	  The generation of a refresh, which build.c owns: the ranges a refresh
+ *	  replaces, the clone of the target with the window removed, and the
+ *	  generation's fields of c->build.  Used by the steps (steps.h); calls
+ *	  none.
  *
  *-------------------------------------------------------------------------
  */

@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * catalog.h
- *	  Access to dpwin's own tables through SPI, as the extension's owner.
+ *	  Access to dpwin's own tables through SPI, as the extension's owner,
+ *	  and typed reads of the rows it returns (catalog.c).
  *
  *	  Ordinary roles cannot write the catalog; the functions that must
  *	  write it switch to the owner of schema dpwin for the duration of one

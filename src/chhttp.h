@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * chhttp.h
- *	  libcurl transport to the ClickHouse HTTP interface.
+ *	  libcurl transport to the ClickHouse HTTP interface (chhttp.c).
  *
  *	  This layer never ereports for a transport or server failure: it
  *	  returns a status and fills a reply, and chclient.c decides what the

@@ -345,14 +345,6 @@ coordinator_settle_statements(Coordinator *c)
 }
 
 /*
- * After an error: journal it, clean up what is safe to clean up, and hand
- * the error to the caller.  Before publication, or when the UUIDs showed
- * that the exchange did not happen, the invocation fails, every staging
- * and generation table is dropped and the target is untouched; otherwise,
- * from publishing on, nothing is dropped and the state is left for
- * recovery.
- */
-/*
  * The exchange's outcome is unknown: kept in the journal, with every
  * table, for a human to settle.  Recovery of an unknown publication may
  * find it unknown again.
@@ -373,6 +365,14 @@ journal_unknown(Coordinator *c)
 	}
 }
 
+/*
+ * After an error: journal it, clean up what is safe to clean up, and hand
+ * the error to the caller.  Before publication, or when the UUIDs showed
+ * that the exchange did not happen, the invocation fails, every staging
+ * and generation table is dropped and the target is untouched; otherwise,
+ * from publishing on, nothing is dropped and the state is left for
+ * recovery.
+ */
 static void
 coordinator_fail(Coordinator *c, ErrorData *edata)
 {

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * digest.h
- *	  Typed multiset digest: the row count and two sums of keyed SipHash-2-4
+ *	  Typed multiset digest (digest.c): the row count and two sums of keyed SipHash-2-4
  *	  values over the RowBinary bytes of each row (docs/design.md, "Why this
  *	  is exact").  ClickHouse computes the same value with formatRow(
  *	  'RowBinary', ...) and its reference SipHash, so the two sides can be

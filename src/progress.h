@@ -1,8 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * progress.h
- *	  Progress of running invocations in shared memory, read by the
- *	  dpwin.progress view in the manner of pg_stat_progress_*.
+ *	  Progress of running invocations in shared memory (progress.c), read by
+ *	  the dpwin.progress view in the manner of pg_stat_progress_*.
  *
  *-------------------------------------------------------------------------
  */

@@ -47,10 +47,10 @@ static const char *const state_names[DPWIN_NSTATES] = {
 #define S(x) (1u << DPWIN_STATE_##x)
 
 /*
- * Legal predecessors of each state (docs/design.md, "The state machine").  Failure is legal from
- * any state before publishing; from publishing (or unknown) only once the
- * exchange is known not to have happened.  unknown can be settled into
- * published by recovery once the UUIDs show it.
+ * Legal predecessors of each state (docs/design.md, "The state machine").
+ * Failure is legal from any state before publishing; from publishing (or
+ * unknown) only once the exchange is known not to have happened.  unknown
+ * can be settled into published by recovery once the UUIDs show it.
  */
 static const uint32 legal_predecessors[DPWIN_NSTATES] = {
 	[DPWIN_STATE_PLANNED] = 0,

@@ -111,7 +111,7 @@ struct RbEncoder
  * Room for n more bytes and the terminating zero.  The test is
  * enlargeStringInfo's own, made here so that the common case (the request
  * body already has room) costs no call: a row makes one of these for each
- * column (docs/benchmark.md, "The digest pass, profiled").
+ * column (docs/design.md, "Extraction").
  */
 static inline void
 rb_room(StringInfo out, int n)

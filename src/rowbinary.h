@@ -1,9 +1,10 @@
 /*-------------------------------------------------------------------------
  *
  * rowbinary.h
- *	  PostgreSQL Datum -> ClickHouse RowBinary encoders, with fidelity
- *	  checks (a value that cannot be represented exactly is an error, never
- *	  a rounded number) and the PostgreSQL/ClickHouse type parity rules.
+ *	  PostgreSQL Datum -> ClickHouse RowBinary encoders, which rowbinary.c
+ *	  owns, with fidelity checks: a value that cannot be represented
+ *	  exactly is an error, never a rounded number.  The type parity rules
+ *	  are chtype.h's.
  *
  *	  No I/O.  See docs/types.md for the map.
  *

@@ -8,10 +8,10 @@
  *	  extracting  one snapshot, the chunk workers        -> staged
  *	  staged      every receipt verified                 -> verified
  *
- *	  Extraction itself is extraction.c's; the generation that extraction
- *	  overlaps with, build.c's.  Recovery never enters these steps: an
- *	  invocation left planned or extracting lost its snapshot with its
- *	  coordinator (coordinator.c).
+ *	  extraction.c runs the extraction itself, and build.c prepares the
+ *	  generation that the extraction overlaps with.  Recovery never enters
+ *	  these steps: an invocation left planned or extracting lost its
+ *	  snapshot with its coordinator (coordinator.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -61,15 +61,15 @@ cached_digest(const DpwinDigestCache *cache, const DpwinChunkBounds *b,
 
 /*
  * A refresh that skips unchanged chunks compares each chunk with the
- * target's rows of [lo, hi).  The target's parts are read first.  Where
- * the target is the table the route's last publication published, its
- * layout the one that publication left (the same rows, merged or not)
- * and its schema the one it saw, that publication's digest of a chunk is
- * the target's; the other chunks are digested by ClickHouse, in one
- * statement.  The generation is cloned
- * once the chunks are known, and the skipped chunks' rows are kept from
- * that clone only if the target's parts are still the ones read here
- * (else they are digested again in the clone).
+ * target's rows of [lo, hi), and this function reads those rows' digests
+ * first.  It reads the target's parts first of all.  The route's last
+ * publication may already know a chunk's digest: it does when the target
+ * is still the table that publication published, with the layout it left
+ * (the same rows, merged or not) and the schema it saw.  ClickHouse
+ * digests the other chunks, all in one statement.  The build step clones
+ * the generation once the chunks are known, and it keeps the skipped
+ * chunks' rows from that clone only if the target's parts are still the
+ * ones read here; otherwise it digests them again in the clone.
  */
 static List *
 prepare_skipping(Coordinator *c)
