@@ -92,8 +92,10 @@ typedef enum DpwinSecondPending
 typedef struct Coordinator
 {
 	/*
-	 * invocation.c writes the identity, the connections, the window and the
-	 * admitted target (dpwin_invocation_set_target()).
+	 * invocation.c writes every field that names no other file here: the
+	 * identity, the route, the connections and their clean-up, the
+	 * registration, the window and the admitted target
+	 * (dpwin_invocation_set_target()).
 	 */
 	DpwinCallShared *call;
 	MemoryContext cxt;			/* lives as long as the process */
