@@ -495,11 +495,13 @@ sub trial
 	  or fail_('the released statement is still running two minutes later');
 	if ($kind =~ /^ep_/)
 	{
+		# (the log has a statement when it ends: several workers' statements
+		# at one step may end in any order)
 		my @hit = grep { matches($_->{query}, $text) } log_entries($seq);
 		my $want = $kind eq 'ep_lost' ? 'lost' : 'an error';
+		my @faulted = grep { $kind eq 'ep_lost' ? $_->{status} eq 'lost' : $_->{status} =~ /^[45]\d\d$/ } @hit;
 		$why = "the step $t->{step} never came" unless @hit;
-		$why ||= "the statement at $t->{step} was answered $hit[0]{status}, not $want"
-		  unless $kind eq 'ep_lost' ? $hit[0]{status} eq 'lost' : $hit[0]{status} =~ /^[45]\d\d$/;
+		$why ||= "no statement at $t->{step} was $want (answered: @{[ map { $_->{status} } @hit ]})" unless @faulted;
 	}
 	my @pending = grep { defined $text && index($_, $text) >= 0 } faults_pending();
 	$why ||= 'the fault is still pending' if @pending;
