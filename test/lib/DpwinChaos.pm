@@ -46,8 +46,8 @@ use Time::HiRes qw(time sleep);
 use DpwinTest;
 use DpwinFixture qw(fresh_fixture drop_routes bg_psql bg_finish fault new_uuid micros route_id
   invocation_prefix pg_up coordinator_pid ch_event_row_sql pg_event_row_sql refresh_sql postmaster_pid);
-use DpwinEndpoint qw(set_query_ids release running wait_running log_entries faults_pending);
-use DpwinChaosPlan qw(%STEPS make_plan describe round_size);
+use DpwinEndpoint qw(set_query_ids release running log_entries faults_pending);
+use DpwinChaosPlan qw(%STEPS make_plan describe);
 
 my $db;
 my @DAYS = @DpwinChaosPlan::WINDOWS;
