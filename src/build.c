@@ -4,7 +4,8 @@
  *	  The generation of a refresh (docs/design.md, "Building the
  *	  generation"): the ranges a refresh replaces, and the clone of the
  *	  target with the window removed, which the steps of extraction (as a
- *	  head start) and of building prepare alike.
+ *	  head start) and of building prepare alike; and a rollback's
+ *	  generation, a kept backup, checked against the target.
  *
  *-------------------------------------------------------------------------
  */
@@ -13,6 +14,7 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
+#include "admission.h"
 #include "build.h"
 #include "names.h"
 #include "window.h"
@@ -118,4 +120,35 @@ dpwin_build_prepare_generation(Coordinator *c, List *ranges)
 	dpwin_generation_remove_ranges(c->client, c->target, c->build.gen);
 	c->times.build = dpwin_seconds_since(started);
 	MemoryContextSwitchTo(oldcxt);
+}
+
+/*
+ * A rollback's generation is a kept backup (docs/design.md, "Rolling back
+ * a generation"), built long ago: it may take the target's place only
+ * while admission admits it as it admits the route's target, and it has
+ * the structure of the target as admitted now (c->target).  NULL when it
+ * may, with its UUID in *uuid (if not NULL); else the refusal, with its
+ * hint.  A backup that no longer exists ereports (42P01).
+ */
+DpwinRefusal *
+dpwin_build_check_backup(Coordinator *c, const char *backup, char **uuid)
+{
+	DpwinRoute	as_target = *c->route;
+	DpwinTargetInfo *info;
+	DpwinRefusal *refusal;
+
+	as_target.target_table = MemoryContextStrdup(c->cxt, backup);
+	info = dpwin_extraction_admit(c->client, &as_target, c->cxt, &refusal);
+	if (refusal == NULL)
+		refusal = dpwin_target_check_like_target(c->target, info, "backup");
+	if (refusal != NULL)
+	{
+		refusal->hint = psprintf("This backup can no longer take the place of target %s: roll back to another backup of route \"%s\", or refresh its windows again.",
+								 dpwin_ch_qualified_name(c->target->database, c->target->table),
+								 c->route->route_name);
+		return refusal;
+	}
+	if (uuid != NULL)
+		*uuid = MemoryContextStrdup(c->cxt, info->uuid);
+	return NULL;
 }

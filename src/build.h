@@ -3,13 +3,15 @@
  * build.h
  *	  The generation of a refresh: admission under the lease, the ranges a
  *	  refresh replaces, and the clone of the target with the window
- *	  removed.  Used by the steps (steps.h); calls none.
+ *	  removed; a rollback's kept backup checked against the target.  Used
+ *	  by the steps (steps.h); calls none.
  *
  *-------------------------------------------------------------------------
  */
 #ifndef DPWIN_BUILD_H
 #define DPWIN_BUILD_H
 
+#include "admission.h"
 #include "invocation.h"
 
 /* The whole window, as the one range a refresh replaces. */
@@ -26,5 +28,9 @@ extern void dpwin_build_prepare_generation(Coordinator *c, List *ranges);
 
 /* Narrow the clone made beside the workers to the staged ranges. */
 extern bool dpwin_build_narrow_generation(Coordinator *c, List *ranges);
+
+/* Whether a kept backup may be a rollback's generation (a refusal if not). */
+extern DpwinRefusal *dpwin_build_check_backup(Coordinator *c, const char *backup,
+											  char **uuid);
 
 #endif							/* DPWIN_BUILD_H */

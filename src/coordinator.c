@@ -8,6 +8,9 @@
  *	  planned -> extracting -> staged -> verified -> publishing
  *		  -> published -> evidenced -> completed
  *
+ *	  A rollback is registered in verified, where its own step checks the
+ *	  kept backup it puts back; from publishing on it is a refresh.
+ *
  *	  One step function per state (steps.h: stage.c, publish.c, finish.c)
  *	  does that state's work and returns the next state with what must
  *	  commit with it; coordinator_run() calls them in turn and hands each
@@ -42,6 +45,7 @@
 #include "lease.h"
 #include "names.h"
 #include "progress.h"
+#include "rollback.h"
 #include "steps.h"
 #include "verify.h"
 #include "window.h"
@@ -63,6 +67,13 @@ static const CoordinatorStep steps[DPWIN_NSTATES] = {
 	[DPWIN_STATE_PUBLISHED] = {"evidence", dpwin_step_published},
 	[DPWIN_STATE_EVIDENCED] = {"completing", dpwin_step_evidenced},
 };
+
+/*
+ * A rollback's own step, in the state where a refresh builds its
+ * generation (docs/design.md, "Rolling back a generation"); every other
+ * step of a rollback is the refresh's.
+ */
+static const CoordinatorStep rollback_step = {"rollback", dpwin_step_rollback};
 
 pg_noreturn static void report_snapshot_expired(Coordinator *c);
 
@@ -141,13 +152,16 @@ coordinator_run(Coordinator *c)
 	while (!dpwin_state_is_final(c->state))
 	{
 		DpwinState	from = c->state;
+		const CoordinatorStep *step = &steps[from];
 		DpwinStepResult result;
 
-		if (steps[from].run == NULL)
+		if (c->kind == DPWIN_KIND_ROLLBACK && from == DPWIN_STATE_VERIFIED)
+			step = &rollback_step;
+		if (step->run == NULL)
 			elog(ERROR, "dpwin: no step for state %s", dpwin_state_name(from));
 		if (c->progress_slot >= 0)
-			dpwin_progress_phase(c->progress_slot, steps[from].phase);
-		result = steps[from].run(c);
+			dpwin_progress_phase(c->progress_slot, step->phase);
+		result = step->run(c);
 		if (result.next == from)
 			elog(ERROR, "dpwin: step of state %s did not advance", dpwin_state_name(from));
 		dpwin_invocation_transition(c, result.next, result.with, NULL, 0);
@@ -206,9 +220,10 @@ coordinator_drop_orphan_tables(Coordinator *c, List *orphans)
 }
 
 /*
- * A fresh refresh: take the lease, register the invocation in state
- * planned (which refuses while an older invocation of the target has an
- * unsettled publication, and expires the orphans of dead coordinators),
+ * A fresh refresh or rollback: take the lease, register the invocation in
+ * state planned (a rollback, which chose its backup under the lease, in
+ * verified), which refuses while an older invocation of the target has an
+ * unsettled publication, and expires the orphans of dead coordinators,
  * and drop the orphans' tables.
  */
 static void
@@ -218,8 +233,18 @@ coordinator_register(Coordinator *c)
 
 	dpwin_invocation_load(c, c->call->route_id);
 	coordinator_take_lease(c);
-	dpwin_invocation_plan_window(c);
-	dpwin_invocation_adopt_digest_cache(c);
+	if (c->call->mode == DPWIN_CALL_ROLLBACK)
+	{
+		TimestampTz interval_end;
+		char	   *backup = dpwin_rollback_choose(c, &interval_end);
+
+		dpwin_invocation_plan_rollback(c, backup, interval_end);
+	}
+	else
+	{
+		dpwin_invocation_plan_window(c);
+		dpwin_invocation_adopt_digest_cache(c);
+	}
 	orphans = dpwin_invocation_register(c);
 	coordinator_drop_orphan_tables(c, orphans);
 	c->progress_slot = dpwin_progress_claim(&c->id, c->route->route_id,
@@ -497,6 +522,7 @@ dpwin_coordinator_main(Datum main_arg)
 		switch (call->mode)
 		{
 			case DPWIN_CALL_REFRESH:
+			case DPWIN_CALL_ROLLBACK:
 				coordinator_register(&c);
 				coordinator_run(&c);
 				break;

@@ -3,7 +3,8 @@
  * refresh.c
  *	  The SQL entry points of a refresh and of recovery from psql:
  *	  dpwin_refresh(), dpwin.recover(), dpwin.abandon(), dpwin.reconcile(),
- *	  dpwin.drop_backups(), dpwin.lock_target() and dpwin.unlock_target().
+ *	  dpwin.rollback(), dpwin.drop_backups(), dpwin.lock_target() and
+ *	  dpwin.unlock_target().
  *
  *	  Each call is admitted here, in the caller's backend, before any I/O:
  *	  the route exists, the caller may run it, the arguments are valid.
@@ -52,6 +53,7 @@ PG_FUNCTION_INFO_V1(dpwin_drop_backups);
 PG_FUNCTION_INFO_V1(dpwin_lock_target);
 PG_FUNCTION_INFO_V1(dpwin_unlock_target);
 PG_FUNCTION_INFO_V1(dpwin_verify);
+PG_FUNCTION_INFO_V1(dpwin_rollback);
 
 /* Load an invocation and its route, and check the caller owns the route. */
 static DpwinRoute *
@@ -350,6 +352,70 @@ dpwin_reconcile(PG_FUNCTION_ARGS)
 	}
 	appendStringInfoString(&buf, "}");
 	PG_RETURN_DATUM(DirectFunctionCall1(jsonb_in, CStringGetDatum(buf.data)));
+}
+
+/*
+ * dpwin.rollback(route, to_backup): admitted before any I/O, then run by a
+ * coordinator.  The route must have published at least once (a publication
+ * keeps the generation it replaced as a backup), and a named backup must
+ * be one its publications kept; whether it still exists is for the
+ * coordinator to find, under the lease.
+ */
+Datum
+dpwin_rollback(PG_FUNCTION_ARGS)
+{
+	DpwinCallShared *call = palloc(sizeof(DpwinCallShared));
+	DpwinRoute *route;
+	char	   *backup = NULL;
+	List	   *backups;
+	int			nbackups;
+	bool		known;
+	ListCell   *lc;
+	Datum		id;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("route must not be NULL")));
+	route = dpwin_route_load(text_to_cstring(PG_GETARG_TEXT_PP(0)), false);
+	dpwin_route_check_owner(route, "roll back");
+	dpwin_route_check_can_refresh(route);
+	(void) dpwin_server_conf(route->server_name, GetUserId());
+	if (!PG_ARGISNULL(1))
+		backup = text_to_cstring(PG_GETARG_TEXT_PP(1));
+
+	SPI_connect();
+	backups = dpwin_publication_backups(route->route_id);
+	nbackups = list_length(backups);
+	known = false;
+	foreach(lc, backups)
+		known = known || (backup != NULL && strcmp((char *) lfirst(lc), backup) == 0);
+	SPI_finish();
+
+	if (nbackups == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("route \"%s\" has no backup to roll back to", route->route_name),
+				 errdetail("A publication keeps the generation it replaces as a backup; this route has published none."),
+				 errhint("Refresh the route instead: SELECT * FROM dpwin_refresh('%s', '<interval_end>');",
+						 route->route_name)));
+	if (backup != NULL && !known)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("\"%s\" is not a backup of route \"%s\"", backup, route->route_name),
+				 errdetail("The route's backups are the tables its publications kept, named %s<interval_end>_<invocation>.",
+						   dpwin_backup_prefix(route->route_id)),
+				 errhint("List them: SELECT backup_table FROM dpwin.invocations WHERE route_name = '%s' AND publication_outcome = 'published' ORDER BY created_at DESC;",
+						 route->route_name)));
+
+	dpwin_call_init(call, DPWIN_CALL_ROLLBACK);
+	call->route_id = route->route_id;
+	if (backup != NULL)
+		strlcpy(call->to_backup, backup, sizeof(call->to_backup));
+	id = DirectFunctionCall1(gen_random_uuid, (Datum) 0);
+	memcpy(&call->invocation_id, DatumGetUUIDP(id), sizeof(pg_uuid_t));
+	dpwin_run_coordinator(call);
+	PG_RETURN_DATUM(dpwin_call_result(fcinfo, call));
 }
 
 static int

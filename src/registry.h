@@ -43,6 +43,17 @@ typedef enum DpwinState
 
 #define DPWIN_NSTATES (DPWIN_STATE_UNKNOWN + 1)
 
+/*
+ * What an invocation does (dpwin.invocation.kind): a refresh publishes a
+ * window of its source; a rollback puts a kept backup back in the target's
+ * place (docs/design.md, "Rolling back a generation").
+ */
+typedef enum DpwinKind
+{
+	DPWIN_KIND_REFRESH,
+	DPWIN_KIND_ROLLBACK
+} DpwinKind;
+
 typedef struct DpwinInvocation
 {
 	pg_uuid_t	id;
@@ -61,6 +72,8 @@ typedef struct DpwinInvocation
 	char	   *error;
 	char	   *error_sqlstate;
 	Oid			caller_role;
+	DpwinKind	kind;
+	char	   *rollback_backup;	/* a rollback's backup, from its plan */
 } DpwinInvocation;
 
 /*
@@ -93,6 +106,8 @@ extern const char *dpwin_state_name(DpwinState state);
 extern const char *dpwin_outcome_name(DpwinOutcome outcome);
 extern DpwinState dpwin_state_from_name(const char *name);
 extern bool dpwin_state_is_final(DpwinState state);
+extern const char *dpwin_kind_name(DpwinKind kind);
+extern DpwinKind dpwin_kind_from_name(const char *name);
 
 /* May an invocation go from `from` to `to`? (docs/design.md) */
 extern bool dpwin_state_may_follow(DpwinState from, DpwinState to);
@@ -134,8 +149,9 @@ extern char *dpwin_uuid_text(const pg_uuid_t *id);
 extern DpwinInvocation *dpwin_registry_load(const pg_uuid_t *id, bool missing_ok);
 
 /*
- * Record a new invocation in state planned, with its immutable plan and
- * one pending journal row per chunk (a List of DpwinChunkBounds).
+ * Record a new invocation in inv->state (planned; a rollback verified),
+ * with its kind, its immutable plan and one pending journal row per chunk
+ * (a List of DpwinChunkBounds; a rollback has none).
  */
 extern void dpwin_registry_create(const DpwinInvocation *inv, List *chunks);
 
@@ -273,6 +289,17 @@ extern void dpwin_verification_chunks(const pg_uuid_t *id,
 
 /* The backups a route's publications kept, newest first. */
 extern List *dpwin_publication_backups(int32 route_id);
+
+/*
+ * An invocation of the target other than `except` that published and has
+ * not finished (published, evidenced); NULL when none.
+ */
+extern char *dpwin_registry_unfinished_publication(int32 target_id,
+												   const pg_uuid_t *except);
+
+/* The route's last published interval_end; false when it has none. */
+extern bool dpwin_registry_last_interval_end(int32 route_id,
+											 TimestampTz *interval_end);
 
 /* Advance route state by CAS; never moves it backwards. */
 extern void dpwin_route_state_advance(int32 route_id, TimestampTz interval_end,

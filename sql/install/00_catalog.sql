@@ -95,6 +95,9 @@ CREATE TABLE dpwin.invocation (
 	created_at			timestamptz NOT NULL DEFAULT clock_timestamp(),
 	updated_at			timestamptz NOT NULL DEFAULT clock_timestamp(),
 	finished_at			timestamptz,
+	/* a refresh publishes a window; a rollback puts a kept backup back */
+	kind				text NOT NULL DEFAULT 'refresh'
+		CHECK (kind IN ('refresh', 'rollback')),
 	CHECK (window_lo < window_hi AND window_hi = interval_end)
 );
 CREATE INDEX invocation_route_idx ON dpwin.invocation (route_id, created_at);

@@ -2,8 +2,9 @@
  *
  * Relations and roles are stored as regclass and regrole, so that a dump
  * carries their names; the evidence function is stored as its qualified
- * signature (text), since pg_upgrade refuses regprocedure columns; and
- * dpwin.verification is registered for pg_dump.
+ * signature (text), since pg_upgrade refuses regprocedure columns;
+ * dpwin.verification is registered for pg_dump; invocations have a kind,
+ * and dpwin.rollback() puts a kept backup back.
  */
 
 \echo Use "ALTER EXTENSION dpwin UPDATE TO '0.2.0'" to load this file. \quit
@@ -25,6 +26,10 @@ ALTER TABLE dpwin.route
 	ALTER COLUMN evidence_function TYPE text USING evidence_function::text;
 ALTER TABLE dpwin.invocation
 	ALTER COLUMN caller_role TYPE regrole USING caller_role::regrole;
+/* every invocation of 0.1.0 was a refresh */
+ALTER TABLE dpwin.invocation
+	ADD COLUMN kind text NOT NULL DEFAULT 'refresh'
+		CHECK (kind IN ('refresh', 'rollback'));
 ALTER TABLE dpwin.verification
 	ALTER COLUMN caller_role TYPE regrole USING caller_role::regrole;
 
@@ -57,7 +62,7 @@ REVOKE ALL ON dpwin.routes FROM PUBLIC;
 GRANT SELECT ON dpwin.routes TO dpwin_operator;
 
 CREATE VIEW dpwin.invocations AS
-	SELECT i.invocation_id, r.route_name, i.interval_end, i.window_lo, i.window_hi,
+	SELECT i.invocation_id, r.route_name, i.kind, i.interval_end, i.window_lo, i.window_hi,
 		   i.state, i.error, i.error_sqlstate, i.lease_epoch, i.snapshot_id,
 		   p.outcome AS publication_outcome, p.backup_table,
 		   (SELECT count(*) FROM dpwin.chunk c WHERE c.invocation_id = i.invocation_id)::integer AS chunks,
@@ -85,3 +90,15 @@ REVOKE ALL ON dpwin.verifications FROM PUBLIC;
 GRANT SELECT ON dpwin.verifications TO dpwin_operator;
 
 SELECT pg_catalog.pg_extension_config_dump('dpwin.verification', '');
+
+/* dpwin.rollback() (sql/install/45_rollback.sql) */
+CREATE FUNCTION dpwin.rollback(route text, to_backup text DEFAULT NULL)
+	RETURNS dpwin.refresh_result
+	LANGUAGE C CALLED ON NULL INPUT VOLATILE
+	SET search_path = pg_catalog, pg_temp
+	AS 'MODULE_PATHNAME', 'dpwin_rollback';
+COMMENT ON FUNCTION dpwin.rollback(text, text) IS
+	'put a kept backup (by default the route''s newest) back as the route''s target, with one journaled EXCHANGE; the replaced generation is kept as a backup';
+
+REVOKE ALL ON FUNCTION dpwin.rollback(text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dpwin.rollback(text, text) TO dpwin_operator;
