@@ -323,8 +323,9 @@ for my $shape (qw(day flat))
 		my $seq = ch_log_seq();
 		fault(pattern => $pat, mode => 'hold', count => 1);
 		my ($h, $inv) = start_rollback($s);
-		my $lk = hold_locks("SELECT 1 FROM dpwin.publication WHERE invocation_id = '$inv' FOR UPDATE");
 		ok(wait_running(qr/^\Q$pat\E/, 1, phase => 'holding'), "$s->{tag}: the EXCHANGE waits on the server");
+		# the intent is committed: recording the outcome waits for this row lock
+		my $lk = hold_locks("SELECT 1 FROM dpwin.publication WHERE invocation_id = '$inv' FOR UPDATE");
 		is(release($pat), 1, "$s->{tag}: the EXCHANGE is released once the lock is held");
 		my $pid = coordinator_pid($inv);
 		ok(wait_answered($seq, qr/^\Q$pat\E/), "$s->{tag}: the EXCHANGE was answered");
