@@ -26,10 +26,18 @@ ALTER TABLE dpwin.route
 	ALTER COLUMN evidence_function TYPE text USING evidence_function::text;
 ALTER TABLE dpwin.invocation
 	ALTER COLUMN caller_role TYPE regrole USING caller_role::regrole;
-/* every invocation of 0.1.0 was a refresh */
+/*
+ * Every invocation of 0.1.0 was a refresh.  The column is filled by an
+ * UPDATE, not by ADD COLUMN's default: a default given there would be kept
+ * as the column's "missing value" for the old rows, which a fresh install
+ * has not, and the updated catalog would not be exactly a fresh one.
+ */
+ALTER TABLE dpwin.invocation ADD COLUMN kind text;
+UPDATE dpwin.invocation SET kind = 'refresh';
 ALTER TABLE dpwin.invocation
-	ADD COLUMN kind text NOT NULL DEFAULT 'refresh'
-		CHECK (kind IN ('refresh', 'rollback'));
+	ALTER COLUMN kind SET DEFAULT 'refresh',
+	ALTER COLUMN kind SET NOT NULL,
+	ADD CONSTRAINT invocation_kind_check CHECK (kind IN ('refresh', 'rollback'));
 ALTER TABLE dpwin.verification
 	ALTER COLUMN caller_role TYPE regrole USING caller_role::regrole;
 

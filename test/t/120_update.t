@@ -97,6 +97,8 @@ is(psql_ok($extconfig, db => $db), psql_ok($extconfig, db => $fresh),
 like(psql_ok($extconfig, db => $fresh), qr/dpwin\.verification/, 'dpwin.verification is registered for dump');
 
 is_deeply(catalog_rows($db, 'oid'), $before, 'every row of every dpwin table is kept');
+is(psql_ok("SELECT string_agg(DISTINCT kind, ',') FROM dpwin.invocation", db => $db), 'refresh',
+	'every invocation of 0.1.0 is a refresh');
 is(psql_ok("SELECT evidence_function FROM dpwin.route WHERE route_name = 'r_ev'", db => $db),
 	's.ev(uuid,jsonb)', 'the evidence function is stored by its qualified signature');
 is(psql_ok("SELECT source_relid || ' ' || owner FROM dpwin.route WHERE route_name = 'r_role'", db => $db),
