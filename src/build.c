@@ -2,10 +2,13 @@
  *
  * build.c
  *	  The generation of a refresh (docs/design.md, "Building the
- *	  generation"): the ranges a refresh replaces, and the clone of the
- *	  target with the window removed, which the steps of extraction (as a
- *	  head start) and of building prepare alike; and a rollback's
- *	  generation, a kept backup, checked against the target.
+ *	  generation").  This file computes the ranges that a refresh
+ *	  replaces, and it clones the target into the generation and removes
+ *	  the window from the clone.  The extracting step prepares the clone
+ *	  as a head start while the workers read the source; the verified step
+ *	  prepares it when no head start is usable.  It also writes the
+ *	  generation's fields of c->build (invocation.h), and checks a
+ *	  rollback's generation, a kept backup, against the target.
  *
  *-------------------------------------------------------------------------
  */
@@ -122,6 +125,50 @@ dpwin_build_prepare_generation(Coordinator *c, List *ranges)
 	MemoryContextSwitchTo(oldcxt);
 }
 
+/* Name the generation that an intent journaled (publication, recovery). */
+void
+dpwin_build_name_generation(Coordinator *c, const char *table)
+{
+	c->build.generation = MemoryContextStrdup(c->cxt, table);
+}
+
+/*
+ * The generation of an earlier process, whose build is not known here:
+ * only its table, column and ranges, enough to check it against the
+ * target.  Nothing changes when this process built the generation.
+ */
+void
+dpwin_build_recall_generation(Coordinator *c, char *table)
+{
+	if (c->build.gen != NULL)
+		return;
+	c->build.gen = palloc0(sizeof(DpwinGeneration));
+	c->build.gen->table = table;
+	c->build.gen->window_column = c->route->window_column;
+	c->build.gen->ranges = dpwin_build_window_ranges(c);
+}
+
+/* The clone failed part way: the build step clones again. */
+void
+dpwin_build_forget_generation(Coordinator *c)
+{
+	c->build.gen = NULL;
+}
+
+/* The rows the published target holds. */
+void
+dpwin_build_set_final_rows(Coordinator *c, int64 rows)
+{
+	c->build.final_rows = rows;
+}
+
+/* The rows the published target kept from the old one, outside the window. */
+void
+dpwin_build_set_kept_rows(Coordinator *c, int64 rows)
+{
+	c->build.kept_rows = rows;
+}
+
 /*
  * A rollback's generation is a kept backup (docs/design.md, "Rolling back
  * a generation"), built long ago: it may take the target's place only
@@ -140,7 +187,7 @@ dpwin_build_check_backup(Coordinator *c, const char *backup, char **uuid)
 	as_target.target_table = MemoryContextStrdup(c->cxt, backup);
 	info = dpwin_extraction_admit(c->client, &as_target, c->cxt, &refusal);
 	if (refusal == NULL)
-		refusal = dpwin_target_check_like_target(c->target, info, "backup");
+		refusal = dpwin_admission_check_like_target(c->target, info, "backup");
 	if (refusal != NULL)
 	{
 		refusal->hint = psprintf("This backup can no longer take the place of target %s: roll back to another backup of route \"%s\", or refresh its windows again.",

@@ -26,8 +26,10 @@
 #include "bgworker.h"
 #include "build.h"
 #include "names.h"
+#include "publication.h"
 #include "registry.h"
 #include "rollback.h"
+#include "route_state.h"
 #include "steps.h"
 #include "target.h"
 
@@ -61,7 +63,7 @@ journaled_backups(Coordinator *c, TimestampTz *interval_end)
 	unfinished = dpwin_registry_unfinished_publication(c->target_id, &c->id);
 	if (unfinished != NULL)
 		unfinished = MemoryContextStrdup(c->cxt, unfinished);
-	positioned = dpwin_registry_last_interval_end(c->route->route_id, interval_end);
+	positioned = dpwin_route_state_last(c->route->route_id, interval_end);
 	foreach(lc, dpwin_publication_backups(c->route->route_id))
 		names = lappend(names, MemoryContextStrdup(c->cxt, lfirst(lc)));
 	dpwin_xact_commit(c->cxt);
@@ -130,11 +132,11 @@ dpwin_step_rollback(Coordinator *c)
 
 	target = dpwin_extraction_admit(c->client, c->route, c->cxt, &refusal);
 	if (refusal != NULL)
-		dpwin_refusal_raise(refusal);
-	c->target = target;
+		dpwin_admission_raise(refusal);
+	dpwin_invocation_set_target(c, target);
 	refusal = dpwin_build_check_backup(c, c->rollback_backup, &uuid);
 	if (refusal != NULL)
-		dpwin_refusal_raise(refusal);
+		dpwin_admission_raise(refusal);
 
 	pub = MemoryContextAllocZero(c->cxt, sizeof(DpwinPublication));
 	pub->target_uuid_before = c->target->uuid;

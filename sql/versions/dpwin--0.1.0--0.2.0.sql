@@ -3,8 +3,9 @@
  * Relations and roles are stored as regclass and regrole, so that a dump
  * carries their names; the evidence function is stored as its qualified
  * signature (text), since pg_upgrade refuses regprocedure columns;
- * dpwin.verification is registered for pg_dump; invocations have a kind,
- * and dpwin.rollback() puts a kept backup back.
+ * dpwin.verification is registered for pg_dump; dpwin.server_conf(),
+ * which only tests called, is dropped (the test module has its own);
+ * invocations have a kind, and dpwin.rollback() puts a kept backup back.
  */
 
 \echo Use "ALTER EXTENSION dpwin UPDATE TO '0.2.0'" to load this file. \quit
@@ -98,6 +99,8 @@ REVOKE ALL ON dpwin.verifications FROM PUBLIC;
 GRANT SELECT ON dpwin.verifications TO dpwin_operator;
 
 SELECT pg_catalog.pg_extension_config_dump('dpwin.verification', '');
+
+DROP FUNCTION dpwin.server_conf(name);
 
 /* dpwin.rollback() (sql/install/45_rollback.sql) */
 CREATE FUNCTION dpwin.rollback(route text, to_backup text DEFAULT NULL)
