@@ -381,7 +381,7 @@ dpwin_rollback(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("route must not be NULL")));
 	route = dpwin_route_load(text_to_cstring(PG_GETARG_TEXT_PP(0)), false);
-	dpwin_route_check_owner(route, "roll back");
+	dpwin_route_check_owner(route, "put a backup back into");
 	dpwin_route_check_can_refresh(route);
 	(void) dpwin_server_conf(route->server_name, GetUserId());
 	if (!PG_ARGISNULL(1))

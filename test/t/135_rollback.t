@@ -209,6 +209,11 @@ for my $shape (qw(day month flat))
 	like(psql_err("SELECT * FROM dpwin.rollback('$s->{route}', 'tgt_rb_refused')"),
 		qr/^22023: "tgt_rb_refused" is not a backup of route "\Q$s->{route}\E"/, 'refused: a table that is not one of its backups');
 	like(psql_err("SELECT * FROM dpwin.rollback('$s->{route}', '')"), qr/^22023: /, 'refused: an empty backup name');
+	my $other = "t135_other_$$";
+	psql_ok("CREATE ROLE $other; GRANT dpwin_operator TO $other");
+	like(psql_err("SET ROLE $other; SELECT * FROM dpwin.rollback('$s->{route}')"),
+		qr/^42501: must be owner of route "\Q$s->{route}\E" to put a backup back into it/, 'refused: a caller who does not own the route');
+	psql_ok("DROP ROLE $other");
 	is(scalar(ch_log_since($seq)), 0, 'refused: nothing was sent to ClickHouse');
 	is(psql_ok('SELECT count(*) FROM dpwin.invocation'), $n, 'refused: nothing was journaled');
 	psql_ok("SELECT dpwin.drop_route('$fresh')");
