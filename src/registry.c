@@ -228,8 +228,8 @@ dpwin_registry_create(const DpwinInvocation *inv, List *chunks)
 
 	/*
 	 * A refresh leaves kind to its default, and dpwin reads the kind from
-	 * the plan (a rollback's names it): the statements of a refresh are
-	 * those of 0.1.0, whose catalog has no kind (test/t/120_update.t).
+	 * the plan (a rollback's plan names it): a refresh's statements stay
+	 * those of 0.1.0, whose catalog has no kind column.
 	 */
 	dpwin_catalog_exec(inv->kind == DPWIN_KIND_REFRESH ?
 					   "INSERT INTO dpwin.invocation (invocation_id, route_id, target_id,"

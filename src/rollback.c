@@ -3,9 +3,8 @@
  * rollback.c
  *	  The coordinator's side of dpwin.rollback(route [, to_backup]): a kept
  *	  backup generation put back as the route's target (docs/design.md,
- *	  "Rolling back a generation"; docs/recovery.md, "Rolling back a
- *	  generation").  The call itself is admitted before any I/O in the
- *	  caller's backend (refresh.c).
+ *	  "Rolling back a generation").  The call itself is admitted before any
+ *	  I/O in the caller's backend (refresh.c).
  *
  *	  The coordinator chooses the backup under the target's lease
  *	  (dpwin_rollback_choose()), registers a rollback invocation in state

@@ -1,5 +1,5 @@
 /* dpwin — rollback of a route's target to a kept backup
- * (docs/recovery.md, "Rolling back a generation") */
+ * (docs/design.md, "Rolling back a generation") */
 
 CREATE FUNCTION dpwin.rollback(route text, to_backup text DEFAULT NULL)
 	RETURNS dpwin.refresh_result
