@@ -1016,7 +1016,7 @@ columns_text(const DpwinTargetInfo *info)
 
 DpwinRefusal *
 dpwin_admission_check_like_target(const DpwinTargetInfo *target,
-							   const DpwinTargetInfo *other, const char *what)
+								  const DpwinTargetInfo *other, const char *what)
 {
 	char	   *qtarget = dpwin_ch_qualified_name(target->database, target->table);
 	char	   *qother = dpwin_ch_qualified_name(other->database, other->table);

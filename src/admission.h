@@ -63,7 +63,7 @@ extern DpwinRefusal *dpwin_admission_check_unchanged(const DpwinTargetInfo *now,
 													 const char *when);
 
 /*
- * Has `other`, admitted as the route's target is (dpwin_target_try_admit()
+ * Has `other`, admitted as the route's target is (dpwin_admission_try_admit()
  * on its name), the structure of `target`: the same columns and types in
  * the same order (else a refusal with ERRCODE_DATATYPE_MISMATCH), the same
  * partition and sorting keys, engine and definition (schema fingerprint;
@@ -71,8 +71,8 @@ extern DpwinRefusal *dpwin_admission_check_unchanged(const DpwinTargetInfo *now,
  * names `other` in the message ("backup").  No hint: the caller's.
  */
 extern DpwinRefusal *dpwin_admission_check_like_target(const DpwinTargetInfo *target,
-													const DpwinTargetInfo *other,
-													const char *what);
+													   const DpwinTargetInfo *other,
+													   const char *what);
 
 /*
  * Probe once per server that EXCHANGE TABLES works (two scratch tables in

@@ -326,11 +326,11 @@ exchange(Coordinator *c, const DpwinPublication *pub, const char *query_id,
  * while the target is the table it was built from: same UUID, same
  * schema, same rows outside the window; a rollback's, a kept backup, only
  * while it has the target's structure (dpwin_build_check_backup()).  A
- * refusal by admission or by the
- * generation's check (types, an unsupported table, or a target not in the
- * state the generation was built from) settles the invocation as not
- * published (the changed target is kept); an error, such as a lost
- * connection, leaves the outcome open for another try.
+ * refusal by admission or by the generation's check (types, an
+ * unsupported table, or a target not in the state the generation was
+ * built from) settles the invocation as not published (the changed target
+ * is kept); an error, such as a lost connection, leaves the outcome open
+ * for another try.
  */
 static void
 check_still_ours(Coordinator *c, const DpwinPublication *pub,
