@@ -225,6 +225,19 @@ is(psql_ok(chq_started($srv_short, 'SELECT 44', 1500, 0)), '44',
 	is(psql_ok(chq_started($srv, 'SELECT 9', 0)), '9', 'the next started statement works');
 }
 
+# --- the query log -----------------------------------------------------------------
+
+# The log gives a statement's text back as it was sent: a backslash before
+# an n stays a backslash and an n, tabs and newlines come back as such
+# (the endpoint escapes them; DpwinTest::ch_log_since undoes it).
+{
+	my $seq = ch_log_seq();
+	my $sql = "SELECT 'log_text_$tag', 'a\\\\nb', '\t', '\n'";
+	ch_ok($sql);
+	my ($logged) = grep { index($_->{query}, "log_text_$tag") >= 0 } ch_log_since($seq);
+	is($logged->{query} // 'not logged', $sql, 'the query log keeps backslashes, tabs and newlines');
+}
+
 # --- housekeeping ------------------------------------------------------------------
 
 psql_ok("DROP SERVER IF EXISTS $_ CASCADE") for ($srv, $srv_bad, $srv_refused, $srv_short);
