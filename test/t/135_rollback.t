@@ -299,7 +299,21 @@ for my $shape (qw(day flat))
 		release("FROM system.databases WHERE name = '$db'");
 		is(rollback_state($inv), 'verified|', "$s->{tag}: journaled verified, no intent");
 		target_is($s, 'bad', "$s->{tag}: after the crash");
-		settle($s, $inv, $seq, $s->{tag});
+		if ($shape eq 'day')
+		{
+			settle($s, $inv, $seq, $s->{tag});
+		}
+		else
+		{
+			# without an intent it may be abandoned instead; then a new one completes
+			is(psql_ok("SELECT state FROM dpwin.abandon('$inv')"), 'abandoned', "$s->{tag}: abandon() ends it");
+			target_is($s, 'bad', "$s->{tag}: after abandon()");
+			is(uuid_of($s->{backup}), $s->{good_uuid}, "$s->{tag}: abandon() kept the backup");
+			is(scalar(exchanges($seq, $s->{t})), 0, "$s->{tag}: no EXCHANGE was sent");
+			$seq = ch_log_seq();
+			is(psql_ok(rollback_sql($s)), 'completed', "$s->{tag}: a new rollback completes");
+			check_rolled_back($s, last_rollback($s), $seq, "$s->{tag}: the new rollback");
+		}
 	}
 
 	# SIGKILL after the intent, the EXCHANGE held and never run
@@ -356,6 +370,39 @@ for my $shape (qw(day flat))
 		is($x[0]{status}, 'lost', "$s->{tag}: whose reply was lost");
 		check_rolled_back($s, last_rollback($s), $seq, $s->{tag});
 	}
+}
+
+# A publication left published (its coordinator killed in the evidence
+# function) is finished before a rollback may replace its generation.
+{
+	my $evkey = 135_000 + $$ % 100_000;
+	psql_ok("CREATE TABLE $db.ev_log (invocation_id uuid NOT NULL, metrics jsonb NOT NULL);
+		CREATE FUNCTION $db.record_evidence(inv uuid, metrics jsonb) RETURNS void
+			LANGUAGE plpgsql AS \$\$
+			BEGIN
+				PERFORM pg_advisory_xact_lock($evkey);
+				INSERT INTO $db.ev_log VALUES (inv, metrics);
+			END
+			\$\$;");
+	my $s = scenario('rb_unfinished', engine => $ENGINE{day}, evidence => "$db.record_evidence(uuid,jsonb)");
+	my $lk = hold_locks("SELECT pg_advisory_xact_lock($evkey)");
+	my $h = bg_psql(refresh_sql($s->{route}, $E2, $s->{inv}));
+	ok(wait_until(sub { state_of($s->{inv}) eq 'published' }, 60), 'unfinished: E2 is published');
+	my $pid = coordinator_pid($s->{inv});
+	ok(wait_until(sub { waits_on_lock($pid) }, 30), 'unfinished: its evidence function waits');
+	crash([$pid], $h, 'unfinished');
+	bg_finish($lk);
+	my $seq = ch_log_seq();
+	like(psql_err(rollback_sql($s)), qr/^55006: invocation \Q$s->{inv}\E of this target has not finished its publication/,
+		'unfinished: a rollback waits until it is finished');
+	is(scalar(exchanges($seq, $s->{t})), 0, 'unfinished: no EXCHANGE was sent');
+	is(psql_ok("SELECT state FROM dpwin.recover('$s->{inv}')"), 'completed', 'unfinished: recover() finishes it');
+	is(psql_ok(rollback_sql($s)), 'completed', 'unfinished: then the rollback completes');
+	is(uuid_of($s->{t}), $s->{pre_uuid}, 'unfinished: E1\'s generation is back (UUID)');
+	multiset_is(ch_rows($s->{t}), $s->{old}, 'unfinished: E1\'s generation is back (rows)');
+	is(psql_ok("SELECT count(*) FROM $db.ev_log l JOIN dpwin.invocation i USING (invocation_id)"
+			  . " WHERE i.kind = 'rollback' AND l.metrics->>'kind' = 'rollback'"), 1,
+		'unfinished: the route\'s evidence function recorded the rollback once');
 }
 
 crash_teardown();
