@@ -162,6 +162,30 @@ for my $shape (qw(day month flat))
 	is_deeply(leftovers(), [], 'day: no staging or generation table is left');
 }
 
+# ---- the recipe of docs/recovery.md, "Rolling back a generation" -------------
+
+{
+	my $s = published('rb_recipe', engine => $ENGINE{month});
+	my $r = $s->{route};
+	my @list = split /\n/, psql_ok("SELECT created_at, kind, interval_end, backup_table"
+		  . " FROM dpwin.invocations WHERE route_name = '$r' AND publication_outcome = 'published'"
+		  . " ORDER BY created_at DESC");
+	is((split /\|/, $list[0])[3], $s->{backup}, 'recipe 1: the newest backup is listed first');
+	is(scalar(@list), 2, 'recipe 1: one backup per publication');
+	my ($inv, $state, $put_back, $kept, $in_place) = split /\|/,
+	  psql_ok("SELECT invocation_id, state, generation_table AS put_back, backup_table AS replaced_kept_as,"
+		  . " details->'evidence'->>'target_uuid' AS in_place FROM dpwin.rollback('$r')");
+	is("$state $put_back $in_place", "completed $s->{backup} $s->{good_uuid}", 'recipe 2: rolled back, the result names what is in place');
+	is(uuid_of($s->{t}), $in_place, 'recipe 2: in_place is the target\'s UUID');
+	is(uuid_of($kept), $s->{bad_uuid}, 'recipe 2: replaced_kept_as holds the replaced generation');
+	is(psql_ok("SELECT d->>'verdict' AS verdict, d->>'target_uuid_now' = d->'intent'->>'generation_uuid' AS in_place"
+			  . " FROM dpwin.reconcile('$inv') AS d"), 'published|t', 'recipe 3: reconcile() says published, in place');
+	is(psql_ok("SELECT state FROM dpwin.rollback('$r')"), 'completed', 'recipe 4: undone');
+	target_is($s, 'bad', 'recipe 4: undone');
+	is(psql_ok("SELECT d->>'verdict' FROM dpwin.reconcile('$inv') AS d"), 'superseded',
+		'recipe 3: once replaced, reconcile() says superseded');
+}
+
 # ---- skip_unchanged ----------------------------------------------------------
 
 {
