@@ -43,8 +43,13 @@ typedef struct DpwinCallShared
 	int			lease_timeout_ms;
 	int			max_workers;	/* the caller's dpwin.max_workers */
 	int			retry_backoff_ms;	/* the caller's dpwin.retry_backoff */
+	int64		backfill_id;	/* a backfill's window (dpwin.backfill); 0: none */
+	int			caller_pid;		/* whose latch says the outcome is there */
 
-	/* Outcome, written by the coordinator before it exits. */
+	/*
+	 * Outcome, written by the coordinator before it sets finished; it may go
+	 * on after that (retention) without touching the segment again.
+	 */
 	bool		finished;
 	int			sqlerrcode;		/* 0: success */
 	char		message[2048];
