@@ -171,46 +171,69 @@ my $before = ch_rows('tgt_resume');
 my $kept = outside_rows('tgt_resume');
 my $call = "CALL dpwin.backfill('$rr', '$FROM', '$TO')";
 
-# The running window of the backfill once $done windows are published and
-# its workers wait at the held source.
-sub held_window
+# The window of the backfill of $rr that is running now, once its workers
+# wait at the held source.
+sub running_window
 {
-	my ($done) = @_;
-	ok(wait_until(sub { (split /\|/, backfill_row($rr))[3] >= $done }, 120), "$done windows published");
-	my $hs = hold_source("$db.src", 'src_w');
 	my $inv;
 	ok(wait_until(sub {
 			$inv = psql_ok("SELECT invocation_id FROM dpwin.invocation WHERE route_id = $rid AND backfill_id IS NOT NULL"
 				  . " AND state NOT IN ('completed', 'failed', 'abandoned', 'snapshot_expired')");
 			$inv ne '' && workers_held($inv, 1, 2);
-		}, 120), 'a later window is held in its extraction');
-	return ($hs, $inv);
+		}, 120), 'a window of the backfill is held in its extraction');
+	return $inv;
 }
 
+# The backfill's running window is held at the source ($hs): let it
+# finish while the backfill's row is locked (the next window cannot be
+# recorded; a window's registration only reads the row), hold the source
+# again while no window reads it (a window reading it would stall behind
+# the REINDEX), and let the next window start.  Returns the new hold and
+# that window's invocation, held at the source.
+sub next_window
+{
+	my ($hs) = @_;
+	my $bid = (split /\|/, backfill_row($rr))[0];
+	my $done = (split /\|/, backfill_row($rr))[3];
+	my $row = hold_session("SELECT 1 FROM dpwin.backfill WHERE backfill_id = $bid FOR NO KEY UPDATE");
+	release_source($hs);
+	ok(wait_until(sub {
+			psql_ok("SELECT count(*) FROM pg_stat_activity WHERE application_name = 't130_backfill'"
+				  . " AND wait_event_type = 'Lock'") == 1
+		}, 120), 'the backfill waits between two windows');
+	is((split /\|/, backfill_row($rr))[3], $done + 1, 'the held window was published');
+	$hs = hold_source("$db.src", 'src_w');
+	release_session($row);
+	return ($hs, running_window());
+}
+
+my $hs = hold_source("$db.src", 'src_w');
 my $bg = bg_psql($call, 't130_backfill');
-my ($hs, $inv1) = held_window(2);
-my $done1 = (split /\|/, backfill_row($rr))[3];
+running_window();
+my $inv1;
+($hs, $inv1) = next_window($hs);
 psql_ok("SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE application_name = 't130_backfill'");
 my ($rc, undef, $err) = bg_finish($bg);
 like($err, qr/ERROR:\s+57014:/, 'the cancelled CALL fails with 57014');
 like($err, qr/HINT:.*CALL dpwin\.backfill\(.*\) resumes the backfill/, 'and says how to resume');
 release_source($hs);
 my ($bid, $state, $total, $done, $calls, $sqlstate) = split /\|/, backfill_row($rr);
-is("$state|$sqlstate|$calls", 'failed|57014|1', 'the backfill is failed with the cancel');
-ok($done >= 2 && $done < $N, "some windows are published ($done of $N)");
+is("$state|$sqlstate|$calls|$done", 'failed|57014|1|1', 'the backfill is failed with the cancel, one window published');
 ok(wait_until(sub { psql_ok("SELECT state FROM dpwin.invocation WHERE invocation_id = '$inv1'") eq 'failed' }, 60),
 	'the cancelled window is failed');
 
+$hs = hold_source("$db.src", 'src_w');
 $bg = bg_psql($call, 't130_backfill');
+running_window();
 my $inv2;
-($hs, $inv2) = held_window($done + 1);
+($hs, $inv2) = next_window($hs);
 my $pid = coordinator_pid($inv2);
 ok($pid, "the window's coordinator holds the lease ($pid)");
 crash([$pid], $bg, 'coordinator of a backfill window');
-my (undef, $st2) = split /\|/, backfill_row($rr);
-is($st2, 'interrupted', 'after the crash the backfill shows as interrupted (running, no session holds it)');
-my $done2 = (split /\|/, backfill_row($rr))[3];
-ok($done2 > $done, "the second call published more windows ($done2)");
+bg_finish($hs);	# the source's holder went with the crash restart
+my (undef, $st2, undef, $done2, $calls2) = split /\|/, backfill_row($rr);
+is("$st2|$done2|$calls2", 'interrupted|3|2',
+	'after the crash the backfill is interrupted (running, no session holds it), three windows published in two calls');
 
 my %published_before = map { $_ => 1 } split /\n/,
   psql_ok("SELECT invocation_id FROM dpwin.invocation WHERE route_id = $rid AND state = 'completed'");
@@ -246,7 +269,7 @@ ok(wait_until(sub {
 	}, 120), 'the first window is held in its extraction');
 my $bf = psql_ok("SELECT backfill_id FROM dpwin.backfill WHERE route_id = $rid_s");
 # the backfill cannot record its next window while this row is locked
-my $row = hold_session("SELECT 1 FROM dpwin.backfill WHERE backfill_id = $bf FOR UPDATE");
+my $row = hold_session("SELECT 1 FROM dpwin.backfill WHERE backfill_id = $bf FOR NO KEY UPDATE");
 release_source($hs);
 ok(wait_until(sub {
 		psql_ok("SELECT count(*) FROM pg_stat_activity WHERE application_name = 't130_sched' AND wait_event_type = 'Lock'") == 1
