@@ -1,9 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * retention.h
- *	  The backups a route keeps: route.keep_backups applied after each
- *	  publication, and one backup per backfill (docs/design.md, "Backfill,
- *	  retention and health").
+ *	  The backups a route keeps, which retention.c owns: route.keep_backups
+ *	  applied after each publication, and one backup per backfill
+ *	  (docs/design.md, "Backfill, retention and health").
  *
  *-------------------------------------------------------------------------
  */
