@@ -282,9 +282,9 @@ CREATE PROCEDURE dpwin.backfill(route text, "from" timestamptz, "to" timestamptz
 	AS $$
 DECLARE
 	b			bigint;
-	w			record;
 	inv			uuid;
-	done		boolean;
+	next_end	timestamptz;
+	done_end	timestamptz;
 	e_state		text;
 	e_message	text;
 	e_detail	text;
@@ -293,9 +293,16 @@ BEGIN
 	b := dpwin.backfill_begin(route, "from", "to");
 	COMMIT;
 	LOOP
+		/*
+		 * The window recorded (and committed) last time round, then what
+		 * comes next: errors of both are the backfill's.
+		 */
 		e_state := NULL;
-		done := false;
 		BEGIN
+			IF next_end IS NOT NULL THEN
+				PERFORM dpwin.backfill_window(route, next_end, b);
+				done_end := next_end;
+			END IF;
 			/* an invocation a crash left unfinished is settled first */
 			FOR inv IN SELECT u FROM dpwin.backfill_unsettled(b) u LOOP
 				BEGIN
@@ -305,12 +312,10 @@ BEGIN
 					NULL;
 				END;
 			END LOOP;
-			SELECT * INTO w FROM dpwin.backfill_next(b);
-			IF NOT FOUND THEN
-				done := true;
-			ELSE
-				PERFORM dpwin.backfill_note(b, w.interval_end);
-				PERFORM dpwin.backfill_window(route, w.interval_end, b);
+			next_end := (SELECT n.interval_end FROM dpwin.backfill_next(b) n);
+			IF next_end = done_end THEN
+				RAISE EXCEPTION 'the window ending % of backfill % is not published after its refresh',
+					next_end, b USING ERRCODE = 'internal_error';
 			END IF;
 		EXCEPTION WHEN OTHERS OR query_canceled THEN
 			GET STACKED DIAGNOSTICS e_state = RETURNED_SQLSTATE, e_message = MESSAGE_TEXT,
@@ -325,7 +330,8 @@ BEGIN
 					|| format('CALL dpwin.backfill(%L, %L, %L) resumes the backfill.',
 							  route, "from", "to");
 		END IF;
-		EXIT WHEN done;
+		EXIT WHEN next_end IS NULL;
+		PERFORM dpwin.backfill_note(b, next_end);
 		COMMIT;
 	END LOOP;
 	PERFORM dpwin.backfill_end(b, NULL, NULL);
