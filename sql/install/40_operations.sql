@@ -532,6 +532,7 @@ CREATE VIEW dpwin.health AS
 			 WHERE i.route_id = r.route_id
 			   AND (i.state = 'unknown'
 					OR (i.state IN ('publishing', 'published', 'evidenced')
+						/* the target's lease (lease.c): no coordinator holds it */
 						AND NOT EXISTS (
 							SELECT 1 FROM pg_catalog.pg_locks l
 							 WHERE l.locktype = 'advisory' AND l.classid = 1146115913::oid

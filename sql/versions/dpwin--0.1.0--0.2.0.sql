@@ -211,6 +211,7 @@ GRANT EXECUTE ON FUNCTION dpwin.alter_route(text, regclass, name, name, text, te
 
 
 
+
 /* One row per backfill: the range, its windows, its state. */
 CREATE TABLE dpwin.backfill (
 	backfill_id			bigserial PRIMARY KEY,
@@ -733,6 +734,7 @@ CREATE VIEW dpwin.health AS
 			 WHERE i.route_id = r.route_id
 			   AND (i.state = 'unknown'
 					OR (i.state IN ('publishing', 'published', 'evidenced')
+						/* the target's lease (lease.c): no coordinator holds it */
 						AND NOT EXISTS (
 							SELECT 1 FROM pg_catalog.pg_locks l
 							 WHERE l.locktype = 'advisory' AND l.classid = 1146115913::oid
