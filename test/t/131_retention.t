@@ -116,6 +116,31 @@ ok(coordinators_gone(), 'the recovery\'s coordinator is gone');
 ok(!(grep { $_ eq $b9 } @{ backups() }), 'and its retention drops that backup now');
 is(scalar(@{ backups() }), 2, 'two backups again');
 
+# A publication in flight that names a kept backup as the table it puts in
+# place (as a rollback's intent does) and has not settled: that backup is
+# not dropped, even beyond keep_backups.  The invocation is written here as
+# such a publication leaves it after its EXCHANGE (published, not
+# completed), which does not stop the next refresh.
+my ($oldest) = @{ journal_backups("AND p.backup_dropped_at IS NULL") }[-1];
+my $x = psql_ok("SELECT gen_random_uuid()");
+psql_ok("INSERT INTO dpwin.invocation (invocation_id, route_id, target_id, interval_end, window_lo, window_hi,"
+	  . " config_fingerprint, lease_epoch, state, caller_role)"
+	  . " SELECT '$x', route_id, target_id, interval_end, window_lo, window_hi, config_fingerprint, lease_epoch,"
+	  . " 'published', caller_role FROM dpwin.invocation WHERE route_id = $rid ORDER BY created_at DESC LIMIT 1;"
+	  . " INSERT INTO dpwin.publication (invocation_id, target_id, target_uuid_before, generation_table,"
+	  . " generation_uuid, backup_table, lease_epoch, outcome)"
+	  . " SELECT '$x', target_id, gen_random_uuid(), '$oldest', gen_random_uuid(), '_dpwin_backup_${rid}_in_flight',"
+	  . " lease_epoch, 'published' FROM dpwin.invocation WHERE invocation_id = '$x'");
+is(psql_ok("SELECT state FROM dpwin_refresh('$r', '" . hour(12) . "')"), 'completed', 'hour 12 published');
+ok(coordinators_gone(), 'hour 12: the coordinator is gone');
+ok((grep { $_ eq $oldest } @{ backups() }), 'the backup that a publication in flight names is kept beyond keep_backups');
+is(scalar(@{ backups() }), 3, 'it and the two newest');
+psql_ok("DELETE FROM dpwin.publication WHERE invocation_id = '$x'; DELETE FROM dpwin.invocation WHERE invocation_id = '$x'");
+is(psql_ok("SELECT state FROM dpwin_refresh('$r', '" . hour(13) . "')"), 'completed', 'hour 13 published, nothing in flight');
+ok(coordinators_gone(), 'hour 13: the coordinator is gone');
+ok(!(grep { $_ eq $oldest } @{ backups() }), 'then that backup is dropped');
+is(scalar(@{ backups() }), 2, 'two backups again');
+
 # --- a backfill keeps one more ------------------------------------------------
 
 my @before = @{ backups() };
@@ -128,12 +153,12 @@ multiset_is(ch_rows($bb), $target_before, 'the backfill\'s backup is the target 
 is(psql_ok("SELECT count(*) FROM dpwin.publication p JOIN dpwin.invocation i USING (invocation_id)"
 	  . " WHERE i.backfill_id IS NOT NULL AND i.route_id = $rid AND p.backup_dropped_at IS NOT NULL"), 3,
 	'the three later windows dropped the generation they replaced, the backfill\'s own');
-is(psql_ok("SELECT state FROM dpwin_refresh('$r', '" . hour(12) . "')"), 'completed', 'the next hour is published');
+is(psql_ok("SELECT state FROM dpwin_refresh('$r', '" . hour(14) . "')"), 'completed', 'the next hour is published');
 ok(coordinators_gone(), 'its coordinator is gone');
 is(scalar(@{ backups() }), 2, 'once the backfill is completed its backup is one of the kept_backups again');
 multiset_is(ch_rows('tgt'), [ '1|' . psql_ok("SELECT (extract(epoch FROM timestamptz '2026-01-01 00:00:00+00') * 1000000)::bigint") . '|kept',
 		@{ pg_rows("(w >= '2026-09-07 00:00:00+00' AND w < '2026-09-07 04:00:00+00')"
-			  . " OR (w >= '2026-09-08 00:00:00+00' AND w < '" . hour(12) . "')") } ],
+			  . " OR (w >= '2026-09-08 00:00:00+00' AND w < '" . hour(14) . "')") } ],
 	'the target holds every published window and its own row');
 
 # --- drop_backups stays -------------------------------------------------------
