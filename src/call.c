@@ -72,11 +72,10 @@ dpwin_run_coordinator(DpwinCallShared *call)
 		for (;;)
 		{
 			/*
-			 * The outcome is there once finished is set: the coordinator may
-			 * still be applying the route's retention, which is not the
-			 * caller's to wait for.
+			 * A coordinator that drops backups after the outcome releases its
+			 * caller first: retention is not the caller's to wait for.
 			 */
-			if (shared->finished)
+			if (shared->released)
 			{
 				pg_read_barrier();
 				break;

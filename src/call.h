@@ -47,10 +47,13 @@ typedef struct DpwinCallShared
 	int			caller_pid;		/* whose latch says the outcome is there */
 
 	/*
-	 * Outcome, written by the coordinator before it sets finished; it may go
-	 * on after that (retention) without touching the segment again.
+	 * Outcome, written by the coordinator before it sets finished.  With
+	 * released also set, the caller returns without waiting for the
+	 * coordinator to exit: it has backups to drop (retention), and does not
+	 * touch the segment again.
 	 */
 	bool		finished;
+	bool		released;
 	int			sqlerrcode;		/* 0: success */
 	char		message[2048];
 	char		detail[2048];

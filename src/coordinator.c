@@ -513,14 +513,18 @@ coordinator_retention_apply(Coordinator *c, List *tables)
 	MemoryContextSwitchTo(c->cxt);
 }
 
-/* The outcome is in the segment: let the caller return. */
+/*
+ * The outcome is in the segment: let the caller return before this process
+ * has exited.
+ */
 static void
-coordinator_report(DpwinCallShared *call)
+coordinator_release_caller(DpwinCallShared *call)
 {
 	PGPROC	   *caller;
 
-	pg_write_barrier();
 	call->finished = true;
+	pg_write_barrier();
+	call->released = true;
 	caller = BackendPidGetProc(call->caller_pid);
 	if (caller != NULL)
 		SetLatch(&caller->procLatch);
@@ -623,14 +627,20 @@ dpwin_coordinator_main(Datum main_arg)
 	 * The caller has its result before the backups are dropped: retention is
 	 * not on its path, and works without the lease, on tables that only this
 	 * route's journal names and that no unfinished publication needs.
+	 * Otherwise the caller returns once this process has exited, as it
+	 * always did.
 	 */
-	coordinator_report(call);
 	if (retention != NIL)
+	{
+		coordinator_release_caller(call);
 		coordinator_retention_apply(&c, retention);
+	}
 	if (c.client)
 		dpwin_ch_client_close(c.client);
 	if (c.second_client)
 		dpwin_ch_client_close(c.second_client);
+	if (retention == NIL)
+		call->finished = true;
 	dsm_detach(seg);
 	proc_exit(0);
 }
