@@ -212,6 +212,7 @@ GRANT EXECUTE ON FUNCTION dpwin.alter_route(text, regclass, name, name, text, te
 
 
 
+
 /* One row per backfill: the range, its windows, its state. */
 CREATE TABLE dpwin.backfill (
 	backfill_id			bigserial PRIMARY KEY,
@@ -615,7 +616,9 @@ CREATE OR REPLACE VIEW dpwin.progress AS
 			 WHERE b.backfill_id IS NOT NULL) bw ON true;
 
 /*
- * Retention: the backups of a route to drop now, from the journal alone.
+ * Retention: the backups of a route to drop now, from the journal alone
+ * (a backup that a later publication put back in place is no backup any
+ * more, and is left out).
  *
  *   - a backfill's window that replaced the backfill's own previous
  *     generation (the table it replaced is the generation of an earlier
@@ -657,6 +660,9 @@ CREATE FUNCTION dpwin.backups_to_drop(route integer)
 		  FROM pubs c
 		 WHERE c.outcome = 'published' AND c.state = 'completed' AND c.backup_dropped_at IS NULL
 		   AND c.backup_table NOT IN (SELECT t FROM protected)
+		   /* a backup a later publication put back (a rollback) is the target now */
+		   AND c.backup_table NOT IN (SELECT g.generation_table FROM pubs g
+									   WHERE g.outcome = 'published')
 	), ranked AS (
 		SELECT backup_table, replaced_own,
 			   row_number() OVER (PARTITION BY replaced_own ORDER BY intent_at DESC) AS n
@@ -757,7 +763,10 @@ CREATE VIEW dpwin.health AS
 			  FROM dpwin.publication p
 			  JOIN dpwin.invocation i USING (invocation_id)
 			 WHERE i.route_id = r.route_id AND p.outcome = 'published'
-			   AND p.backup_dropped_at IS NULL) k
+			   AND p.backup_dropped_at IS NULL
+			   AND NOT EXISTS (SELECT 1 FROM dpwin.publication g
+								WHERE g.generation_table = p.backup_table
+								  AND g.target_id = p.target_id AND g.outcome = 'published')) k
 	  LEFT JOIN LATERAL (
 			SELECT b.backfill_id, b.state
 			  FROM dpwin.backfill b
