@@ -212,6 +212,11 @@ my $bg = bg_psql($call, 't130_backfill');
 running_window();
 my $inv1;
 ($hs, $inv1) = next_window($hs);
+is(psql_ok("SELECT p.backfill_window || '/' || p.backfill_windows || ' ' || (p.backfill_rows >= b.rows_done)"
+	  . " || ' ' || b.current_window || '/' || b.windows_total || ' ' || (b.rows_done > 0) || ' ' || b.state"
+	  . " FROM dpwin.progress p JOIN dpwin.backfills b USING (backfill_id) WHERE p.invocation_id = '$inv1'"),
+	"2/$N true 2/$N true running",
+	'dpwin.progress and dpwin.backfills show window 2 of 7 running, the rows of window 1 counted');
 psql_ok("SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE application_name = 't130_backfill'");
 my ($rc, undef, $err) = bg_finish($bg);
 like($err, qr/ERROR:\s+57014:/, 'the cancelled CALL fails with 57014');
