@@ -73,6 +73,7 @@ typedef struct DpwinInvocation
 	char	   *error;
 	char	   *error_sqlstate;
 	Oid			caller_role;
+	int64		backfill_id;	/* the backfill it publishes a window of; 0: none */
 	DpwinKind	kind;
 	char	   *rollback_backup;	/* a rollback's backup, from its plan */
 } DpwinInvocation;
