@@ -2,6 +2,7 @@
 -- options, their validation, and where the password is (not) visible.
 SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS dpwin;
+CREATE EXTENSION IF NOT EXISTS dpwin_test;
 RESET client_min_messages;
 \set SHOW_CONTEXT never
 
@@ -33,17 +34,17 @@ SELECT fdwname, fdwhandler = 0 AS no_handler, fdwvalidator::regproc
 -- a minimal server, and the defaults dpwin fills in
 CREATE SERVER fdw_ch FOREIGN DATA WRAPPER dpwin_clickhouse
 	OPTIONS (url 'http://127.0.0.1:8123');
-SELECT * FROM dpwin.server_conf('fdw_ch');
+SELECT * FROM dpwin_test.server_conf('fdw_ch');
 -- every option; a trailing slash is dropped, durations take units
 CREATE SERVER fdw_full FOREIGN DATA WRAPPER dpwin_clickhouse
 	OPTIONS (url 'https://ch.example.com:8443/', ca_file '/etc/ssl/certs/ch.pem',
 			 verify_peer 'off', connect_timeout '5s', request_timeout '0',
 			 settings 'max_threads=4&insert_quorum=2&x=%2F_a.b~-');
-SELECT * FROM dpwin.server_conf('fdw_full');
+SELECT * FROM dpwin_test.server_conf('fdw_full');
 -- host forms
 SELECT pg_temp.try($$CREATE SERVER fdw_v6 FOREIGN DATA WRAPPER dpwin_clickhouse OPTIONS (url 'http://[::1]:8123')$$);
 SELECT pg_temp.try($$CREATE SERVER fdw_name FOREIGN DATA WRAPPER dpwin_clickhouse OPTIONS (url 'http://clickhouse_1.internal')$$);
-SELECT url FROM dpwin.server_conf('fdw_v6');
+SELECT url FROM dpwin_test.server_conf('fdw_v6');
 DROP SERVER fdw_v6;
 DROP SERVER fdw_name;
 
@@ -96,7 +97,7 @@ SELECT pg_temp.try($$CREATE SERVER fdw_bad FOREIGN DATA WRAPPER dpwin_clickhouse
 SELECT pg_temp.try($$ALTER SERVER fdw_ch OPTIONS (DROP url)$$);
 SELECT pg_temp.try($$ALTER SERVER fdw_ch OPTIONS (SET url 'http://h:8123/x')$$);
 SELECT pg_temp.try($$ALTER SERVER fdw_ch OPTIONS (ADD request_timeout '10min')$$);
-SELECT request_timeout_ms FROM dpwin.server_conf('fdw_ch');
+SELECT request_timeout_ms FROM dpwin_test.server_conf('fdw_ch');
 -- the wrapper and foreign tables take no options
 SELECT pg_temp.try_hint($$ALTER FOREIGN DATA WRAPPER dpwin_clickhouse OPTIONS (url 'http://h')$$);
 SELECT pg_temp.try_hint($$CREATE FOREIGN TABLE fdw_ft (a int) SERVER fdw_ch OPTIONS (table 'x')$$);
@@ -106,16 +107,16 @@ SELECT pg_temp.try($$CREATE FOREIGN TABLE fdw_ft (a int OPTIONS (column_name 'b'
 SELECT pg_temp.try_hint($$CREATE USER MAPPING FOR CURRENT_USER SERVER fdw_ch OPTIONS (user 'u', password 'hunter2', url 'http://h')$$);
 SELECT pg_temp.try($$CREATE USER MAPPING FOR CURRENT_USER SERVER fdw_ch OPTIONS (user '', password 'hunter2')$$);
 -- no mapping at all: no credentials
-SELECT "user", has_password FROM dpwin.server_conf('fdw_ch');
+SELECT "user", has_password FROM dpwin_test.server_conf('fdw_ch');
 -- the PUBLIC mapping applies to everyone without their own
 CREATE USER MAPPING FOR PUBLIC SERVER fdw_ch OPTIONS (user 'reader');
-SELECT "user", has_password FROM dpwin.server_conf('fdw_ch');
+SELECT "user", has_password FROM dpwin_test.server_conf('fdw_ch');
 -- the caller's own mapping wins over PUBLIC
 CREATE USER MAPPING FOR CURRENT_USER SERVER fdw_ch OPTIONS (user 'writer', password 'hunter2');
-SELECT "user", has_password FROM dpwin.server_conf('fdw_ch');
+SELECT "user", has_password FROM dpwin_test.server_conf('fdw_ch');
 -- an empty password is a password
 ALTER USER MAPPING FOR CURRENT_USER SERVER fdw_ch OPTIONS (SET password '');
-SELECT "user", has_password FROM dpwin.server_conf('fdw_ch');
+SELECT "user", has_password FROM dpwin_test.server_conf('fdw_ch');
 ALTER USER MAPPING FOR CURRENT_USER SERVER fdw_ch OPTIONS (SET password 'hunter2');
 
 -- the password is visible only where core shows it, never in dpwin
@@ -125,7 +126,7 @@ SET ROLE dpwin_fdw_other;
 SELECT CASE WHEN umuser = 0 THEN 'public' WHEN usename = session_user THEN 'session user' END AS mapping,
        umoptions
   FROM pg_user_mappings WHERE srvname = 'fdw_ch' ORDER BY 1;
-SELECT pg_temp.try($$SELECT * FROM dpwin.server_conf('fdw_ch')$$);
+SELECT pg_temp.try($$SELECT * FROM dpwin_test.server_conf('fdw_ch')$$);
 RESET ROLE;
 SELECT count(*) AS dpwin_columns_with_secrets
   FROM information_schema.columns
@@ -136,8 +137,8 @@ SELECT pg_temp.try($$ALTER USER MAPPING FOR CURRENT_USER SERVER fdw_ch OPTIONS (
 -- dpwin_server_conf refuses missing servers and servers of other wrappers
 CREATE FOREIGN DATA WRAPPER dpwin_fdw_test_other;
 CREATE SERVER fdw_other FOREIGN DATA WRAPPER dpwin_fdw_test_other;
-SELECT pg_temp.try($$SELECT * FROM dpwin.server_conf('fdw_other')$$);
-SELECT pg_temp.try($$SELECT * FROM dpwin.server_conf('fdw_missing')$$);
+SELECT pg_temp.try($$SELECT * FROM dpwin_test.server_conf('fdw_other')$$);
+SELECT pg_temp.try($$SELECT * FROM dpwin_test.server_conf('fdw_missing')$$);
 
 -- clean up
 DROP SERVER fdw_other;

@@ -23,9 +23,9 @@
 #include "utils/memutils.h"
 
 #include "admission.h"
+#include "chtype.h"
 #include "ctq.h"
 #include "digest.h"
-#include "rowbinary.h"
 
 /*
  * Oldest server dpwin admits.  23.3 (LTS) has Atomic databases by default,
@@ -131,7 +131,7 @@ refuse(int sqlerrcode, char *message, char *detail, char *hint)
 }
 
 void
-dpwin_refusal_raise(const DpwinRefusal *refusal)
+dpwin_admission_raise(const DpwinRefusal *refusal)
 {
 	ereport(ERROR,
 			(errcode(refusal->sqlerrcode),
@@ -584,7 +584,7 @@ compare_columns_by_position(const ListCell *a, const ListCell *b)
 /* ----------------------------------------------------------------------
  * Admission
  *
- * dpwin_target_try_admit() runs the steps below in the order of the rules
+ * dpwin_admission_try_admit() runs the steps below in the order of the rules
  * in docs/admission.md; the first refusal ends it and is returned.  What
  * is not a verdict on the target (a failed request, an answer that cannot
  * be read, a target that does not exist) is raised as an error.
@@ -879,7 +879,7 @@ check_column_types(const DpwinRoute *route, List *columns, const char *qname,
 	for (int i = 0; i < list_length(columns); i++)
 	{
 		TargetColumn *c = (TargetColumn *) list_nth(columns, i);
-		char	   *why = dpwin_rb_type_parity(route->column_types[i],
+		char	   *why = dpwin_ch_type_parity(route->column_types[i],
 											   route->column_typmods[i], c->type);
 
 		if (why != NULL)
@@ -929,8 +929,8 @@ fill_target_info(DpwinTargetInfo *info, const char *db, const char *tb,
 }
 
 DpwinTargetInfo *
-dpwin_target_try_admit(ChClient *client, const DpwinRoute *route,
-					   DpwinRefusal **refusal)
+dpwin_admission_try_admit(ChClient *client, const DpwinRoute *route,
+						  DpwinRefusal **refusal)
 {
 	const char *db = route->target_database;
 	const char *tb = route->target_table;
@@ -970,19 +970,19 @@ dpwin_target_try_admit(ChClient *client, const DpwinRoute *route,
 }
 
 DpwinTargetInfo *
-dpwin_target_admit(ChClient *client, const DpwinRoute *route)
+dpwin_admission_admit(ChClient *client, const DpwinRoute *route)
 {
 	DpwinRefusal *refusal;
-	DpwinTargetInfo *info = dpwin_target_try_admit(client, route, &refusal);
+	DpwinTargetInfo *info = dpwin_admission_try_admit(client, route, &refusal);
 
 	if (refusal != NULL)
-		dpwin_refusal_raise(refusal);
+		dpwin_admission_raise(refusal);
 	return info;
 }
 
 DpwinRefusal *
-dpwin_target_check_unchanged(const DpwinTargetInfo *now, const char *uuid,
-							 const char *schema_fingerprint, const char *when)
+dpwin_admission_check_unchanged(const DpwinTargetInfo *now, const char *uuid,
+								const char *schema_fingerprint, const char *when)
 {
 	char	   *qtarget = dpwin_ch_qualified_name(now->database, now->table);
 
@@ -1007,8 +1007,8 @@ dpwin_target_check_unchanged(const DpwinTargetInfo *now, const char *uuid,
  */
 
 void
-dpwin_target_probe_exchange(ChClient *client, const char *database,
-							const char *name_prefix, bool admitted)
+dpwin_admission_probe_exchange(ChClient *client, const char *database,
+							   const char *name_prefix, bool admitted)
 {
 	ServerFacts facts;
 	DpwinRefusal *refusal;
@@ -1036,7 +1036,7 @@ dpwin_target_probe_exchange(ChClient *client, const char *database,
 	{
 		refusal = check_server(client, &facts);
 		if (refusal != NULL)
-			dpwin_refusal_raise(refusal);
+			dpwin_admission_raise(refusal);
 		rows = dpwin_ch_parse_tsv(dpwin_ch_exec(client,
 												psprintf("SELECT engine FROM system.databases WHERE name = %s",
 														 dpwin_ch_quote_literal(database))));
@@ -1044,7 +1044,7 @@ dpwin_target_probe_exchange(ChClient *client, const char *database,
 								 rows != NIL ? dpwin_ch_row_field((List *) linitial(rows), 0) : NULL,
 								 NULL);
 		if (refusal != NULL)
-			dpwin_refusal_raise(refusal);
+			dpwin_admission_raise(refusal);
 	}
 
 	if (!pg_strong_random(rnd, sizeof(rnd)))

@@ -18,7 +18,7 @@
  * value: the caller decides what a refusal means (publication settles the
  * invocation as not published on one, docs/design.md, "The state
  * machine"), and
- * dpwin_refusal_raise() turns it into its error, with its own errcode and
+ * dpwin_admission_raise() turns it into its error, with its own errcode and
  * a message naming the target and what is wrong.  detail and hint may be
  * NULL.
  */
@@ -30,7 +30,7 @@ typedef struct DpwinRefusal
 	char	   *hint;
 } DpwinRefusal;
 
-pg_noreturn extern void dpwin_refusal_raise(const DpwinRefusal *refusal);
+pg_noreturn extern void dpwin_admission_raise(const DpwinRefusal *refusal);
 
 /*
  * Admission (docs/admission.md): Atomic database, plain
@@ -40,16 +40,16 @@ pg_noreturn extern void dpwin_refusal_raise(const DpwinRefusal *refusal);
  * DateTime64(p, 'UTC') with p <= 6 (optionally Nullable).  Reads only,
  * before anything is written.
  *
- * dpwin_target_try_admit() returns the target, or NULL with the first
+ * dpwin_admission_try_admit() returns the target, or NULL with the first
  * refusal in *refusal; what is not a verdict (a failed request, a target
- * or database that does not exist) ereports.  dpwin_target_admit()
+ * or database that does not exist) ereports.  dpwin_admission_admit()
  * ereports a refusal as well.
  */
-extern DpwinTargetInfo *dpwin_target_try_admit(ChClient *client,
-											   const DpwinRoute *route,
-											   DpwinRefusal **refusal);
-extern PGDLLEXPORT DpwinTargetInfo *dpwin_target_admit(ChClient *client,
-													   const DpwinRoute *route);
+extern DpwinTargetInfo *dpwin_admission_try_admit(ChClient *client,
+												  const DpwinRoute *route,
+												  DpwinRefusal **refusal);
+extern PGDLLEXPORT DpwinTargetInfo *dpwin_admission_admit(ChClient *client,
+														  const DpwinRoute *route);
 
 /*
  * Is a target admitted again the one admitted before?  A refusal when its
@@ -57,10 +57,10 @@ extern PGDLLEXPORT DpwinTargetInfo *dpwin_target_admit(ChClient *client,
  * (either NULL: not compared); `when` ends the message ("between
  * generation build and publication").
  */
-extern DpwinRefusal *dpwin_target_check_unchanged(const DpwinTargetInfo *now,
-												  const char *uuid,
-												  const char *schema_fingerprint,
-												  const char *when);
+extern DpwinRefusal *dpwin_admission_check_unchanged(const DpwinTargetInfo *now,
+													 const char *uuid,
+													 const char *schema_fingerprint,
+													 const char *when);
 
 /*
  * Probe once per server that EXCHANGE TABLES works (two scratch tables in
@@ -69,11 +69,11 @@ extern DpwinRefusal *dpwin_target_check_unchanged(const DpwinTargetInfo *now,
  * old for Atomic/EXCHANGE/DateTime64.  A refresh passes its invocation's
  * table prefix, so that recovery drops the tables of a probe cut short.
  * admitted: the caller has just admitted a target in this database on
- * this client (dpwin_target_admit), which checked the server and the
+ * this client (dpwin_admission_admit), which checked the server and the
  * database's engine; the probe then does not ask again.
  */
-extern PGDLLEXPORT void dpwin_target_probe_exchange(ChClient *client, const char *database,
-													const char *name_prefix,
-													bool admitted);
+extern PGDLLEXPORT void dpwin_admission_probe_exchange(ChClient *client, const char *database,
+													   const char *name_prefix,
+													   bool admitted);
 
 #endif							/* DPWIN_ADMISSION_H */

@@ -1,9 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * bgworker.h
- *	  The idioms every dpwin background worker shares, written once:
- *	  connecting as the caller, launching a dynamic worker, waiting for
- *	  workers, running one unit of work in a transaction of its own, and
+ *	  The idioms every dpwin background worker shares, written once in
+ *	  bgworker.c: connecting as the caller, launching a dynamic worker, waiting
+ *	  for workers, running one unit of work in a transaction of its own, and
  *	  waiting out a retry's backoff.
  *
  *	  The coordinator (coordinator.c) and the chunk workers (worker.c)

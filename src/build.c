@@ -2,9 +2,12 @@
  *
  * build.c
  *	  The generation of a refresh (docs/design.md, "Building the
- *	  generation"): the ranges a refresh replaces, and the clone of the
- *	  target with the window removed, which the steps of extraction (as a
- *	  head start) and of building prepare alike.
+ *	  generation").  This file computes the ranges that a refresh
+ *	  replaces, and it clones the target into the generation and removes
+ *	  the window from the clone.  The extracting step prepares the clone
+ *	  as a head start while the workers read the source; the verified step
+ *	  prepares it when no head start is usable.  It also writes the
+ *	  generation's fields of c->build (invocation.h).
  *
  *-------------------------------------------------------------------------
  */
@@ -118,4 +121,48 @@ dpwin_build_prepare_generation(Coordinator *c, List *ranges)
 	dpwin_generation_remove_ranges(c->client, c->target, c->build.gen);
 	c->times.build = dpwin_seconds_since(started);
 	MemoryContextSwitchTo(oldcxt);
+}
+
+/* Name the generation that an intent journaled (publication, recovery). */
+void
+dpwin_build_name_generation(Coordinator *c, const char *table)
+{
+	c->build.generation = MemoryContextStrdup(c->cxt, table);
+}
+
+/*
+ * The generation of an earlier process, whose build is not known here:
+ * only its table, column and ranges, enough to check it against the
+ * target.  Nothing changes when this process built the generation.
+ */
+void
+dpwin_build_recall_generation(Coordinator *c, char *table)
+{
+	if (c->build.gen != NULL)
+		return;
+	c->build.gen = palloc0(sizeof(DpwinGeneration));
+	c->build.gen->table = table;
+	c->build.gen->window_column = c->route->window_column;
+	c->build.gen->ranges = dpwin_build_window_ranges(c);
+}
+
+/* The clone failed part way: the build step clones again. */
+void
+dpwin_build_forget_generation(Coordinator *c)
+{
+	c->build.gen = NULL;
+}
+
+/* The rows the published target holds. */
+void
+dpwin_build_set_final_rows(Coordinator *c, int64 rows)
+{
+	c->build.final_rows = rows;
+}
+
+/* The rows the published target kept from the old one, outside the window. */
+void
+dpwin_build_set_kept_rows(Coordinator *c, int64 rows)
+{
+	c->build.kept_rows = rows;
 }

@@ -1,9 +1,10 @@
 /*-------------------------------------------------------------------------
  *
  * build.h
- *	  The generation of a refresh: admission under the lease, the ranges a
- *	  refresh replaces, and the clone of the target with the window
- *	  removed.  Used by the steps (steps.h); calls none.
+ *	  The generation of a refresh, which build.c owns: the ranges a refresh
+ *	  replaces, the clone of the target with the window removed, and the
+ *	  generation's fields of c->build.  Used by the steps (steps.h); calls
+ *	  none.
  *
  *-------------------------------------------------------------------------
  */
@@ -26,5 +27,15 @@ extern void dpwin_build_prepare_generation(Coordinator *c, List *ranges);
 
 /* Narrow the clone made beside the workers to the staged ranges. */
 extern bool dpwin_build_narrow_generation(Coordinator *c, List *ranges);
+
+/*
+ * The writers of the generation's fields of c->build (invocation.h) that
+ * other files set.
+ */
+extern void dpwin_build_name_generation(Coordinator *c, const char *table);
+extern void dpwin_build_recall_generation(Coordinator *c, char *table);
+extern void dpwin_build_forget_generation(Coordinator *c);
+extern void dpwin_build_set_final_rows(Coordinator *c, int64 rows);
+extern void dpwin_build_set_kept_rows(Coordinator *c, int64 rows);
 
 #endif							/* DPWIN_BUILD_H */

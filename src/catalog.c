@@ -8,11 +8,13 @@
 #include "dpwin.h"
 
 #include "catalog/namespace.h"
+#include "catalog/pg_type.h"
 #include "catalog/pg_namespace.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/syscache.h"
+#include "utils/timestamp.h"
 
 #include "catalog.h"
 
@@ -89,4 +91,101 @@ dpwin_catalog_text(uint64 row, int col)
 {
 	Assert(SPI_tuptable != NULL && row < SPI_processed);
 	return SPI_getvalue(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, col);
+}
+
+/*
+ * Typed getters of the columns of the last catalog query's rows, by the
+ * Anum_* constants of its select list.  A NOT NULL column found null is a
+ * corrupt catalog: elog.
+ */
+static Datum
+catalog_get_not_null(uint64 row, int col)
+{
+	bool		isnull;
+	Datum		d = dpwin_catalog_value(row, col, &isnull);
+
+	if (isnull)
+		elog(ERROR, "dpwin: column %d of a catalog row is null", col);
+	return d;
+}
+
+int32
+dpwin_catalog_int32(uint64 row, int col)
+{
+	return DatumGetInt32(catalog_get_not_null(row, col));
+}
+
+int64
+dpwin_catalog_int64(uint64 row, int col)
+{
+	return DatumGetInt64(catalog_get_not_null(row, col));
+}
+
+/* A nullable bigint: `if_null` when null. */
+int64
+dpwin_catalog_int64_or(uint64 row, int col, int64 if_null)
+{
+	bool		isnull;
+	Datum		d = dpwin_catalog_value(row, col, &isnull);
+
+	return isnull ? if_null : DatumGetInt64(d);
+}
+
+Oid
+dpwin_catalog_oid(uint64 row, int col)
+{
+	return DatumGetObjectId(catalog_get_not_null(row, col));
+}
+
+/* A nullable timestamptz: -infinity when null. */
+TimestampTz
+dpwin_catalog_timestamptz(uint64 row, int col)
+{
+	bool		isnull;
+	Datum		d = dpwin_catalog_value(row, col, &isnull);
+
+	return isnull ? DT_NOBEGIN : DatumGetTimestampTz(d);
+}
+
+pg_uuid_t *
+dpwin_catalog_uuid(uint64 row, int col)
+{
+	return dpwin_uuid_copy(DatumGetUUIDP(catalog_get_not_null(row, col)));
+}
+
+/*
+ * The one text column of the one row that `sql` selects, in the caller's
+ * memory context (SPI leaves its own current); NULL when there is no such
+ * row, or the value is null.
+ */
+char *
+dpwin_catalog_one_text(const char *sql, int nargs, Oid *types, Datum *args,
+					   bool read_only)
+{
+	MemoryContext caller = CurrentMemoryContext;
+	MemoryContext spicxt;
+	char	   *text;
+
+	if (dpwin_catalog_exec(sql, nargs, types, args, NULL, read_only) != 1)
+		return NULL;
+	spicxt = MemoryContextSwitchTo(caller);
+	text = dpwin_catalog_text(0, 1);
+	MemoryContextSwitchTo(spicxt);
+	return text;
+}
+
+/*
+ * The one text column of the one row that `sql` selects for invocation
+ * $1; NULL when there is none, or it is null.  Not read_only: a new
+ * snapshot, which sees what a coordinator has committed meanwhile.
+ */
+char *
+dpwin_catalog_invocation_text(const char *sql, const pg_uuid_t *id,
+							  bool read_only)
+{
+	Oid			types[1] = {UUIDOID};
+	Datum		args[1];
+
+	args[0] = UUIDPGetDatum(dpwin_uuid_copy(id));
+	return dpwin_catalog_one_text(sql, 1, types, args, read_only);
 }

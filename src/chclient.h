@@ -1,10 +1,10 @@
 /*-------------------------------------------------------------------------
  *
  * chclient.h
- *	  ClickHouse statements on top of the transport: maps transport
- *	  statuses to ereport (with the HTTP status and ClickHouse exception
- *	  code in the error context), quotes identifiers and literals, parses
- *	  TabSeparated answers, and settles statements whose reply was lost.
+ *	  ClickHouse statements on top of the transport (chclient.c): maps
+ *	  transport statuses to ereport (with the HTTP status and ClickHouse
+ *	  exception code in the error context), quotes identifiers and literals,
+ *	  parses TabSeparated answers, and settles statements whose reply was lost.
  *
  *-------------------------------------------------------------------------
  */

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * chhttp.h
- *	  libcurl transport to the ClickHouse HTTP interface.
+ *	  libcurl transport to the ClickHouse HTTP interface (chhttp.c).
  *
  *	  This layer never ereports for a transport or server failure: it
  *	  returns a status and fills a reply, and chclient.c decides what the
@@ -13,7 +13,7 @@
 #define DPWIN_CHHTTP_H
 
 #include "lib/stringinfo.h"
-#include "route.h"
+#include "fdw.h"
 
 typedef enum ChHttpStatus
 {

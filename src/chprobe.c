@@ -30,7 +30,7 @@ window_facts_sql(const DpwinTargetInfo *target, const char *database,
 	 * the table's rows from its parts' row counts and lightweight-delete
 	 * masks.  PREWHERE, not WHERE: choosing what to move to PREWHERE costs
 	 * the server about a millisecond per part, 0.25 s on a 300-partition
-	 * target (docs/benchmark.md).
+	 * target (docs/design.md, "The conversation with ClickHouse").
 	 */
 	return psprintf("SELECT toJSONString(CAST((arrayMap(x -> toString(x.1), _dpwin_days), arrayMap(x -> x.2, _dpwin_days))"
 					" AS Tuple(days Array(String), rows Array(UInt64)))),"

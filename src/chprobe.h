@@ -1,9 +1,10 @@
 /*-------------------------------------------------------------------------
  *
  * chprobe.h
- *	  The ClickHouse statements of the coordinator that no lower module
- *	  owns: what the published target holds, whether the server shows a
- *	  client's query_id, and stopping the statements of an invocation.
+ *	  The coordinator's own ClickHouse statements, which chprobe.c owns
+ *	  because no lower module does: what the published target holds,
+ *	  whether the server shows a client's query_id, and stopping the
+ *	  statements of an invocation.
  *
  *-------------------------------------------------------------------------
  */

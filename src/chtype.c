@@ -22,7 +22,6 @@
 #include "utils/lsyscache.h"
 
 #include "chtype.h"
-#include "rowbinary.h"
 
 /* ----------------------------------------------------------------
  * ClickHouse types
@@ -493,7 +492,7 @@ pg_scalar_supported(Oid typid)
  * array column applies to its elements.
  */
 Oid
-dpwin_pg_resolve_type(Oid typid, int32 *typmod, Oid *elem)
+dpwin_ch_type_resolve_pg(Oid typid, int32 *typmod, Oid *elem)
 {
 	Oid			base = getBaseTypeAndTypmod(typid, typmod);
 	Oid			e;
@@ -512,11 +511,11 @@ dpwin_pg_resolve_type(Oid typid, int32 *typmod, Oid *elem)
 }
 
 bool
-dpwin_rb_type_supported(Oid typid)
+dpwin_ch_type_supported(Oid typid)
 {
 	int32		typmod = -1;
 	Oid			elem;
-	Oid			base = dpwin_pg_resolve_type(typid, &typmod, &elem);
+	Oid			base = dpwin_ch_type_resolve_pg(typid, &typmod, &elem);
 
 	if (OidIsValid(elem))
 		return pg_scalar_supported(elem);
@@ -665,7 +664,8 @@ scalar_parity(Oid typid, int32 typmod, const ChType *t)
  * the encoder (22004), like a NULL array element.
  */
 char *
-dpwin_parity_resolved(Oid base, Oid elem, int32 typmod, const ChType *t)
+dpwin_ch_type_parity_resolved(Oid base, Oid elem, int32 typmod,
+							  const ChType *t)
 {
 	if (OidIsValid(elem))
 	{
@@ -690,7 +690,7 @@ dpwin_parity_resolved(Oid base, Oid elem, int32 typmod, const ChType *t)
 }
 
 char *
-dpwin_rb_type_parity(Oid typid, int32 typmod, const char *ch_type)
+dpwin_ch_type_parity(Oid typid, int32 typmod, const char *ch_type)
 {
 	char	   *error;
 	ChType	   *t = dpwin_ch_type_parse(ch_type, &error);
@@ -699,6 +699,6 @@ dpwin_rb_type_parity(Oid typid, int32 typmod, const char *ch_type)
 
 	if (t == NULL)
 		return error;
-	base = dpwin_pg_resolve_type(typid, &typmod, &elem);
-	return dpwin_parity_resolved(base, elem, typmod, t);
+	base = dpwin_ch_type_resolve_pg(typid, &typmod, &elem);
+	return dpwin_ch_type_parity_resolved(base, elem, typmod, t);
 }

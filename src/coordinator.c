@@ -138,18 +138,18 @@ clean_up_final(Coordinator *c)
 static void
 coordinator_run(Coordinator *c)
 {
-	while (!dpwin_state_is_final(c->state))
+	while (!dpwin_registry_state_is_final(c->state))
 	{
 		DpwinState	from = c->state;
 		DpwinStepResult result;
 
 		if (steps[from].run == NULL)
-			elog(ERROR, "dpwin: no step for state %s", dpwin_state_name(from));
+			elog(ERROR, "dpwin: no step for state %s", dpwin_registry_state_name(from));
 		if (c->progress_slot >= 0)
 			dpwin_progress_phase(c->progress_slot, steps[from].phase);
 		result = steps[from].run(c);
 		if (result.next == from)
-			elog(ERROR, "dpwin: step of state %s did not advance", dpwin_state_name(from));
+			elog(ERROR, "dpwin: step of state %s did not advance", dpwin_registry_state_name(from));
 		dpwin_invocation_transition(c, result.next, result.with, NULL, 0);
 	}
 
@@ -239,11 +239,11 @@ coordinator_recover(Coordinator *c)
 	c->recovering = true;
 	if (inv->state == DPWIN_STATE_SNAPSHOT_EXPIRED)
 		report_snapshot_expired(c);
-	if (dpwin_state_is_final(inv->state) && inv->state != DPWIN_STATE_COMPLETED)
+	if (dpwin_registry_state_is_final(inv->state) && inv->state != DPWIN_STATE_COMPLETED)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("invocation %s is %s and has nothing to recover",
-						dpwin_uuid_text(&c->id), dpwin_state_name(inv->state)),
+						dpwin_uuid_text(&c->id), dpwin_registry_state_name(inv->state)),
 				 errhint("Start a new invocation.")));
 
 	dpwin_invocation_load(c, inv->route_id);
@@ -345,14 +345,6 @@ coordinator_settle_statements(Coordinator *c)
 }
 
 /*
- * After an error: journal it, clean up what is safe to clean up, and hand
- * the error to the caller.  Before publication, or when the UUIDs showed
- * that the exchange did not happen, the invocation fails, every staging
- * and generation table is dropped and the target is untouched; otherwise,
- * from publishing on, nothing is dropped and the state is left for
- * recovery.
- */
-/*
  * The exchange's outcome is unknown: kept in the journal, with every
  * table, for a human to settle.  Recovery of an unknown publication may
  * find it unknown again.
@@ -373,6 +365,14 @@ journal_unknown(Coordinator *c)
 	}
 }
 
+/*
+ * After an error: journal it, clean up what is safe to clean up, and hand
+ * the error to the caller.  Before publication, or when the UUIDs showed
+ * that the exchange did not happen, the invocation fails, every staging
+ * and generation table is dropped and the target is untouched; otherwise,
+ * from publishing on, nothing is dropped and the state is left for
+ * recovery.
+ */
 static void
 coordinator_fail(Coordinator *c, ErrorData *edata)
 {
@@ -391,7 +391,7 @@ coordinator_fail(Coordinator *c, ErrorData *edata)
 	 * in time has one).  An invocation that could not take the lease keeps
 	 * the lease's own hint: waiting for the holder is what settles it.
 	 */
-	if (!prepublication && !dpwin_state_is_final(c->state) &&
+	if (!prepublication && !dpwin_registry_state_is_final(c->state) &&
 		(c->lease_held || c->call->hint[0] == '\0'))
 	{
 		char		own[sizeof(c->call->hint)];
@@ -399,7 +399,7 @@ coordinator_fail(Coordinator *c, ErrorData *edata)
 		strlcpy(own, c->call->hint, sizeof(own));
 		snprintf(c->call->hint, sizeof(c->call->hint),
 				 "The invocation is %s; SELECT * FROM dpwin.recover('%s') settles it.%s%s",
-				 dpwin_state_name(c->state), dpwin_uuid_text(&c->id),
+				 dpwin_registry_state_name(c->state), dpwin_uuid_text(&c->id),
 				 own[0] != '\0' ? " " : "", own);
 	}
 

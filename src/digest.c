@@ -172,32 +172,6 @@ siphash24_128(const uint64 k[2], const unsigned char *p, size_t len, uint64 out[
 	out[1] = v0 ^ v1 ^ v2 ^ v3;
 }
 
-/*
- * One key through both lanes of siphash24_pair, so that the reference
- * test vectors (dpwin_test.siphash24) exercise the code the digest runs;
- * the lanes must agree.
- */
-uint64
-dpwin_siphash24(uint64 k0, uint64 k1, const void *data, size_t len)
-{
-	uint64		k[2] = {k0, k1};
-	uint64		h1;
-	uint64		h2;
-
-	siphash24_pair(k, k, (const unsigned char *) data, len, &h1, &h2);
-	if (h1 != h2)
-		elog(ERROR, "dpwin: the two SipHash lanes disagree");
-	return h1;
-}
-
-void
-dpwin_siphash24_128(uint64 k0, uint64 k1, const void *data, size_t len, uint64 out[2])
-{
-	uint64		k[2] = {k0, k1};
-
-	siphash24_128(k, (const unsigned char *) data, len, out);
-}
-
 /* ----------------------------------------------------------------
  * The multiset digest
  * ----------------------------------------------------------------

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * digest.h
- *	  Typed multiset digest: the row count and two sums of keyed SipHash-2-4
+ *	  Typed multiset digest (digest.c): the row count and two sums of keyed SipHash-2-4
  *	  values over the RowBinary bytes of each row (docs/design.md, "Why this
  *	  is exact").  ClickHouse computes the same value with formatRow(
  *	  'RowBinary', ...) and its reference SipHash, so the two sides can be
@@ -48,17 +48,6 @@ typedef struct DpwinDigest
 } DpwinDigest;
 
 #define DPWIN_DIGEST_INIT {0, 0, 0}
-
-/* Reference SipHash-2-4 of data under key (k0, k1). */
-extern PGDLLEXPORT uint64 dpwin_siphash24(uint64 k0, uint64 k1, const void *data, size_t len);
-
-/*
- * Reference SipHash-2-4-128 of data under key (k0, k1): out[0] is the
- * first eight bytes of the reference output read little-endian, out[1]
- * the last eight.
- */
-extern PGDLLEXPORT void dpwin_siphash24_128(uint64 k0, uint64 k1, const void *data,
-											size_t len, uint64 out[2]);
 
 /* Add one row (its RowBinary bytes) to the digest. */
 extern PGDLLEXPORT void dpwin_digest_add_row(DpwinDigest *d, const DpwinDigestKey *key,

@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * dpwin.c
- *	  Module entry point: _PG_init and the dpwin.* GUCs of the refresh.
+ *	  Module entry point: _PG_init and every dpwin.* GUC, and the few
+ *	  general helpers that every part of dpwin shares (dpwin.h).
  *
  *	  dpwin owns shared memory (the progress table of running invocations,
  *	  progress.c) and launches background workers, so it must be loaded
@@ -22,6 +23,7 @@ PG_MODULE_MAGIC;
 int			dpwin_max_workers = 8;
 int			dpwin_lease_timeout_ms = 0;
 int			dpwin_retry_backoff_ms = 500;
+int			dpwin_max_invocations = 16;
 
 void
 _PG_init(void)
@@ -57,8 +59,16 @@ _PG_init(void)
 							PGC_SUSET, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 
-	/* dpwin.max_invocations and the shared memory it sizes */
-	dpwin_progress_init();
+	DefineCustomIntVariable("dpwin.max_invocations",
+							"Maximum number of invocations that can run at once (progress slots).",
+							NULL,
+							&dpwin_max_invocations,
+							16, 1, 1024,
+							PGC_POSTMASTER, 0,
+							NULL, NULL, NULL);
+
+	/* the shared memory that dpwin.max_invocations sizes */
+	dpwin_progress_init(dpwin_max_invocations);
 
 	MarkGUCPrefixReserved("dpwin");
 }
@@ -69,4 +79,21 @@ Datum
 dpwin_version(PG_FUNCTION_ARGS)
 {
 	PG_RETURN_TEXT_P(cstring_to_text(DPWIN_VERSION_STR));
+}
+
+/* An invocation id as text, for messages and names. */
+char *
+dpwin_uuid_text(const pg_uuid_t *id)
+{
+	return DatumGetCString(DirectFunctionCall1(uuid_out, UUIDPGetDatum(id)));
+}
+
+/* A palloc'd copy of a UUID, to pass as a Datum. */
+pg_uuid_t *
+dpwin_uuid_copy(const pg_uuid_t *id)
+{
+	pg_uuid_t  *c = palloc(sizeof(pg_uuid_t));
+
+	memcpy(c, id, sizeof(pg_uuid_t));
+	return c;
 }

@@ -1,8 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * dpwin.h
- *	  Definitions shared by every part of dpwin: GUCs, the advisory-lock
- *	  key space and a few limits.
+ *	  Definitions shared by every part of dpwin, owned by dpwin.c: the
+ *	  GUCs, the advisory-lock key space, a few limits and general helpers.
  *
  *-------------------------------------------------------------------------
  */
@@ -10,6 +10,8 @@
 #define DPWIN_H
 
 #include "postgres.h"
+
+#include "utils/uuid.h"
 
 #include "pg_compat.h"
 
@@ -33,5 +35,10 @@ extern void _PG_init(void);
 extern int	dpwin_max_workers;
 extern int	dpwin_lease_timeout_ms;
 extern int	dpwin_retry_backoff_ms;
+extern int	dpwin_max_invocations;	/* sizes progress.c's slots */
+
+/* General helpers (dpwin.c) */
+extern char *dpwin_uuid_text(const pg_uuid_t *id);
+extern pg_uuid_t *dpwin_uuid_copy(const pg_uuid_t *id);
 
 #endif							/* DPWIN_H */

@@ -1,9 +1,10 @@
 /*-------------------------------------------------------------------------
  *
  * extract.h
- *	  The dynamic shared memory segment through which a coordinator hands
- *	  an extraction to its chunk workers: the exported snapshot's name, the
- *	  chunk queue, and one result slot per chunk.
+ *	  The dynamic shared memory segment through which a coordinator hands an
+ *	  extraction to its chunk workers, laid out by extraction.c and read by
+ *	  worker.c: the exported snapshot's name, the chunk queue, and one result
+ *	  slot per chunk.
  *
  *	  Workers take chunks with an atomic counter, so a slow chunk never
  *	  holds up the others; they write only their own chunk's slot, and the

@@ -34,9 +34,9 @@ dpwin_extraction_admit(ChClient *client, const DpwinRoute *route,
 	StartTransactionCommand();
 	MemoryContextSwitchTo(cxt);
 	if (refusal != NULL)
-		info = dpwin_target_try_admit(client, route, refusal);
+		info = dpwin_admission_try_admit(client, route, refusal);
 	else
-		info = dpwin_target_admit(client, route);
+		info = dpwin_admission_admit(client, route);
 	CommitTransactionCommand();
 	MemoryContextSwitchTo(cxt);
 	return info;

@@ -2,7 +2,7 @@
  *
  * extraction.h
  *	  Reading a window's chunks under one exported snapshot with chunk
- *	  workers (docs/design.md, "Extraction"): the shared segment, the
+ *	  workers (extraction.c; docs/design.md, "Extraction"): the shared segment, the
  *	  workers, their receipts and the tally of them, and target admission
  *	  in a transaction of its own.  Used by the refresh's steps and by
  *	  dpwin.verify(); knows nothing of the state machine.

@@ -66,7 +66,8 @@ dpwin_facts_chunk_sql(const DpwinTargetInfo *target, const char *window_column,
 	 * window column is DateTime64 in UTC, so the rows of each UTC day
 	 * follow from the rows before each midnight inside the chunk: a
 	 * comparison with a constant a row, where grouping by the day would
-	 * cost the digest a tenth more (docs/benchmark.md).
+	 * cost the digest a tenth more (docs/design.md, "The conversation with
+	 * ClickHouse").
 	 */
 	initStringInfo(&before);
 	for (int d = 1; d < ndays && ndays <= DPWIN_FACT_MAX_DAYS; d++)

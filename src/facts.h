@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * facts.h
- *	  The window's facts for the evidence (the rows of each UTC day, the
+ *	  The window's facts for the evidence (facts.c): the rows of each UTC day, the
  *	  bounds, the rows inside the window), read by each chunk's staging
  *	  digest, or from the target for the chunks a refresh keeps, and added
  *	  up once every chunk is staged.

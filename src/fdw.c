@@ -27,7 +27,6 @@
 #include "catalog/pg_user_mapping.h"
 #include "commands/defrem.h"
 #include "fmgr.h"
-#include "funcapi.h"
 #include "miscadmin.h"
 #include "foreign/foreign.h"
 #include "lib/stringinfo.h"
@@ -35,7 +34,7 @@
 #include "utils/guc.h"
 #include "utils/syscache.h"
 
-#include "route.h"
+#include "fdw.h"
 
 #define DPWIN_FDW_NAME "dpwin_clickhouse"
 
@@ -523,40 +522,20 @@ dpwin_server_conf(const char *server_name, Oid userid)
 }
 
 /*
- * dpwin.server_conf(server name) RETURNS TABLE(...)
- *
- * What dpwin_server_conf() makes of a server for the calling user, with
- * the password replaced by whether there is one.  For tests and for
- * checking a configuration; superusers only (the SQL script revokes it).
+ * The C function of dpwin.server_conf(), which the 0.1.0 catalog has and
+ * the update to 0.2.0 drops.  It stays so that the 0.1.0 script still
+ * installs with this library (CREATE FUNCTION looks its symbol up); in a
+ * 0.1.0 database it fails, as every dpwin call there does until the
+ * update.
  */
 PG_FUNCTION_INFO_V1(dpwin_show_server_conf);
 
 Datum
 dpwin_show_server_conf(PG_FUNCTION_ARGS)
 {
-	DpwinServerConf *conf;
-	TupleDesc	tupdesc;
-	Datum		values[8];
-	bool		nulls[8] = {false};
-
-	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "return type must be a row type");
-
-	conf = dpwin_server_conf(NameStr(*PG_GETARG_NAME(0)), GetUserId());
-	values[0] = CStringGetTextDatum(conf->url);
-	nulls[1] = conf->ca_file == NULL;
-	if (conf->ca_file)
-		values[1] = CStringGetTextDatum(conf->ca_file);
-	values[2] = BoolGetDatum(conf->verify_peer);
-	values[3] = Int32GetDatum(conf->connect_timeout_ms);
-	values[4] = Int32GetDatum(conf->request_timeout_ms);
-	nulls[5] = conf->settings == NULL;
-	if (conf->settings)
-		values[5] = CStringGetTextDatum(conf->settings);
-	nulls[6] = conf->user == NULL;
-	if (conf->user)
-		values[6] = CStringGetTextDatum(conf->user);
-	values[7] = BoolGetDatum(conf->password != NULL);
-
-	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
+	ereport(ERROR,
+			(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+			 errmsg("dpwin.server_conf() was removed in dpwin 0.2.0"),
+			 errhint("Run ALTER EXTENSION dpwin UPDATE.")));
+	PG_RETURN_NULL();
 }

@@ -18,7 +18,10 @@
 #include "utils/memutils.h"
 
 #include "bgworker.h"
+#include "build.h"
 #include "chprobe.h"
+#include "evidence.h"
+#include "route_state.h"
 #include "steps.h"
 #include "window.h"
 
@@ -160,16 +163,14 @@ keep_backup(Coordinator *c)
 		dpwin_xact_commit(c->cxt);
 		if (pub == NULL)
 			return;
-		c->build.pub = pub;
 	}
 	/*
 	 * The process that exchanged has just read it (one round trip less); a
 	 * recovering one reads it now.
 	 */
 	old = c->build.replaced_uuid;
-	c->build.replaced_uuid = NULL;
 	rename_to_backup(c, pub, old);
-	c->build.generation = MemoryContextStrdup(c->cxt, pub->generation_table);
+	dpwin_build_name_generation(c, pub->generation_table);
 	c->build.backup = MemoryContextStrdup(c->cxt, pub->backup_table);
 }
 
@@ -180,10 +181,11 @@ keep_backup(Coordinator *c)
 static void
 count_published(Coordinator *c)
 {
-	c->build.final_rows = dpwin_chprobe_count(c->client, c->route->target_database,
-											  c->route->target_table);
+	dpwin_build_set_final_rows(c, dpwin_chprobe_count(c->client,
+													  c->route->target_database,
+													  c->route->target_table));
 	if (c->build.kept_rows == 0 && c->build.final_rows > c->ext.source_rows)
-		c->build.kept_rows = c->build.final_rows - c->ext.source_rows;
+		dpwin_build_set_kept_rows(c, c->build.final_rows - c->ext.source_rows);
 }
 
 /* The publication's tables have their names, and its rows are counted. */

@@ -68,8 +68,8 @@
  * of the target's rows.  Rewriting a row (every column read and written)
  * costs about seven times reading its window value, which is what the next
  * refresh's judgement of the partitions costs per row of the target while
- * lightweight-deleted rows are left (docs/benchmark.md, "The cut
- * partitions"); a quarter leaves room for masks that outlive one refresh.
+ * lightweight-deleted rows are left (docs/design.md, "Building the
+ * generation"); a quarter leaves room for masks that outlive one refresh.
  */
 #define REWRITE_SHARE		4
 
@@ -966,7 +966,7 @@ dpwin_generation_clone(ChClient *client, const DpwinTargetInfo *target,
 	 * Partitions that hold rows on both sides of a range are cloned into a
 	 * scratch table, where the DELETE runs: a DELETE costs time for every
 	 * part of its table, so it runs on these partitions' parts alone
-	 * (docs/benchmark.md).
+	 * (docs/design.md, "Building the generation").
 	 */
 	if (gen->mixed != NIL)
 	{

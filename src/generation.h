@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * generation.h
- *	  The replacement generation of a target, built by cloning: every part
+ *	  The replacement generation of a target, built by cloning in
+ *	  generation.c: every part
  *	  of the target is hard-linked into the generation (ATTACH PARTITION
  *	  ... FROM), the window's rows are removed from the clone, the verified
  *	  staged parts are attached, and each step is verified by structure

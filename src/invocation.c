@@ -21,6 +21,7 @@
 #include "utils/memutils.h"
 
 #include "bgworker.h"
+#include "chunk.h"
 #include "invocation.h"
 #include "lease.h"
 #include "names.h"
@@ -63,10 +64,10 @@ void
 dpwin_invocation_transition(Coordinator *c, DpwinState to, DpwinCommitWith with,
 							const char *message, int sqlerrcode)
 {
-	if (!dpwin_state_may_follow(c->state, to))
+	if (!dpwin_registry_state_may_follow(c->state, to))
 		elog(ERROR, "dpwin: invocation %s cannot go from %s to %s",
-			 dpwin_uuid_text(&c->id), dpwin_state_name(c->state),
-			 dpwin_state_name(to));
+			 dpwin_uuid_text(&c->id), dpwin_registry_state_name(c->state),
+			 dpwin_registry_state_name(to));
 
 	dpwin_xact_begin("dpwin: state change");
 	if (with != NULL)
@@ -362,9 +363,30 @@ dpwin_invocation_recall(Coordinator *c)
 	return inv;
 }
 
+/*
+ * Take what admission learned of the target.  The schema fingerprint is
+ * the first admission's (or the journal's): a later admission is checked
+ * against it, never replaces it.
+ */
+void
+dpwin_invocation_set_target(Coordinator *c, DpwinTargetInfo *target)
+{
+	if (c->schema_fingerprint == NULL)
+		c->schema_fingerprint = MemoryContextStrdup(c->cxt, target->schema_fingerprint);
+	c->target = target;
+}
+
+/* One receipt slot per planned chunk, before any is read (skipping). */
+void
+dpwin_invocation_open_slots(Coordinator *c)
+{
+	c->ext.nchunks = list_length(c->ext.chunks);
+	c->ext.slots = palloc0(sizeof(DpwinChunkSlot) * c->ext.nchunks);
+}
+
 /* What the chunk workers of this invocation need to know. */
-DpwinExtractJob
-dpwin_invocation_extract_job(Coordinator *c)
+static DpwinExtractJob
+invocation_extract_job(Coordinator *c)
 {
 	DpwinExtractJob job;
 
@@ -380,6 +402,19 @@ dpwin_invocation_extract_job(Coordinator *c)
 	return job;
 }
 
+/*
+ * Read the planned chunks with this invocation's workers
+ * (dpwin_extraction_run()), which fill the receipts; the seconds it took.
+ */
+double
+dpwin_invocation_extract(Coordinator *c, DpwinExtractMode mode,
+						 void (*overlap) (void *arg), void *arg)
+{
+	DpwinExtractJob job = invocation_extract_job(c);
+
+	return dpwin_extraction_run(&c->ext, &job, mode, overlap, arg);
+}
+
 /* Journal c->build.outcome: a DpwinCommitWith, or in a transaction. */
 void
 dpwin_invocation_record_outcome(Coordinator *c)
@@ -393,7 +428,7 @@ dpwin_invocation_fill_result(Coordinator *c)
 {
 	DpwinCallShared *call = c->call;
 
-	strlcpy(call->state, dpwin_state_name(c->state), sizeof(call->state));
+	strlcpy(call->state, dpwin_registry_state_name(c->state), sizeof(call->state));
 	call->window_lo = c->lo;
 	call->window_hi = c->hi;
 	call->chunks = c->ext.nchunks ? c->ext.nchunks : list_length(c->ext.chunks);

@@ -7,6 +7,11 @@
  *	  place, dpwin_invocation_transition(), which journals the change with
  *	  whatever must commit with it.
  *
+ *	  Each field of Coordinator has one writing file, named at the field
+ *	  or its group below; other files read it, or call that file's
+ *	  functions to change it.  dpwin_invocation_init() gives every field
+ *	  its initial value first.
+ *
  *	  Below the steps (steps.h) and the machine (coordinator.c); calls no
  *	  step.
  *
@@ -20,27 +25,35 @@
 #include "call.h"
 #include "chclient.h"
 #include "extraction.h"
+#include "fdw.h"
 #include "generation.h"
+#include "publication.h"
 #include "registry.h"
 #include "route.h"
 #include "target.h"
 
-/* What was built and published. */
+/*
+ * What was built and published.  build.c writes the generation and the
+ * counts (dpwin_build_*()), publish.c the intent and the exchange's
+ * outcome, finish.c the backup and the evidence.
+ */
 typedef struct DpwinBuild
 {
-	char	   *generation;
-	char	   *backup;
-	DpwinGeneration *gen;		/* how it was built (generation.c) */
-	DpwinPublication *pub;		/* the intent, once known */
-	char	   *exchange_query_id;	/* the intent's EXCHANGE */
-	char	   *replaced_uuid;	/* the table under the generation's name, as
-								 * the exchange's reconciliation read it */
-	char	   *metrics;		/* the evidence, as jsonb text */
+	char	   *generation;		/* build.c */
+	char	   *backup;			/* finish.c */
+	DpwinGeneration *gen;		/* build.c; how it was built (generation.c) */
+	DpwinPublication *pub;		/* publish.c; the intent, once known */
+	char	   *exchange_query_id;	/* publish.c; the intent's EXCHANGE */
+	char	   *replaced_uuid;	/* publish.c; the table under the
+								 * generation's name, as the exchange's
+								 * reconciliation read it */
+	char	   *metrics;		/* finish.c; the evidence, as jsonb text */
 
 	/*
 	 * The window's facts for the evidence, read from the generation while
 	 * its rows were counted; NULL when not read (a recovery reads them from
-	 * the published target).
+	 * the published target).  publish.c writes the facts, build.c the
+	 * counts.
 	 */
 	char	   *window_days;
 	char	   *window_bounds;
@@ -50,7 +63,7 @@ typedef struct DpwinBuild
 	/*
 	 * What the exchange is known to have done: NONE before any, or while
 	 * nothing is known; NOT_PUBLISHED when the target is untouched; UNKNOWN
-	 * or PENDING when it cannot be told now.
+	 * or PENDING when it cannot be told now.  publish.c writes it.
 	 */
 	DpwinOutcome outcome;
 } DpwinBuild;
@@ -58,10 +71,10 @@ typedef struct DpwinBuild
 /* Phase timings, in seconds; < 0 when unavailable. */
 typedef struct DpwinTimings
 {
-	double		extract;
-	double		build;
-	double		verify;
-	double		publish;
+	double		extract;		/* stage.c */
+	double		build;			/* build.c */
+	double		verify;			/* publish.c */
+	double		publish;		/* publish.c */
 } DpwinTimings;
 
 /*
@@ -78,11 +91,17 @@ typedef enum DpwinSecondPending
 /* Everything the coordinator knows about one invocation. */
 typedef struct Coordinator
 {
-	/* identity */
+	/*
+	 * invocation.c writes every field that names no other file here: the
+	 * identity, the route, the connections and their clean-up, the
+	 * registration, the window and the admitted target
+	 * (dpwin_invocation_set_target()).
+	 */
 	DpwinCallShared *call;
 	MemoryContext cxt;			/* lives as long as the process */
 	pg_uuid_t	id;
-	bool		recovering;		/* entered at a journaled state */
+	bool		recovering;		/* coordinator.c; entered at a journaled
+								 * state */
 	DpwinRoute *route;
 	DpwinServerConf *conf;
 	ChClient   *client;
@@ -95,24 +114,31 @@ typedef struct Coordinator
 	char	   *published_generation;	/* the UUID that the route's last
 										 * publication put in place, if any */
 	int32		target_id;
-	int64		epoch;
-	bool		lease_held;
+	int64		epoch;			/* coordinator.c, with the lease */
+	bool		lease_held;		/* coordinator.c */
 	bool		registered;		/* the invocation row exists */
-	int			progress_slot;
+	int			progress_slot;	/* coordinator.c */
 	TimestampTz interval_end;
 	TimestampTz lo;
 	TimestampTz hi;
 
 	/* skip_unchanged: what the last publication knew, if it can be used */
-	DpwinDigestCache *digest_cache;
-	int			cached_digests; /* chunks compared with it, not digested */
+	DpwinDigestCache *digest_cache; /* invocation.c */
+	int			cached_digests; /* stage.c; chunks compared with it, not
+								 * digested */
 
 	/* as last journaled by us: dpwin_invocation_transition() only */
 	DpwinState	state;
 
+	/*
+	 * invocation.c plans, recalls and extracts (dpwin_invocation_extract(),
+	 * through extraction.c, which fills the receipts); stage.c writes only
+	 * what its skipping reads of the target: kept_facts, kept_null_rows and
+	 * the slots' target_digest.
+	 */
 	DpwinExtraction ext;
-	DpwinBuild	build;
-	DpwinTimings times;
+	DpwinBuild	build;			/* see DpwinBuild */
+	DpwinTimings times;			/* see DpwinTimings */
 } Coordinator;
 
 /* What must commit with a change of state, inside its transaction. */
@@ -134,7 +160,10 @@ extern void dpwin_invocation_transition(Coordinator *c, DpwinState to,
 										DpwinCommitWith with,
 										const char *message, int sqlerrcode);
 
-extern DpwinExtractJob dpwin_invocation_extract_job(Coordinator *c);
+extern void dpwin_invocation_set_target(Coordinator *c, DpwinTargetInfo *target);
+extern void dpwin_invocation_open_slots(Coordinator *c);
+extern double dpwin_invocation_extract(Coordinator *c, DpwinExtractMode mode,
+									   void (*overlap) (void *arg), void *arg);
 extern void dpwin_invocation_record_outcome(Coordinator *c);
 extern ChClient *dpwin_invocation_second_client(Coordinator *c);
 extern void dpwin_invocation_list_own_tables_start(Coordinator *c);

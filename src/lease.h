@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * lease.h
- *	  The target lease: a session-level advisory lock in dpwin's key space
+ *	  The target lease (lease.c): a session-level advisory lock in dpwin's key space
  *	  (DPWIN_LOCK_CLASS, target_id) held by the process that runs an
  *	  invocation, plus a fencing epoch in dpwin.lease bumped at every
  *	  acquisition.

@@ -1,9 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * names.h
- *	  Deterministic names of the tables dpwin owns in ClickHouse, derived
- *	  from the route, the invocation, the chunk and the attempt, so that
- *	  recovery and clean-up can find every one of them from the journal
+ *	  Deterministic names of the tables dpwin owns in ClickHouse (names.c),
+ *	  derived from the route, the invocation, the chunk and the attempt, so
+ *	  that recovery and clean-up can find every one of them from the journal
  *	  alone.
  *
  *-------------------------------------------------------------------------

@@ -1,12 +1,12 @@
 /*-------------------------------------------------------------------------
  *
  * pg_compat.h
- *	  The one place where dpwin's C code meets the differences between the
- *	  PostgreSQL majors it supports (15, 17, 18 and 19; see the README).
- *	  The rest of the code is written against the newest API: this header
- *	  maps its spelling onto the older majors, or, where a signature
- *	  changed, gives a dpwin_ wrapper, keyed on PG_VERSION_NUM, so that no
- *	  other file needs an #if on the server version.  Include it after
+ *	  The one place, a header without a .c file, where dpwin's C code meets the
+ *	  differences between the PostgreSQL majors it supports (15, 17, 18 and 19;
+ *	  see the README).  The rest of the code is written against the newest API:
+ *	  this header maps its spelling onto the older majors, or, where a
+ *	  signature changed, gives a dpwin_ wrapper, keyed on PG_VERSION_NUM, so
+ *	  that no other file needs an #if on the server version.  Include it after
  *	  postgres.h (dpwin.h does).
  *
  *-------------------------------------------------------------------------

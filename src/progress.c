@@ -19,7 +19,6 @@
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
 #include "utils/builtins.h"
-#include "utils/guc.h"
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 
@@ -34,7 +33,7 @@ typedef struct DpwinProgressShared
 
 static DpwinProgressShared *progress = NULL;
 
-/* dpwin.max_invocations: the number of slots */
+/* The number of slots: dpwin.max_invocations (dpwin.c), at server start. */
 static int	max_invocations = 16;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
@@ -88,16 +87,9 @@ progress_shmem_startup(void)
 }
 
 void
-dpwin_progress_init(void)
+dpwin_progress_init(int nslots)
 {
-	DefineCustomIntVariable("dpwin.max_invocations",
-							"Maximum number of invocations that can run at once (progress slots).",
-							NULL,
-							&max_invocations,
-							16, 1, 1024,
-							PGC_POSTMASTER, 0,
-							NULL, NULL, NULL);
-
+	max_invocations = nslots;
 	prev_shmem_request_hook = shmem_request_hook;
 	shmem_request_hook = progress_shmem_request;
 	prev_shmem_startup_hook = shmem_startup_hook;

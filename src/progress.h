@@ -1,8 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * progress.h
- *	  Progress of running invocations in shared memory, read by the
- *	  dpwin.progress view in the manner of pg_stat_progress_*.
+ *	  Progress of running invocations in shared memory (progress.c), read by
+ *	  the dpwin.progress view in the manner of pg_stat_progress_*.
  *
  *-------------------------------------------------------------------------
  */
@@ -27,10 +27,10 @@ typedef struct DpwinProgressSlot
 } DpwinProgressSlot;
 
 /*
- * Define dpwin.max_invocations and request the shared memory it sizes
- * (from _PG_init, while shared_preload_libraries loads).
+ * Request the shared memory for nslots slots, dpwin.max_invocations (from
+ * _PG_init, while shared_preload_libraries loads).
  */
-extern void dpwin_progress_init(void);
+extern void dpwin_progress_init(int nslots);
 
 /*
  * Claim a slot for an invocation (ereports when all dpwin.max_invocations

@@ -57,14 +57,12 @@ readmit_target(Coordinator *c, const char *when)
 
 	now = dpwin_extraction_admit(c->client, c->route, c->cxt, &refusal);
 	if (refusal == NULL)
-		refusal = dpwin_target_check_unchanged(now,
-											   c->target ? c->target->uuid : NULL,
-											   c->schema_fingerprint, when);
+		refusal = dpwin_admission_check_unchanged(now,
+												  c->target ? c->target->uuid : NULL,
+												  c->schema_fingerprint, when);
 	if (refusal != NULL)
 		return refusal;
-	if (c->schema_fingerprint == NULL)
-		c->schema_fingerprint = MemoryContextStrdup(c->cxt, now->schema_fingerprint);
-	c->target = now;
+	dpwin_invocation_set_target(c, now);
 	return NULL;
 }
 
@@ -90,8 +88,10 @@ start_window_facts(void *arg)
 static void
 take_window_facts(Coordinator *c, const DpwinWindowFacts *facts)
 {
-	c->build.final_rows = dpwin_generation_check_counts(c->build.gen, c->ext.staged_rows,
-														facts->ranges_rows, facts->rows);
+	dpwin_build_set_final_rows(c, dpwin_generation_check_counts(c->build.gen,
+																c->ext.staged_rows,
+																facts->ranges_rows,
+																facts->rows));
 	c->build.window_days = MemoryContextStrdup(c->cxt, facts->days);
 	c->build.window_bounds = MemoryContextStrdup(c->cxt, facts->bounds);
 }
@@ -156,7 +156,7 @@ dpwin_step_verified(Coordinator *c)
 	}
 	refusal = readmit_target(c, "while the generation was being built");
 	if (refusal != NULL)
-		dpwin_refusal_raise(refusal);
+		dpwin_admission_raise(refusal);
 
 	/*
 	 * Every staging table is the target as admitted (and admitted again
@@ -181,7 +181,7 @@ dpwin_step_verified(Coordinator *c)
 	from_chunks = c->build.gen->baseline_known;
 	dpwin_generation_attach_staged(c->client, c->target, c->build.gen, &staged,
 								   &c->ext.key, from_chunks ? NULL : start_window_facts, c);
-	c->build.kept_rows = c->build.gen->target_kept_rows;
+	dpwin_build_set_kept_rows(c, c->build.gen->target_kept_rows);
 
 	/*
 	 * Is the target still the table that was cloned?  Checked again right
@@ -192,7 +192,7 @@ dpwin_step_verified(Coordinator *c)
 											&c->ext.key,
 											"between generation build and publication");
 	if (refusal != NULL)
-		dpwin_refusal_raise(refusal);
+		dpwin_admission_raise(refusal);
 
 	/* The generation's counts, with the window's facts. */
 	if (!from_chunks || !window_facts_from_chunks(c))
@@ -326,13 +326,7 @@ check_still_ours(Coordinator *c, const DpwinPublication *pub,
 	DpwinRefusal *refusal;
 
 	/* the generation of an earlier process: its build is not known here */
-	if (c->build.gen == NULL)
-	{
-		c->build.gen = palloc0(sizeof(DpwinGeneration));
-		c->build.gen->table = pub->generation_table;
-		c->build.gen->window_column = c->route->window_column;
-		c->build.gen->ranges = dpwin_build_window_ranges(c);
-	}
+	dpwin_build_recall_generation(c, pub->generation_table);
 
 	refusal = readmit_target(c, when);
 	if (refusal == NULL && strcmp(c->target->uuid, pub->target_uuid_before) == 0)
@@ -341,7 +335,7 @@ check_still_ours(Coordinator *c, const DpwinPublication *pub,
 	if (refusal != NULL)
 	{
 		c->build.outcome = DPWIN_OUTCOME_NOT_PUBLISHED;
-		dpwin_refusal_raise(refusal);
+		dpwin_admission_raise(refusal);
 	}
 	if (strcmp(c->target->uuid, pub->target_uuid_before) != 0)
 		report_unknown(c, pub, target_uuid, generation_uuid);
@@ -399,7 +393,7 @@ dpwin_step_publishing(Coordinator *c)
 
 		if (c->recovering)
 			check_still_ours(c, pub, target_uuid, generation_uuid);
-		c->build.generation = MemoryContextStrdup(c->cxt, pub->generation_table);
+		dpwin_build_name_generation(c, pub->generation_table);
 
 		/*
 		 * The exchange; after a lost reply whose statement is known to have

@@ -36,11 +36,14 @@
 #include "catalog.h"
 #include "chclient.h"
 #include "call.h"
+#include "fdw.h"
 #include "lease.h"
 #include "names.h"
+#include "publication.h"
 #include "registry.h"
 #include "route.h"
 #include "target.h"
+#include "verification.h"
 #include "version.h"
 #include "window.h"
 
@@ -320,7 +323,7 @@ dpwin_reconcile(PG_FUNCTION_ARGS)
 			pub->outcome == DPWIN_OUTCOME_PUBLISHED)
 			verdict = "superseded";
 		else
-			verdict = dpwin_outcome_name(outcome);
+			verdict = dpwin_publication_outcome_name(outcome);
 	}
 	else
 		verdict = "no_intent";
@@ -328,7 +331,7 @@ dpwin_reconcile(PG_FUNCTION_ARGS)
 
 	initStringInfo(&buf);
 	appendStringInfo(&buf, "{\"invocation_id\": \"%s\", \"state\": \"%s\", \"verdict\": \"%s\"",
-					 dpwin_uuid_text(id), dpwin_state_name(inv->state), verdict);
+					 dpwin_uuid_text(id), dpwin_registry_state_name(inv->state), verdict);
 	appendStringInfoString(&buf, ", \"target\": ");
 	escape_json(&buf, dpwin_ch_qualified_name(route->target_database, route->target_table));
 	appendStringInfo(&buf, ", \"target_uuid_now\": %s",
@@ -338,7 +341,7 @@ dpwin_reconcile(PG_FUNCTION_ARGS)
 		appendStringInfo(&buf, ", \"intent\": {\"target_uuid_before\": \"%s\", \"generation_uuid\": \"%s\", \"outcome\": %s}",
 						 pub->target_uuid_before, pub->generation_uuid,
 						 pub->outcome != DPWIN_OUTCOME_NONE ?
-						 psprintf("\"%s\"", dpwin_outcome_name(pub->outcome)) : "null");
+						 psprintf("\"%s\"", dpwin_publication_outcome_name(pub->outcome)) : "null");
 		appendStringInfoString(&buf, ", \"generation_table\": ");
 		escape_json(&buf, pub->generation_table);
 		appendStringInfo(&buf, ", \"generation_table_uuid_now\": %s",

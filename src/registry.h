@@ -1,8 +1,11 @@
 /*-------------------------------------------------------------------------
  *
  * registry.h
- *	  The invocation registry, the chunk journal, publication intents,
- *	  evidence and route state: every durable record of a refresh.
+ *	  The invocation registry (dpwin.invocation), which registry.c owns:
+ *	  the states of the refresh state machine and each invocation's
+ *	  record.  The chunk journal, publications, evidence, route state and
+ *	  verifications have headers of their own (chunk.h, publication.h,
+ *	  evidence.h, route_state.h, verification.h).
  *
  *	  Every mutation is a compare-and-swap on the target's fencing epoch
  *	  (lease.h), so a runner that lost its lease cannot write, however late
@@ -19,11 +22,9 @@
 #include "access/tupdesc.h"
 #include "datatype/timestamp.h"
 #include "nodes/pg_list.h"
-#include "utils/tuplestore.h"
 #include "utils/uuid.h"
 
 #include "digest.h"
-#include "extract.h"
 
 typedef enum DpwinState
 {
@@ -63,39 +64,12 @@ typedef struct DpwinInvocation
 	Oid			caller_role;
 } DpwinInvocation;
 
-/*
- * What the tables' UUIDs say about an exchange (docs/design.md, "The
- * state machine").  PENDING is never journaled: the reply was lost, the
- * target still has its old UUID, and the server cannot show that the
- * statement has ended.
- */
-typedef enum DpwinOutcome
-{
-	DPWIN_OUTCOME_NONE,			/* intent without outcome */
-	DPWIN_OUTCOME_PUBLISHED,
-	DPWIN_OUTCOME_NOT_PUBLISHED,
-	DPWIN_OUTCOME_UNKNOWN,
-	DPWIN_OUTCOME_PENDING
-} DpwinOutcome;
-
-typedef struct DpwinPublication
-{
-	char	   *target_uuid_before;
-	char	   *generation_table;
-	char	   *generation_uuid;
-	char	   *backup_table;
-	DpwinOutcome outcome;		/* NONE while unsettled */
-	char	   *exchange_query_id;	/* of the last EXCHANGE sent, if any */
-	int64		lease_epoch;
-} DpwinPublication;
-
-extern const char *dpwin_state_name(DpwinState state);
-extern const char *dpwin_outcome_name(DpwinOutcome outcome);
-extern DpwinState dpwin_state_from_name(const char *name);
-extern bool dpwin_state_is_final(DpwinState state);
+extern const char *dpwin_registry_state_name(DpwinState state);
+extern DpwinState dpwin_registry_state_from_name(const char *name);
+extern bool dpwin_registry_state_is_final(DpwinState state);
 
 /* May an invocation go from `from` to `to`? (docs/design.md) */
-extern bool dpwin_state_may_follow(DpwinState from, DpwinState to);
+extern bool dpwin_registry_state_may_follow(DpwinState from, DpwinState to);
 
 /*
  * Why an invocation left planned or extracting by a coordinator that is
@@ -111,24 +85,6 @@ typedef struct DpwinOrphan
 	int32		route_id;
 	pg_uuid_t	id;
 } DpwinOrphan;
-
-/* A verification, as dpwin.verification records it. */
-typedef struct DpwinVerification
-{
-	pg_uuid_t	id;
-	int32		route_id;
-	TimestampTz interval_end;
-	TimestampTz window_lo;
-	TimestampTz window_hi;
-	const char *snapshot_id;
-	const char *target_uuid;
-	const char *chunks_json;	/* jsonb text */
-	int32		drifting_chunks;
-	Oid			caller_role;
-	TimestampTz started_at;
-} DpwinVerification;
-
-extern char *dpwin_uuid_text(const pg_uuid_t *id);
 
 /* Load an invocation; NULL when missing and missing_ok. */
 extern DpwinInvocation *dpwin_registry_load(const pg_uuid_t *id, bool missing_ok);
@@ -213,70 +169,5 @@ typedef struct DpwinDigestCache
  */
 extern DpwinDigestCache *dpwin_registry_digest_cache(int32 route_id,
 													 const char *config_fingerprint);
-
-/*
- * The chunk journal of an invocation, in chunk order, as receipts (a
- * chunk neither verified nor skipped reads as failed).
- */
-extern DpwinChunkSlot *dpwin_chunk_load(const pg_uuid_t *id, int *nchunks);
-
-/* Chunk journal (all fenced by epoch). */
-extern void dpwin_chunk_begin(const pg_uuid_t *id, int chunk_no, int attempt,
-							  const char *staging_table, int32 target_id,
-							  int64 epoch);
-extern void dpwin_chunk_end(const pg_uuid_t *id, int chunk_no, int attempt,
-							const char *state, int64 rows, int64 bytes,
-							const DpwinDigest *digest, const char *error,
-							int32 target_id, int64 epoch);
-
-/* Publication intent and outcome. */
-extern void dpwin_publication_intent(const pg_uuid_t *id, int32 target_id,
-									 int64 epoch,
-									 const DpwinPublication *pub,
-									 const char *exchange_query_id);
-extern DpwinPublication *dpwin_publication_load(const pg_uuid_t *id);
-
-/*
- * The one verdict on an exchange, from the UUIDs of the target and of the
- * generation table now (NULL: missing): published when the target has the
- * generation's UUID; not published when both still have their own;
- * unknown otherwise.
- */
-extern DpwinOutcome dpwin_publication_judge(const DpwinPublication *pub,
-											const char *target_uuid,
-											const char *generation_uuid);
-extern void dpwin_publication_outcome(const pg_uuid_t *id, int32 target_id,
-									  int64 epoch, DpwinOutcome outcome);
-
-/*
- * Durable evidence: idempotent (a second write of the same invocation is a
- * no-op) and fenced; calls the route's evidence function, if any, in the
- * same transaction.  Returns false when the evidence already existed.
- */
-extern bool dpwin_evidence_write(const pg_uuid_t *id, int32 route_id,
-								 int32 target_id, int64 epoch,
-								 const char *metrics_json,
-								 Oid evidence_function);
-
-/* The metrics of an invocation's evidence (jsonb text); NULL when none. */
-extern char *dpwin_evidence_metrics(const pg_uuid_t *id);
-
-/* Journal a verification (no lease: it changes nothing it fences). */
-extern void dpwin_verification_record(const DpwinVerification *v);
-
-/*
- * The (chunk_no, lo, hi, source_rows, target_rows, matches) rows of a
- * verification.
- */
-extern void dpwin_verification_chunks(const pg_uuid_t *id,
-									  Tuplestorestate *tupstore, TupleDesc desc);
-
-/* The backups a route's publications kept, newest first. */
-extern List *dpwin_publication_backups(int32 route_id);
-
-/* Advance route state by CAS; never moves it backwards. */
-extern void dpwin_route_state_advance(int32 route_id, TimestampTz interval_end,
-									  const pg_uuid_t *id, int32 target_id,
-									  int64 epoch);
 
 #endif							/* DPWIN_REGISTRY_H */

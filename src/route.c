@@ -41,9 +41,10 @@
 #include "utils/timestamp.h"
 
 #include "catalog.h"
+#include "chtype.h"
 #include "digest.h"
+#include "fdw.h"
 #include "route.h"
-#include "rowbinary.h"
 #include "version.h"
 #include "window.h"
 
@@ -396,7 +397,7 @@ resolve_column(DpwinRoute *r, int i, const char *name, bool validate)
 	r->column_notnull[i] = att->attnotnull;
 	ReleaseSysCache(tp);
 
-	if (validate && !dpwin_rb_type_supported(r->column_types[i]))
+	if (validate && !dpwin_ch_type_supported(r->column_types[i]))
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("column \"%s\" has type %s, which dpwin cannot copy",

@@ -1,8 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * route.h
- *	  The route catalog (dpwin.route) and the ClickHouse foreign servers
- *	  (the dpwin_clickhouse wrapper) as seen by the rest of dpwin.
+ *	  The route catalog (dpwin.route), which route.c owns.  The ClickHouse
+ *	  foreign servers it names are fdw.h's.
  *
  *	  Never talks to ClickHouse.
  *
@@ -41,24 +41,6 @@ typedef struct DpwinRoute
 	Oid			owner;
 	char	   *config_fingerprint; /* as stored by create/alter_route */
 } DpwinRoute;
-
-/*
- * Connection settings of a dpwin_clickhouse foreign server, merged with the
- * calling user's user mapping.  The password is kept only here; nothing may
- * print it.
- */
-typedef struct DpwinServerConf
-{
-	char	   *server_name;
-	char	   *url;			/* http(s)://host:port, no trailing slash */
-	char	   *ca_file;		/* NULL: system CAs */
-	bool		verify_peer;
-	int			connect_timeout_ms;
-	int			request_timeout_ms;
-	char	   *settings;		/* extra URL parameters "k=v&k2=v2", or NULL */
-	char	   *user;			/* NULL: none */
-	char	   *password;		/* NULL: none */
-} DpwinServerConf;
 
 /*
  * Load a route by name or id (reads dpwin.route through SPI as the
@@ -103,16 +85,5 @@ extern void dpwin_route_check_can_refresh(const DpwinRoute *route);
  * (SHA-256 hex of a canonical text form).
  */
 extern char *dpwin_route_fingerprint(const DpwinRoute *route);
-
-/*
- * Server options + the user mapping of userid (else the PUBLIC one; with
- * neither, user and password are NULL).  ereports ERRCODE_UNDEFINED_OBJECT
- * if the server does not exist, ERRCODE_WRONG_OBJECT_TYPE if it is not a
- * dpwin_clickhouse server.  Does not check USAGE on the server.
- */
-extern PGDLLEXPORT DpwinServerConf *dpwin_server_conf(const char *server_name, Oid userid);
-
-/* Same checks as dpwin_server_conf() without reading options; the server's OID. */
-extern Oid	dpwin_server_check(const char *server_name);
 
 #endif							/* DPWIN_ROUTE_H */

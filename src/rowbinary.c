@@ -111,7 +111,7 @@ struct RbEncoder
  * Room for n more bytes and the terminating zero.  The test is
  * enlargeStringInfo's own, made here so that the common case (the request
  * body already has room) costs no call: a row makes one of these for each
- * column (docs/benchmark.md, "The digest pass, profiled").
+ * column (docs/design.md, "Extraction").
  */
 static inline void
 rb_room(StringInfo out, int n)
@@ -920,13 +920,13 @@ dpwin_rb_encoder_create(int ncols, char *const *names, const Oid *typids,
 		RbCol	   *c = &enc->cols[i];
 		int32		typmod = typmods[i];
 		Oid			elem;
-		Oid			base = dpwin_pg_resolve_type(typids[i], &typmod, &elem);
+		Oid			base = dpwin_ch_type_resolve_pg(typids[i], &typmod, &elem);
 		char	   *error;
 		ChType	   *t = dpwin_ch_type_parse(ch_types[i], &error);
 
 		c->name = pstrdup(names[i]);
 		if (t != NULL)
-			error = dpwin_parity_resolved(base, elem, typmod, t);
+			error = dpwin_ch_type_parity_resolved(base, elem, typmod, t);
 		if (error != NULL)
 			ereport(ERROR,
 					(errcode(ERRCODE_DATATYPE_MISMATCH),

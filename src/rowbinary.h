@@ -1,9 +1,10 @@
 /*-------------------------------------------------------------------------
  *
  * rowbinary.h
- *	  PostgreSQL Datum -> ClickHouse RowBinary encoders, with fidelity
- *	  checks (a value that cannot be represented exactly is an error, never
- *	  a rounded number) and the PostgreSQL/ClickHouse type parity rules.
+ *	  PostgreSQL Datum -> ClickHouse RowBinary encoders, which rowbinary.c
+ *	  owns, with fidelity checks: a value that cannot be represented
+ *	  exactly is an error, never a rounded number.  The type parity rules
+ *	  are chtype.h's.
  *
  *	  No I/O.  See docs/types.md for the map.
  *
@@ -17,25 +18,12 @@
 typedef struct RbEncoder RbEncoder;
 
 /*
- * Can a PostgreSQL column (typid, typmod) be encoded as the ClickHouse type
- * ch_type (as system.columns.type prints it, e.g. "Nullable(Decimal(18, 2))",
- * "DateTime64(6, 'UTC')", "Array(Nullable(Int32))")?  Returns NULL when it
- * can, else a palloc'd sentence saying why not.  Whether the column may
- * hold NULLs does not matter: a NULL for a type that is not Nullable is
- * refused value by value by dpwin_rb_encode_row() (docs/types.md).
- */
-extern PGDLLEXPORT char *dpwin_rb_type_parity(Oid typid, int32 typmod, const char *ch_type);
-
-/* Is this PostgreSQL type supported at all (docs/types.md)? */
-extern bool dpwin_rb_type_supported(Oid typid);
-
-/*
  * Build an encoder for ncols columns.  names are the column names (for
  * error messages); window_index is the column whose value names a row in
  * fidelity errors.  pg_notnull (which columns are NOT NULL in PostgreSQL)
  * is ignored: every NULL is checked when it is met, whatever the column's
  * constraint.  ereports ERRCODE_DATATYPE_MISMATCH if any column fails
- * dpwin_rb_type_parity().  Allocated in CurrentMemoryContext.
+ * dpwin_ch_type_parity() (chtype.h).  Allocated in CurrentMemoryContext.
  */
 extern PGDLLEXPORT RbEncoder *dpwin_rb_encoder_create(int ncols, char *const *names,
 													  const Oid *typids, const int32 *typmods,

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * source.h
- *	  The PostgreSQL side of extraction: one exported snapshot held by the
+ *	  The PostgreSQL side of extraction (source.c): one exported snapshot held by the
  *	  coordinator, imported by every chunk worker for every chunk, and a
  *	  query over one chunk's half-open range run into a receiver.
  *

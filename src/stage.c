@@ -8,10 +8,10 @@
  *	  extracting  one snapshot, the chunk workers        -> staged
  *	  staged      every receipt verified                 -> verified
  *
- *	  Extraction itself is extraction.c's; the generation that extraction
- *	  overlaps with, build.c's.  Recovery never enters these steps: an
- *	  invocation left planned or extracting lost its snapshot with its
- *	  coordinator (coordinator.c).
+ *	  extraction.c runs the extraction itself, and build.c prepares the
+ *	  generation that the extraction overlaps with.  Recovery never enters
+ *	  these steps: an invocation left planned or extracting lost its
+ *	  snapshot with its coordinator (coordinator.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -37,8 +37,8 @@ commit_schema(Coordinator *c)
 DpwinStepResult
 dpwin_step_planned(Coordinator *c)
 {
-	c->target = dpwin_extraction_admit(c->client, c->route, c->cxt, NULL);
-	c->schema_fingerprint = c->target->schema_fingerprint;
+	dpwin_invocation_set_target(c, dpwin_extraction_admit(c->client, c->route,
+														  c->cxt, NULL));
 	return dpwin_step_result(DPWIN_STATE_EXTRACTING, commit_schema);
 }
 
@@ -61,15 +61,15 @@ cached_digest(const DpwinDigestCache *cache, const DpwinChunkBounds *b,
 
 /*
  * A refresh that skips unchanged chunks compares each chunk with the
- * target's rows of [lo, hi).  The target's parts are read first.  Where
- * the target is the table the route's last publication published, its
- * layout the one that publication left (the same rows, merged or not)
- * and its schema the one it saw, that publication's digest of a chunk is
- * the target's; the other chunks are digested by ClickHouse, in one
- * statement.  The generation is cloned
- * once the chunks are known, and the skipped chunks' rows are kept from
- * that clone only if the target's parts are still the ones read here
- * (else they are digested again in the clone).
+ * target's rows of [lo, hi), and this function reads those rows' digests
+ * first.  It reads the target's parts first of all.  The route's last
+ * publication may already know a chunk's digest: it does when the target
+ * is still the table that publication published, with the layout it left
+ * (the same rows, merged or not) and the schema it saw.  ClickHouse
+ * digests the other chunks, all in one statement.  The build step clones
+ * the generation once the chunks are known, and it keeps the skipped
+ * chunks' rows from that clone only if the target's parts are still the
+ * ones read here; otherwise it digests them again in the clone.
  */
 static List *
 prepare_skipping(Coordinator *c)
@@ -85,8 +85,7 @@ prepare_skipping(Coordinator *c)
 	int			i = 0;
 	ListCell   *lc;
 
-	x->nchunks = list_length(x->chunks);
-	x->slots = palloc0(sizeof(DpwinChunkSlot) * x->nchunks);
+	dpwin_invocation_open_slots(c);
 	parts = dpwin_generation_target_parts(c->client, c->target, &layout);
 	if (cache != NULL &&
 		(memcmp(&cache->key, &x->key, sizeof(DpwinDigestKey)) != 0 ||
@@ -141,9 +140,9 @@ probe_exchange(Coordinator *c)
 		strcmp(c->published_generation, c->target->uuid) == 0)
 		return;
 	cxt = MemoryContextSwitchTo(c->cxt);
-	dpwin_target_probe_exchange(c->client, c->route->target_database,
-								dpwin_invocation_table_prefix(c->route->route_id, &c->id),
-								true);
+	dpwin_admission_probe_exchange(c->client, c->route->target_database,
+								   dpwin_invocation_table_prefix(c->route->route_id, &c->id),
+								   true);
 	MemoryContextSwitchTo(cxt);
 }
 
@@ -205,7 +204,7 @@ overlap_head_start(Coordinator *c, bool skipping)
 		ereport(LOG,
 				(errmsg("dpwin: invocation %s probes and clones its target after extraction: %s",
 						dpwin_uuid_text(&c->id), edata->message)));
-		c->build.gen = NULL;
+		dpwin_build_forget_generation(c);
 	}
 	PG_END_TRY();
 	MemoryContextSwitchTo(cxt);
@@ -260,17 +259,14 @@ commit_snapshot(Coordinator *c)
 DpwinStepResult
 dpwin_step_extracting(Coordinator *c)
 {
-	DpwinExtractJob job = dpwin_invocation_extract_job(c);
-
 	if (c->route->skip_unchanged)
 	{
 		List	   *parts;
 		List	   *staged;
 
 		parts = prepare_skipping(c);
-		c->times.extract = dpwin_extraction_run(&c->ext, &job,
-												DPWIN_EXTRACT_SKIP_UNCHANGED,
-												overlap_skipping, c);
+		c->times.extract = dpwin_invocation_extract(c, DPWIN_EXTRACT_SKIP_UNCHANGED,
+													overlap_skipping, c);
 		/* nothing to ask when the probe answered during the extraction */
 		probe_exchange(c);
 		staged = dpwin_build_staged_ranges(c);
@@ -288,8 +284,8 @@ dpwin_step_extracting(Coordinator *c)
 	}
 	else
 	{
-		c->times.extract = dpwin_extraction_run(&c->ext, &job, DPWIN_EXTRACT_STAGE,
-												overlap_clone, c);
+		c->times.extract = dpwin_invocation_extract(c, DPWIN_EXTRACT_STAGE,
+													overlap_clone, c);
 		/* nothing to ask when the probe answered during the extraction */
 		probe_exchange(c);
 	}

@@ -2,8 +2,9 @@
  *
  * steps.h
  *	  The steps of the refresh state machine (docs/design.md, "The state
- *	  machine"), one per state that is not final.  Only coordinator.c,
- *	  which holds the step table, calls them.
+ *	  machine"), one per state that is not final, which stage.c, publish.c and
+ *	  finish.c own.  Only coordinator.c, which holds the step table, calls
+ *	  them.
  *
  *	  Each step is named after the state it runs in.  Its phase, as
  *	  dpwin.progress shows it, is in coordinator.c's step table.

@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * target.h
- *	  The ClickHouse side of a refresh after admission (admission.h):
+ *	  The ClickHouse side of a refresh after admission (admission.h), which
+ *	  target.c owns:
  *	  staging and generation tables, digests, window predicates, EXCHANGE
  *	  and UUID lookups.  Never reads PostgreSQL data.
  *
@@ -97,7 +98,8 @@ extern void dpwin_target_table_uuids(ChClient *client, const char *database,
  * column or by _partition_id run with optimize_move_to_prewhere = 0: with
  * the automatic move to PREWHERE the server weighs every part of the table
  * (about a millisecond each, more on parts it has not read yet) before the
- * condition drops the parts it excludes (docs/benchmark.md).
+ * condition drops the parts it excludes (docs/design.md, "The
+ * conversation with ClickHouse").
  */
 #define DPWIN_TARGET_SCAN_SETTINGS "optimize_move_to_prewhere = 0"
 

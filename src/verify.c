@@ -25,6 +25,7 @@
 
 #include "bgworker.h"
 #include "invocation.h"
+#include "verification.h"
 #include "verify.h"
 #include "window.h"
 
@@ -92,7 +93,6 @@ dpwin_verify_run(Coordinator *c)
 	int			drifting;
 	const char *db;
 	const char *table;
-	DpwinExtractJob job;
 
 	dpwin_invocation_load(c, c->call->route_id);
 	db = c->route->target_database;
@@ -100,11 +100,11 @@ dpwin_verify_run(Coordinator *c)
 	dpwin_invocation_plan_window(c);
 
 	/* Read-only admission: the target's columns and types, as a refresh. */
-	c->target = dpwin_extraction_admit(c->client, c->route, c->cxt, NULL);
+	dpwin_invocation_set_target(c, dpwin_extraction_admit(c->client, c->route,
+														  c->cxt, NULL));
 
 	/* The source: one snapshot, the route's parallelism, digests only. */
-	job = dpwin_invocation_extract_job(c);
-	(void) dpwin_extraction_run(&c->ext, &job, DPWIN_EXTRACT_DIGEST, NULL, NULL);
+	(void) dpwin_invocation_extract(c, DPWIN_EXTRACT_DIGEST, NULL, NULL);
 
 	/* The target: every chunk in one statement, of one table generation. */
 	target = palloc(sizeof(DpwinDigest) * c->ext.nchunks);

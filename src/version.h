@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * version.h
- *	  Which versions of dpwin's SQL objects this library works with.
+ *	  Which versions of dpwin's SQL objects this library works with
+ *	  (version.c).
  *
  *-------------------------------------------------------------------------
  */

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * window.h
- *	  Window arithmetic: duration validation and the half-open chunk
+ *	  Window arithmetic (window.c): duration validation and the half-open chunk
  *	  partition of [interval_end - lookback, interval_end).
  *
  *	  Pure functions: no catalog access, no I/O.

@@ -41,8 +41,10 @@
 
 #include "bgworker.h"
 #include "chclient.h"
+#include "chunk.h"
 #include "extract.h"
 #include "facts.h"
+#include "fdw.h"
 #include "names.h"
 #include "progress.h"
 #include "registry.h"

@@ -133,15 +133,3 @@ GRANT EXECUTE ON FUNCTION dpwin.drop_route(text) TO dpwin_operator;
 
 REVOKE ALL ON dpwin.routes FROM PUBLIC;
 GRANT SELECT ON dpwin.routes TO dpwin_operator;
-
-/*
- * What dpwin makes of a server and the caller's user mapping, without the
- * password (has_password says whether there is one).  Superusers only.
- */
-CREATE FUNCTION dpwin.server_conf(server name,
-	OUT url text, OUT ca_file text, OUT verify_peer boolean,
-	OUT connect_timeout_ms integer, OUT request_timeout_ms integer,
-	OUT settings text, OUT "user" text, OUT has_password boolean)
-	LANGUAGE C STRICT STABLE PARALLEL UNSAFE
-	AS 'MODULE_PATHNAME', 'dpwin_show_server_conf';
-REVOKE ALL ON FUNCTION dpwin.server_conf(name) FROM PUBLIC;

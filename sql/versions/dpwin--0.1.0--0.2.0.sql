@@ -2,8 +2,9 @@
  *
  * Relations and roles are stored as regclass and regrole, so that a dump
  * carries their names; the evidence function is stored as its qualified
- * signature (text), since pg_upgrade refuses regprocedure columns; and
- * dpwin.verification is registered for pg_dump.
+ * signature (text), since pg_upgrade refuses regprocedure columns;
+ * dpwin.verification is registered for pg_dump; and dpwin.server_conf(),
+ * which only tests called, is dropped (the test module has its own).
  */
 
 \echo Use "ALTER EXTENSION dpwin UPDATE TO '0.2.0'" to load this file. \quit
@@ -85,3 +86,5 @@ REVOKE ALL ON dpwin.verifications FROM PUBLIC;
 GRANT SELECT ON dpwin.verifications TO dpwin_operator;
 
 SELECT pg_catalog.pg_extension_config_dump('dpwin.verification', '');
+
+DROP FUNCTION dpwin.server_conf(name);

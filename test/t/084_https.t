@@ -116,7 +116,7 @@ psql_ok("DROP SCHEMA IF EXISTS $schema CASCADE;
 psql_ok("CREATE USER MAPPING FOR CURRENT_USER SERVER $srv OPTIONS (user " . pg_literal($ENV{DPWIN_CH_REFRESH_USER})
 	  . ", password " . pg_literal($ENV{DPWIN_CH_PASSWORD}) . ")");
 psql_ok("SELECT dpwin.create_route('$route', '$schema.ev', 'observed_at', '$srv', '$db', 'ev', '7 days', '1 day', parallelism => 3)");
-is(psql_ok("SELECT verify_peer FROM dpwin.server_conf('$srv')"), 't', 'verify_peer is on by default');
+is(psql_ok("SELECT verify_peer FROM dpwin_test.server_conf('$srv')"), 't', 'verify_peer is on by default');
 
 # Expect a TLS refusal: HV00N, the message, the ca_file hint; nothing
 # reaches ClickHouse.
@@ -194,7 +194,7 @@ psql_ok("ALTER SERVER $srv OPTIONS (SET url '$https')");
 like(psql_err("ALTER SERVER $srv OPTIONS (SET url '$https', DROP ca_file, ADD verify_peer 'no thanks')") // 'ok',
 	qr/^HV024: verify_peer "no thanks" is not a boolean/, 'verify_peer takes only a boolean');
 psql_ok("ALTER SERVER $srv OPTIONS (SET url '$https', DROP ca_file, ADD verify_peer 'false')");
-is(psql_ok("SELECT verify_peer FROM dpwin.server_conf('$srv')"), 'f', 'verify_peer false is stored as given');
+is(psql_ok("SELECT verify_peer FROM dpwin_test.server_conf('$srv')"), 'f', 'verify_peer false is stored as given');
 is(psql_ok("SELECT rtrim(dpwin_test.ch_query('$srv', 'SELECT 7'), E'\\n')"), '7', 'with verify_peer false an unknown CA is accepted');
 psql_ok("ALTER SERVER $srv OPTIONS (SET url 'https://localhost:$port')");
 is(psql_ok("SELECT rtrim(dpwin_test.ch_query('$srv', 'SELECT 8'), E'\\n')"), '8', '... and so is a host name the certificate does not name');

@@ -179,3 +179,15 @@ $fn$;
 
 /* Superusers only, every one of them. */
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA dpwin_test FROM PUBLIC;
+
+/*
+ * What dpwin makes of a server and the caller's user mapping, without the
+ * password (has_password says whether there is one).
+ */
+CREATE FUNCTION dpwin_test.server_conf(server name,
+	OUT url text, OUT ca_file text, OUT verify_peer boolean,
+	OUT connect_timeout_ms integer, OUT request_timeout_ms integer,
+	OUT settings text, OUT "user" text, OUT has_password boolean)
+	LANGUAGE C STRICT STABLE PARALLEL UNSAFE
+	AS 'MODULE_PATHNAME', 'dpwin__server_conf';
+REVOKE ALL ON FUNCTION dpwin_test.server_conf(name) FROM PUBLIC;

@@ -29,7 +29,9 @@
 #include "utils/timestamp.h"
 
 #include "chclient.h"
+#include "chtype.h"
 #include "digest.h"
+#include "fdw.h"
 #include "lease.h"
 #include "route.h"
 #include "rowbinary.h"
@@ -118,14 +120,14 @@ dpwin__encode_rowbinary(PG_FUNCTION_ARGS)
 	PG_RETURN_BYTEA_P(result);
 }
 
-/* dpwin_test.dpwin_rb_type_parity(typ regtype, typmod int, ch_type text) -> text */
+/* dpwin_test.rb_type_parity(typ regtype, typmod int, ch_type text) -> text */
 Datum
 dpwin__rb_type_parity(PG_FUNCTION_ARGS)
 {
 	char	   *why;
 
-	why = dpwin_rb_type_parity(PG_GETARG_OID(0), PG_GETARG_INT32(1),
-						 text_to_cstring(PG_GETARG_TEXT_PP(2)));
+	why = dpwin_ch_type_parity(PG_GETARG_OID(0), PG_GETARG_INT32(1),
+							   text_to_cstring(PG_GETARG_TEXT_PP(2)));
 	if (why == NULL)
 		PG_RETURN_NULL();
 	PG_RETURN_TEXT_P(cstring_to_text(why));
@@ -136,39 +138,62 @@ dpwin__rb_type_parity(PG_FUNCTION_ARGS)
  * ----------------------------------------------------------------
  */
 
+/*
+ * SipHash-2-4 of data under the key (k0, k1), as the product's row digest
+ * computes it: one row added to an empty digest, whose two sums are the
+ * two lanes (SIP64_PAIR) or the two halves (SIP128) of the hash.  The
+ * reference vectors thus exercise the code that dpwin's digests run.
+ */
+static DpwinDigest
+siphash_of_row(DpwinDigestScheme scheme, uint64 k0, uint64 k1, bytea *data)
+{
+	DpwinDigestKey key;
+	DpwinDigest d = DPWIN_DIGEST_INIT;
+
+	key.scheme = scheme;
+	key.k1[0] = key.k2[0] = k0;
+	key.k1[1] = key.k2[1] = k1;
+	dpwin_digest_add_row(&d, &key, VARDATA_ANY(data), VARSIZE_ANY_EXHDR(data));
+	return d;
+}
+
 PG_FUNCTION_INFO_V1(dpwin__siphash24);
 
 /*
  * dpwin_test.siphash24(k0 bigint, k1 bigint, data bytea) -> bigint: the uint64
- * result as its two's complement, like the keys.
+ * result as its two's complement, like the keys.  One key in both lanes of
+ * the SIP64_PAIR scheme: the lanes must agree.
  */
 Datum
 dpwin__siphash24(PG_FUNCTION_ARGS)
 {
-	uint64		k0 = (uint64) PG_GETARG_INT64(0);
-	uint64		k1 = (uint64) PG_GETARG_INT64(1);
-	bytea	   *data = PG_GETARG_BYTEA_PP(2);
+	DpwinDigest d = siphash_of_row(DPWIN_DIGEST_SIP64_PAIR,
+								   (uint64) PG_GETARG_INT64(0),
+								   (uint64) PG_GETARG_INT64(1),
+								   PG_GETARG_BYTEA_PP(2));
 
-	PG_RETURN_INT64((int64) dpwin_siphash24(k0, k1, VARDATA_ANY(data),
-											VARSIZE_ANY_EXHDR(data)));
+	if (d.sum1 != d.sum2)
+		elog(ERROR, "dpwin_test: the two SipHash lanes disagree");
+	PG_RETURN_INT64((int64) d.sum1);
 }
 
 PG_FUNCTION_INFO_V1(dpwin__siphash24_128);
 
 /*
  * dpwin_test.siphash24_128(k0 bigint, k1 bigint, data bytea) -> bytea: the
- * 16 bytes of the reference output, as ClickHouse's FixedString holds them.
+ * 16 bytes of the reference output, as ClickHouse's FixedString holds them
+ * (the first eight bytes are the first sum read little-endian).
  */
 Datum
 dpwin__siphash24_128(PG_FUNCTION_ARGS)
 {
-	uint64		k0 = (uint64) PG_GETARG_INT64(0);
-	uint64		k1 = (uint64) PG_GETARG_INT64(1);
-	bytea	   *data = PG_GETARG_BYTEA_PP(2);
-	uint64		h[2];
+	DpwinDigest d = siphash_of_row(DPWIN_DIGEST_SIP128,
+								   (uint64) PG_GETARG_INT64(0),
+								   (uint64) PG_GETARG_INT64(1),
+								   PG_GETARG_BYTEA_PP(2));
+	uint64		h[2] = {d.sum1, d.sum2};
 	bytea	   *out = palloc(VARHDRSZ + 16);
 
-	dpwin_siphash24_128(k0, k1, VARDATA_ANY(data), VARSIZE_ANY_EXHDR(data), h);
 	SET_VARSIZE(out, VARHDRSZ + 16);
 	for (int i = 0; i < 16; i++)
 		((unsigned char *) VARDATA(out))[i] = (unsigned char) (h[i / 8] >> (8 * (i % 8)));
@@ -335,7 +360,7 @@ dpwin__admit_target(PG_FUNCTION_ARGS)
 	DpwinTargetInfo *info;
 	StringInfoData buf;
 
-	info = dpwin_target_admit(client, route);
+	info = dpwin_admission_admit(client, route);
 	dpwin_ch_client_close(client);
 
 	initStringInfo(&buf);
@@ -377,7 +402,7 @@ dpwin__probe_exchange(PG_FUNCTION_ARGS)
 	DpwinRoute *route;
 	ChClient   *client = open_client_for_route(route_name, &route);
 
-	dpwin_target_probe_exchange(client, route->target_database, "_dpwin_", false);
+	dpwin_admission_probe_exchange(client, route->target_database, "_dpwin_", false);
 	dpwin_ch_client_close(client);
 	PG_RETURN_VOID();
 }
@@ -439,4 +464,46 @@ dpwin__fenced_write(PG_FUNCTION_ARGS)
 	dpwin_lease_check_epoch(target_id, PG_GETARG_INT64(1));
 	SPI_finish();
 	PG_RETURN_VOID();
+}
+
+/* ----------------------------------------------------------------
+ *		foreign servers
+ * ----------------------------------------------------------------
+ */
+
+PG_FUNCTION_INFO_V1(dpwin__server_conf);
+
+/*
+ * dpwin_test.server_conf(server name) RETURNS TABLE(...): what
+ * dpwin_server_conf() makes of a server for the calling user, with the
+ * password replaced by whether there is one.
+ */
+Datum
+dpwin__server_conf(PG_FUNCTION_ARGS)
+{
+	DpwinServerConf *conf;
+	TupleDesc	tupdesc;
+	Datum		values[8];
+	bool		nulls[8] = {false};
+
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+
+	conf = dpwin_server_conf(NameStr(*PG_GETARG_NAME(0)), GetUserId());
+	values[0] = CStringGetTextDatum(conf->url);
+	nulls[1] = conf->ca_file == NULL;
+	if (conf->ca_file)
+		values[1] = CStringGetTextDatum(conf->ca_file);
+	values[2] = BoolGetDatum(conf->verify_peer);
+	values[3] = Int32GetDatum(conf->connect_timeout_ms);
+	values[4] = Int32GetDatum(conf->request_timeout_ms);
+	nulls[5] = conf->settings == NULL;
+	if (conf->settings)
+		values[5] = CStringGetTextDatum(conf->settings);
+	nulls[6] = conf->user == NULL;
+	if (conf->user)
+		values[6] = CStringGetTextDatum(conf->user);
+	values[7] = BoolGetDatum(conf->password != NULL);
+
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }

@@ -1,0 +1,21 @@
+/*-------------------------------------------------------------------------
+ *
+ * route_state.h
+ *	  The route's state (dpwin.route_state), which route_state.c owns.
+ *
+ *	  Callers must be inside a transaction with SPI connected.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef DPWIN_ROUTE_STATE_H
+#define DPWIN_ROUTE_STATE_H
+
+#include "datatype/timestamp.h"
+#include "utils/uuid.h"
+
+/* Advance route state by CAS; never moves it backwards. */
+extern void dpwin_route_state_advance(int32 route_id, TimestampTz interval_end,
+									  const pg_uuid_t *id, int32 target_id,
+									  int64 epoch);
+
+#endif							/* DPWIN_ROUTE_STATE_H */
