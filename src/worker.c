@@ -752,14 +752,17 @@ worker_failed(WorkerState *ws, DpwinChunkSlot *slot, int attempt,
 			  ErrorData *edata)
 {
 	bool		retry;
+	long		backoff_ms = (long) ws->sh->retry_backoff_ms << attempt;
 
 	MemoryContextSwitchTo(ws->chunk_cxt);
 	retry = worker_verdict(ws) == DPWIN_FAILURE_TRANSIENT &&
 		attempt < DPWIN_MAX_RETRIES && !pg_atomic_read_u32(&ws->sh->stop);
+	/* The log names the backoff, so that it can be checked without a clock. */
 	ereport(LOG,
 			(errmsg("dpwin: attempt %d of chunk %d failed%s: %s",
 					attempt, slot->chunk_no,
-					retry ? ", retrying" : "", edata->message),
+					retry ? psprintf(", retrying in %ld ms", backoff_ms) : "",
+					edata->message),
 			 edata->detail ? errdetail("%s", edata->detail) : 0));
 	if (retry)
 		retry = worker_fence_attempt(ws, slot, attempt);
@@ -774,7 +777,7 @@ worker_failed(WorkerState *ws, DpwinChunkSlot *slot, int attempt,
 			worker_record_failure(ws->sh, edata);
 		return false;
 	}
-	worker_backoff(ws, attempt);
+	dpwin_sleep_ms(backoff_ms);
 	return true;
 }
 

@@ -46,10 +46,12 @@
 #   DPWIN_FAULT_MATRIX_ONLY_OTHER
 #                a regexp of the fault matrix's case names that the majors
 #                other than the first run (default: every case)
-#   DPWIN_CHAOS_SECONDS, DPWIN_CHAOS_SEED, DPWIN_CHAOS_MAJOR
+#   DPWIN_CHAOS_SECONDS, DPWIN_CHAOS_TRIALS, DPWIN_CHAOS_SEED, DPWIN_CHAOS_MAJOR
 #                after the TAP files of the first major (or of
 #                DPWIN_CHAOS_MAJOR), the seeded chaos run (test/chaos.sh)
-#                on its sandbox, that long, with that seed (default 21)
+#                on its sandbox: that many trials (default one round,
+#                every fault kind on every shape), with that seed (default
+#                21), starting none after DPWIN_CHAOS_SECONDS
 #   DPWIN_CHECK_ALONGSIDE
 #                shell commands run while the majors after the first run
 #                side by side (the package and pg_upgrade checks in CI);
@@ -223,7 +225,8 @@ run_tap() {
 run_chaos() {
 	local log rc=0
 	log=$(mktemp)
-	test/chaos.sh --seed "${DPWIN_CHAOS_SEED:-21}" --length "$DPWIN_CHAOS_SECONDS" 2>&1 | tee "$log" || rc=1
+	test/chaos.sh --seed "${DPWIN_CHAOS_SEED:-21}" ${DPWIN_CHAOS_TRIALS:+--trials "$DPWIN_CHAOS_TRIALS"} \
+		--length "$DPWIN_CHAOS_SECONDS" 2>&1 | tee "$log" || rc=1
 	if [ $rc != 0 ]; then
 		mapfile -t -O ${#summary[@]} summary < <({ grep -B2 'FAIL' "$log" || true; } | head -30 | sed "s/^/$major  | /")
 	fi

@@ -12,13 +12,20 @@ package DpwinChaos;
 # throughout and counts each poll in which a window holds anything but one
 # whole batch (a gap, a mix or a half-replaced window).
 #
-# Each trial refreshes a random window of a random route and hits it with
-# a random fault at a random moment: SIGKILL of the coordinator or of a
-# chunk worker (the cluster restarts), an immediate PostgreSQL restart, a
-# ClickHouse endpoint restart, a cancel or terminate of the caller, an
-# endpoint fault (error, lost reply, delay) on a random statement of the
-# refresh, or a lease takeover (a second refresh waits for the lease and
-# takes it when the first one's coordinator is terminated).  After it:
+# The seed and the trial count alone decide the schedule
+# (DpwinChaosPlan): each trial refreshes one window of one route and hits
+# it with one fault at one step of the refresh, named by the statement
+# dpwin sends there.  The endpoint holds that statement, and the fault
+# strikes while it is held: SIGKILL of the coordinator or of the chunk
+# worker that sent it (the cluster restarts), an immediate PostgreSQL
+# restart, a ClickHouse endpoint restart (which drops the held statement),
+# a cancel or terminate of the caller, or a lease takeover (a second
+# refresh waits for the lease and takes it when the first one's
+# coordinator is terminated); then the hold is released and the statement
+# runs, after its client may have gone.  The endpoint's own faults answer
+# the statement with an error, or run it and drop the reply.  A fault
+# that does not fire (its step never comes, its process is not there)
+# fails the trial.  After it:
 #   old/new   the target is exactly the old rows, or the old rows outside
 #             the window plus one whole batch of the window that is
 #             exactly the rows PostgreSQL generates for that batch;
@@ -37,11 +44,13 @@ use warnings;
 use POSIX qw(:sys_wait_h);
 use Time::HiRes qw(time sleep);
 use DpwinTest;
-use DpwinFixture qw(fresh_fixture drop_routes bg_psql bg_finish fault new_uuid);
-use DpwinEndpoint qw(set_query_ids release running);
+use DpwinFixture qw(fresh_fixture drop_routes bg_psql bg_finish fault new_uuid micros route_id
+  invocation_prefix pg_up coordinator_pid ch_event_row_sql pg_event_row_sql refresh_sql postmaster_pid);
+use DpwinEndpoint qw(set_query_ids release running log_entries faults_pending);
+use DpwinChaosPlan qw(%STEPS make_plan describe);
 
 my $db;
-my @DAYS = map { sprintf('2026-10-%02d 00:00:00+00', $_) } 1 .. 4;
+my @DAYS = @DpwinChaosPlan::WINDOWS;
 my %ENGINE = (
 	day => "PARTITION BY toYYYYMMDD(w) ORDER BY id SETTINGS allow_nullable_key = 1",
 	month => "PARTITION BY toYYYYMM(w) ORDER BY id SETTINGS allow_nullable_key = 1",
@@ -49,7 +58,7 @@ my %ENGINE = (
 my %ROUTE_OPT = (day => "interval '6 hours', parallelism => 2",
 	month => "interval '4 hours', parallelism => 3",
 	flat => "interval '8 hours', parallelism => 2");
-my @SHAPES = sort keys %ENGINE;
+my @SHAPES = @DpwinChaosPlan::SHAPES;
 my @TRIAL_SHAPES = @SHAPES;		# --shapes: the targets the trials hit
 my @FINAL = qw(completed failed snapshot_expired abandoned);
 my @LEGAL = qw(planned extracting staged verified publishing unknown published evidenced completed failed
@@ -124,15 +133,15 @@ sub teardown
 # ---- rows and generations ------------------------------------------------------
 
 # The target's rows (undef if it cannot be read), the UUID its name had
-# as the statement began ('empty' when no row came back), and the names
-# of the parts the rows came from.
+# as the statement began ('empty' when no row came back), the names of
+# the parts the rows came from, and ClickHouse's HTTP status (0: no
+# answer, such as while the endpoint restarts).
 sub ch_rows_and_parts_of
 {
 	my ($sh) = @_;
-	my ($code, $body) = ch("SELECT concat(toString(id), '|', ifNull(toString(toUnixTimestamp64Micro(w)), 'NULL'), '|',"
-		  . " ifNull(v, 'NULL')), _part, (SELECT toString(uuid) FROM system.tables"
+	my ($code, $body) = ch("SELECT " . ch_event_row_sql() . ", _part, (SELECT toString(uuid) FROM system.tables"
 		  . " WHERE database = '$db' AND name = 'tgt_$sh') FROM `$db`.`tgt_$sh` FORMAT TSVRaw");
-	return () unless $code == 200;
+	return (undef, undef, undef, $code) unless $code == 200;
 	my (@rows, %parts, $uuid);
 	for (grep { $_ ne '' } split /\n/, $body)
 	{
@@ -141,16 +150,10 @@ sub ch_rows_and_parts_of
 		$parts{$p} = 1;
 		$uuid = $u;
 	}
-	return ([ sort @rows ], $uuid // 'empty', [ sort keys %parts ]);
+	return ([ sort @rows ], $uuid // 'empty', [ sort keys %parts ], $code);
 }
 
 sub ch_rows_of { my ($rows) = ch_rows_and_parts_of(@_); return $rows; }
-
-sub micros_of
-{
-	my ($ts) = @_;
-	return psql_ok("SELECT (extract(epoch FROM timestamptz '$ts') * 1000000)::bigint");
-}
 
 # Split rows into those inside [lo, hi) and the others.
 sub split_window
@@ -188,21 +191,27 @@ sub whole_batch
 sub pg_batch_rows
 {
 	my ($e, $b) = @_;
-	my $out = psql_ok("SELECT id || '|' || (extract(epoch FROM w) * 1000000)::bigint || '|' || v"
-		  . " FROM $db.batch_rows(timestamptz '$e' - interval '1 day', $b)");
+	my $out = psql_ok("SELECT " . pg_event_row_sql() . " FROM $db.batch_rows(timestamptz '$e' - interval '1 day', $b)");
 	return [ sort split /\n/, $out ];
 }
 
 sub same { my ($a, $b) = @_; return join("\n", @$a) eq join("\n", @$b); }
 
-# 'old', 'new' or a description of what else the target is.
+# 'old' (the table of UUID $old_uuid with the rows @$old), 'new' (another
+# table: the old rows outside the window and one whole batch of the
+# window, as PostgreSQL generates it) or a description of what else the
+# target is.  The UUID tells a new generation from the old one even when
+# the window's batch did not change.
 sub judge
 {
-	my ($sh, $old, $e) = @_;
-	my $rows = ch_rows_of($sh);
+	my ($sh, $old, $old_uuid, $e) = @_;
+	my ($rows, $uuid) = ch_rows_and_parts_of($sh);
 	return 'unreadable' unless $rows;
-	return 'old' if same($rows, $old);
-	my $hi = micros_of($e);
+	if ($uuid eq $old_uuid)
+	{
+		return same($rows, $old) ? 'old' : 'the old table with other rows';
+	}
+	my $hi = micros($e);
 	my $lo = $hi - 86_400_000_000;
 	my ($in, $out) = split_window($rows, $lo, $hi);
 	my (undef, $old_out) = split_window($old, $lo, $hi);
@@ -231,30 +240,41 @@ sub spawn
 	return $pid;
 }
 
-# The reader: polls every target, appends "polls bad" counts and any bad
-# window to $file.
+# The reader: polls every target, appends "polls bad down" counts and any
+# bad poll to $file.  A poll that ClickHouse does not answer (the endpoint
+# restarts) counts as down; one it answers with an error (a target that is
+# missing) or with anything but the kept rows and one whole batch per
+# window is bad.
 sub reader
 {
 	my ($file) = @_;
 	my ($polls, $bad, $down) = (0, 0, 0);
-	my %bounds = map { $_ => micros_of($_) } @DAYS;
+	my %bounds = map { $_ => micros($_) } @DAYS;
 	my $last = time;
 	while (1)
 	{
 		for my $sh (@SHAPES)
 		{
 			my $t0 = time;
-			my ($rows, $uuid, $parts) = eval { ch_rows_and_parts_of($sh) };
+			my ($rows, $uuid, $parts, $code) = eval { ch_rows_and_parts_of($sh) };
 			my $t1 = time;
-			if (!$rows) { $down++; sleep 0.2; next }
+			if (!$code) { $down++; sleep 0.2; next }
 			$polls++;
-			my $keep = grep { /\|keep$/ } @$rows;
 			my @issues;
-			push @issues, "$keep kept rows" unless $keep == 4;
-			for my $e (@DAYS)
+			if (!$rows)
 			{
-				my ($in) = split_window($rows, $bounds{$e} - 86_400_000_000, $bounds{$e});
-				push @issues, "window $e is not one whole batch" unless defined whole_batch($in);
+				push @issues, "the target cannot be read (HTTP $code)";
+				($uuid, $parts) = ('none', []);
+			}
+			else
+			{
+				my $keep = grep { /\|keep$/ } @$rows;
+				push @issues, "$keep kept rows" unless $keep == 4;
+				for my $e (@DAYS)
+				{
+					my ($in) = split_window($rows, $bounds{$e} - 86_400_000_000, $bounds{$e});
+					push @issues, "window $e is not one whole batch" unless defined whole_batch($in);
+				}
 			}
 			if (@issues)
 			{
@@ -306,8 +326,6 @@ sub read_counts
 
 # ---- PostgreSQL and ClickHouse -------------------------------------------------
 
-sub pg_up { my ($rc) = psql('SELECT 1', timeout => 5); return $rc == 0; }
-
 sub sandbox
 {
 	my ($what) = @_;
@@ -322,26 +340,27 @@ sub wait_pg
 	return wait_until(\&pg_up, 60);
 }
 
-sub coordinator_of
-{
-	my ($inv) = @_;
-	my ($rc, $out) = psql("SELECT holder_pid FROM dpwin.lease WHERE holder_invocation = '$inv'", timeout => 10);
-	return $rc == 0 && $out =~ /^\d+$/ ? $out : undef;
-}
-
-sub workers_of
-{
-	my ($inv) = @_;
-	my ($rc, $out) = psql("SELECT c.worker_pid FROM dpwin.chunk c JOIN pg_stat_activity a ON a.pid = c.worker_pid"
-		  . " AND a.backend_type = 'dpwin chunk worker' WHERE c.invocation_id = '$inv'", timeout => 10);
-	return $rc == 0 ? grep { /^\d+$/ } split /\n/, $out : ();
-}
-
 sub caller_pid
 {
 	my ($app) = @_;
 	my ($rc, $out) = psql("SELECT pid FROM pg_stat_activity WHERE application_name = '$app'", timeout => 10);
 	return $rc == 0 && $out =~ /^\d+$/ ? $out : undef;
+}
+
+# The chunk worker that runs chunk $chunk_no of invocation $inv, as the
+# journal and pg_stat_activity show it; undef if none does.
+sub worker_of
+{
+	my ($inv, $chunk_no) = @_;
+	my $pid;
+	wait_until(sub {
+			my ($rc, $out) = psql("SELECT c.worker_pid FROM dpwin.chunk c JOIN pg_stat_activity a ON a.pid = c.worker_pid"
+				  . " AND a.backend_type = 'dpwin chunk worker'"
+				  . " WHERE c.invocation_id = '$inv' AND c.chunk_no = $chunk_no", timeout => 10);
+			$pid = $out if $rc == 0 && $out =~ /^\d+$/;
+			defined $pid;
+		}, 10);
+	return $pid;
 }
 
 sub inv_state
@@ -352,122 +371,146 @@ sub inv_state
 
 # ---- the faults -------------------------------------------------------------------
 
-# Statements of a refresh that an endpoint fault may hit, by the text it
-# contains; %s is the invocation's table prefix, %t the target.  The
-# RENAME is the one that keeps the replaced table as the backup: after the
-# EXCHANGE the generation's name holds it.
-my @STATEMENTS = (
-	"FROM system.databases WHERE name = 'DB'",
-	'INSERT INTO `DB`.`%sstg_',
-	'CREATE TABLE `DB`.`%sstg_',
-	"' FROM `DB`.`%sstg_",
-	'SELECT countIf(',
-	'EXCHANGE TABLES `DB`.`%t` AND',
-	'RENAME TABLE `DB`.`%sgen` TO',
-	'DROP TABLE IF EXISTS `DB`.`%sstg_',
-);
-
-my @KINDS = qw(kill_coordinator kill_worker restart_pg restart_ch cancel terminate
-  ep_error ep_lost ep_delay_kill takeover none);
-
-sub invocation_prefix_of
+# The text of step $step's statement for invocation $inv of shape $sh.
+sub step_text
 {
-	my ($sh, $inv) = @_;
-	my $rid = psql_ok("SELECT route_id FROM dpwin.route WHERE route_name = '${db}_$sh'");
-	(my $hex = $inv) =~ s/-//g;
-	return "_dpwin_${rid}_" . substr($hex, 0, 12) . '_';
-}
-
-sub statement_pattern
-{
-	my ($sh, $inv) = @_;
-	my $p = $STATEMENTS[ int(rand(@STATEMENTS)) ];
+	my ($step, $sh, $inv) = @_;
+	my $p = $STEPS{$step};
 	$p =~ s/DB/$db/g;
-	$p =~ s/%s/invocation_prefix_of($sh, $inv)/e;
+	$p =~ s/%s/invocation_prefix(route_id("${db}_$sh"), $inv)/e;
 	$p =~ s/%t/tgt_$sh/g;
 	return $p;
 }
 
-# Run one trial; returns its kind.
+# Does the statement text $q contain $p, regardless of case, as the
+# endpoint matches a fault's pattern?
+sub matches { my ($q, $p) = @_; return index(lc $q, lc $p) >= 0; }
+
+# Strike trial $t's fault while the endpoint holds the statement $held of
+# invocation $inv, whose caller runs as $app.  Returns '' once it fired,
+# or why it did not.
+sub strike
+{
+	my ($t, $inv, $app, $held) = @_;
+	my $kind = $t->{kind};
+	if ($kind eq 'kill_coordinator')
+	{
+		my $pid = coordinator_pid($inv) // return 'no coordinator holds the lease';
+		return kill('KILL', $pid) == 1 ? '' : "SIGKILL of the coordinator $pid failed";
+	}
+	if ($kind eq 'kill_worker')
+	{
+		my ($chunk) = $held =~ /_stg_(\d+)_\d+/;
+		return "the held statement names no staging table: $held" unless defined $chunk;
+		my $pid = worker_of($inv, $chunk) // return "no worker runs chunk $chunk";
+		return kill('KILL', $pid) == 1 ? '' : "SIGKILL of the worker $pid failed";
+	}
+	if ($kind eq 'restart_pg')
+	{
+		my $before = postmaster_pid();
+		sandbox('restart-pg');
+		wait_pg() or return 'PostgreSQL did not come back';
+		return postmaster_pid() != $before ? '' : 'the postmaster is the same process';
+	}
+	if ($kind eq 'restart_ch')
+	{
+		sandbox('restart-ch');
+		return '';
+	}
+	if ($kind eq 'cancel' || $kind eq 'terminate')
+	{
+		my $pid = caller_pid($app) // return 'the caller is not connected';
+		my $f = $kind eq 'cancel' ? 'pg_cancel_backend' : 'pg_terminate_backend';
+		my ($rc, $out) = psql("SELECT $f($pid)", timeout => 10);
+		return $rc == 0 && $out eq 't' ? '' : "$f($pid) answered $out";
+	}
+	if ($kind eq 'takeover')
+	{
+		my $pid = coordinator_pid($inv) // return 'no coordinator holds the lease';
+		# a second refresh waits for the lease, then the first
+		# coordinator is terminated and the second takes over
+		my $h2 = do {
+			local $ENV{PGOPTIONS} = '-c dpwin.lease_timeout=60s';
+			bg_psql(refresh_sql("${db}_$t->{shape}", $t->{window}), "${app}_2");
+		};
+		# its coordinator polls for the lease, sleeping on its latch
+		# between tries (src/lease.c)
+		my $waits = wait_until(sub {
+				my ($rc, $out) = psql("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'dpwin coordinator'"
+					  . " AND pid <> $pid AND wait_event_type = 'Extension'", timeout => 10);
+				$rc == 0 && $out >= 1;
+			}, 30);
+		my ($rc, $out) = psql("SELECT pg_terminate_backend($pid)", timeout => 10);
+		release('');
+		my ($rc2, $out2, $err2) = bg_finish($h2);
+		my ($st) = $err2 =~ /ERROR:\s+(?:[0-9A-Z]{5}: )?(.{0,120})/;
+		say_("  the second refresh: " . ($rc2 == 0 ? $out2 : "error: " . ($st // $err2)));
+		$stat{"takeover: the second refresh " . ($rc2 == 0 ? $out2 : 'failed')}++;
+		return 'the second refresh never waited for the lease' unless $waits;
+		return $rc == 0 && $out eq 't' ? '' : "pg_terminate_backend($pid) answered $out";
+	}
+	die "unknown fault kind $kind\n";
+}
+
+# Run trial $t of the plan (DpwinChaosPlan::make_plan).
 sub trial
 {
-	my ($typical) = @_;
-	my $sh = $TRIAL_SHAPES[ int(rand(@TRIAL_SHAPES)) ];
-	my $e = $DAYS[ int(rand(@DAYS)) ];
-	my $kind = $KINDS[ int(rand(@KINDS)) ];
+	my ($t) = @_;
+	my ($sh, $e, $kind) = @$t{qw(shape window kind)};
 	my $route = "${db}_$sh";
-	my $old = ch_rows_of($sh) // die "the target tgt_$sh cannot be read\n";
+	set_query_ids($t->{mode});
+	my ($old, $old_uuid) = ch_rows_and_parts_of($sh);
+	die "the target tgt_$sh cannot be read\n" unless $old;
 	my $inv = new_uuid();
-	my $delay = rand($typical * 1.3);
-	my $label = sprintf('trial %d: %s on %s window %s at %.2f s', $trial_no, $kind, $sh, substr($e, 0, 10), $delay);
-	say_($label);
 	my $app = "chaos_caller_$trial_no";
-
-	if ($kind =~ /^ep_/)
+	my $seq = ch_log_seq();
+	my $text = $kind eq 'none' ? undef : step_text($t->{step}, $sh, $inv);
+	if ($kind eq 'ep_error') { fault(pattern => $text, count => 1, mode => 'error', code => $t->{code}) }
+	elsif ($kind eq 'ep_lost') { fault(pattern => $text, count => 1, mode => 'lost') }
+	elsif ($kind ne 'none') { fault(pattern => $text, count => 1, mode => 'hold') }
+	my $h = bg_psql(refresh_sql($route, $e, $inv), $app);
+	my $why = '';
+	if (defined $text && $kind !~ /^ep_/)
 	{
-		my $pat = statement_pattern($sh, $inv);
-		my %f = (pattern => $pat, count => 1);
-		if ($kind eq 'ep_error') { %f = (%f, mode => 'error', code => (53, 159, 241, 497, 999)[ int(rand(5)) ]) }
-		elsif ($kind eq 'ep_lost') { %f = (%f, mode => 'idle_close', ms => 0) }
-		else { %f = (%f, mode => 'delay', ms => 200 + int(rand(2000))) }
-		fault(%f);
-		say_("  fault $f{mode} on \"$pat\"");
-	}
-	my $h = bg_psql("SELECT state FROM dpwin_refresh('$route', '$e', '$inv')", $app);
-	my $t0 = time;
-	sleep($delay);
-	my $hit = 1;
-	if ($kind eq 'kill_coordinator' || $kind eq 'ep_delay_kill')
-	{
-		my $pid = coordinator_of($inv);
-		if ($pid) { kill 'KILL', $pid; } else { $hit = 0 }
-	}
-	elsif ($kind eq 'kill_worker')
-	{
-		my @w = workers_of($inv);
-		if (@w) { kill 'KILL', $w[ int(rand(@w)) ]; } else { $hit = 0 }
-	}
-	elsif ($kind eq 'restart_pg') { sandbox('restart-pg') }
-	elsif ($kind eq 'restart_ch') { sandbox('restart-ch') }
-	elsif ($kind eq 'cancel' || $kind eq 'terminate')
-	{
-		my $pid = caller_pid($app);
-		my $f = $kind eq 'cancel' ? 'pg_cancel_backend' : 'pg_terminate_backend';
-		if ($pid) { psql("SELECT $f($pid)", timeout => 10) } else { $hit = 0 }
-	}
-	elsif ($kind eq 'takeover')
-	{
-		my $pid = coordinator_of($inv);
-		if ($pid)
+		my ($held) = map { $_->{query} } grep { $_->{phase} eq 'holding' && matches($_->{query}, $text) } running();
+		wait_until(sub {
+				($held) = map { $_->{query} } grep { $_->{phase} eq 'holding' && matches($_->{query}, $text) } running();
+				defined $held;
+			}, 120);
+		if (defined $held)
 		{
-			# a second refresh waits for the lease, then the first
-			# coordinator is terminated and the second takes over
-			my $h2 = do {
-				local $ENV{PGOPTIONS} = '-c dpwin.lease_timeout=60s';
-				bg_psql("SELECT state FROM dpwin_refresh('$route', '$e')", "${app}_2");
-			};
-			# its coordinator waits for the lease (an advisory lock)
-			my $waits = wait_until(sub {
-					my ($rc, $out) = psql("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'dpwin coordinator'"
-						  . " AND wait_event_type = 'Lock' AND wait_event = 'advisory'", timeout => 10);
-					$rc == 0 && $out >= 1;
-				}, 10);
-			$stat{takeover_waited}++ if $waits;
-			sleep(rand(0.3));
-			psql("SELECT pg_terminate_backend($pid)", timeout => 10);
-			my ($rc2, $out2, $err2) = bg_finish($h2);
-			my ($st) = $err2 =~ /ERROR:\s+(?:[0-9A-Z]{5}: )?(.{0,120})/;
-			say_("  the second refresh: " . ($rc2 == 0 ? $out2 : "error: " . ($st // $err2)));
-			$stat{takeover_completed}++ if $rc2 == 0 && $out2 =~ /completed/;
+			$why = strike($t, $inv, $app, $held);
 		}
-		else { $hit = 0 }
+		else
+		{
+			$why = "the step $t->{step} never came";
+		}
+		release('');
 	}
 	my ($rc, $out, $err) = bg_finish($h);
-	$stat{missed}++ unless $hit;
 	wait_pg() or die "PostgreSQL did not come back\n";
-	ch_control('POST', '/faults/clear');
-	release('');
 	wait_until(sub { my ($c) = ch('SELECT 1'); $c == 200 }, 60) or die "ClickHouse did not come back\n";
+	# the held statement, released, runs on: let it end
+	wait_until(sub { !grep { defined $text && matches($_->{query}, $text) } running() }, 120)
+	  or fail_('the released statement is still running two minutes later');
+	if ($kind =~ /^ep_/)
+	{
+		# (the log has a statement when it ends: several workers' statements
+		# at one step may end in any order)
+		my @hit = grep { matches($_->{query}, $text) } log_entries($seq);
+		my $want = $kind eq 'ep_lost' ? 'lost' : 'an error';
+		my @faulted = grep { $kind eq 'ep_lost' ? $_->{status} eq 'lost' : $_->{status} =~ /^[45]\d\d$/ } @hit;
+		$why = "the step $t->{step} never came" unless @hit;
+		$why ||= "no statement at $t->{step} was $want (answered: @{[ map { $_->{status} } @hit ]})" unless @faulted;
+	}
+	my @pending = grep { defined $text && index($_, $text) >= 0 } faults_pending();
+	$why ||= 'the fault is still pending' if @pending;
+	ch_control('POST', '/faults/clear');
+	if ($kind eq 'none')
+	{
+		$why = "the refresh without a fault did not complete: $out $err" unless $rc == 0 && $out eq 'completed';
+	}
+	if ($why) { fail_("the fault did not fire: $why") } else { $stat{"fired: $kind"}++ }
 	# a coordinator whose caller went away goes on alone: let it end
 	wait_until(sub {
 			my ($rc, $n) = psql("SELECT count(*) FROM pg_stat_activity"
@@ -475,19 +518,32 @@ sub trial
 			$rc == 0 && $n == 0;
 		}, 120) or fail_('dpwin processes are still running two minutes after the refresh');
 	my $state = inv_state($inv);
-	$stat{"state $state"}++;
-	say_(sprintf('  the refresh: %s; journal %s', $rc == 0 ? $out : 'error', $state || 'none'));
-
-	my $j = judge($sh, $old, $e);
+	my ($sqlstate) = $err =~ /ERROR:\s+([0-9A-Z]{5}):/;
+	my $caller = $rc == 0 ? $out : 'error ' . ($sqlstate // 'without SQLSTATE (connection lost)');
+	check_names($inv, $sh);
+	my $j = judge($sh, $old, $old_uuid, $e);
 	$stat{"after the fault: $j"}++;
 	fail_("after the fault the target is $j") unless $j =~ /^(old|new)$/;
-
 	settle($sh);
-	$j = judge($sh, $old, $e);
-	fail_("after recovery the target is $j") unless $j =~ /^(old|new)$/;
+	my $j2 = judge($sh, $old, $old_uuid, $e);
+	fail_("after recovery the target is $j2") unless $j2 =~ /^(old|new)$/;
+	my $final = inv_state($inv);
+	say_("  outcome: the caller $caller; journal $state, settled $final; the target $j, then $j2");
+	$stat{"$kind: $j, settled $final"}++;
 	check_tables();
 	check_journal($sh);
 	return $kind;
+}
+
+# The names the journal records for invocation $inv's staging tables
+# begin with the prefix the tests derive (DpwinFixture::invocation_prefix).
+sub check_names
+{
+	my ($inv, $sh) = @_;
+	my $prefix = invocation_prefix(route_id("${db}_$sh"), $inv);
+	my @bad = grep { $_ ne '' && index($_, $prefix) != 0 } split /\n/,
+	  psql_ok("SELECT staging_table FROM dpwin.chunk WHERE invocation_id = '$inv' AND staging_table IS NOT NULL");
+	fail_("staging tables not named with the prefix $prefix: @bad") if @bad;
 }
 
 # recover() every unsettled invocation of route $sh, abandon() failed ones
@@ -583,51 +639,41 @@ sub statements_around
 
 sub main
 {
-	my %o = (seed => time() % 1_000_000, length => 120);
-	while (@_)
-	{
-		my $a = shift;
-		if ($a =~ /^--(seed|length|shapes)$/) { $o{$1} = shift }
-		elsif ($a =~ /^--(seed|length|shapes)=(.*)$/) { $o{$1} = $2 }
-		else { die "usage: test/chaos.sh [--seed N] [--length SECONDS] [--shapes day,month,flat]\n" }
-	}
-	die "--seed and --length are whole numbers\n" unless "$o{seed}$o{length}" =~ /^\d+$/;
-	if (defined $o{shapes})
-	{
-		@TRIAL_SHAPES = split /,/, $o{shapes};
-		die "--shapes names day, month or flat\n" if !@TRIAL_SHAPES || grep { !$ENGINE{$_} } @TRIAL_SHAPES;
-	}
+	my %o = DpwinChaosPlan::options(@_);
+	@TRIAL_SHAPES = @{ $o{shapes} };
+	my $trials = $o{trials};
+	my @plan = make_plan($o{seed}, $trials, \@TRIAL_SHAPES);
 	$| = 1;
-	say_("chaos: seed $o{seed}, length $o{length} s");
-	srand($o{seed});
+	say_("chaos: seed $o{seed}, $trials trials" . (defined $o{length} ? ", at most $o{length} s" : ''));
 	my $start = time;
 	setup();
-	# how long a clean refresh takes here: the random moments span it
-	my $t = time;
-	psql_ok("SELECT state FROM dpwin_refresh('${db}_month', '$DAYS[0]')");
-	my $typical = time - $t;
-	say_(sprintf('chaos: a clean refresh takes %.2f s', $typical));
 	my $dir = "/tmp/dpwin_chaos_$$";
 	mkdir $dir;
 	spawn(sub { reader("$dir/reader") });
 	spawn(sub { writer("$dir/writer", $o{seed} + 1) });
-	my $until = time + $o{length};
+	my $until = defined $o{length} ? $start + $o{length} : undef;
 	my %kinds;
 	my $died = 0;
-	while (time < $until)
+	for my $t (@plan)
 	{
-		$trial_no++;
+		if (defined $until && time >= $until)
+		{
+			say_(sprintf('chaos: --length %d s reached: trials %d to %d not run', $o{length}, $t->{no}, $trials));
+			last;
+		}
+		$trial_no = $t->{no};
 		push @trial_started, [ $trial_no, time ];
-		set_query_ids(rand() < 0.5 ? 'visible' : 'hidden') if $trial_no % 5 == 1;
-		my $kind = eval { trial($typical) };
+		say_(describe($t));
+		my $kind = eval { trial($t) };
 		if (!defined $kind)
 		{
 			fail_("the trial died: $@");
+			eval { ch_control('POST', '/faults/clear'); release(''); };
 			last if ++$died >= 3 || !wait_pg();
 			next;
 		}
 		$died = 0;
-		$kinds{$kind}++;
+		$kinds{"$kind on $t->{shape}"}++;
 		if ($trial_no % 10 == 0)
 		{
 			psql("SELECT count(*) FROM dpwin.drop_backups('${db}_$_', 2)") for @SHAPES;
@@ -680,7 +726,7 @@ sub main
 	my $failed = @failures ? scalar(keys %{ { map { (/^trial (\d+)/)[0] // 'end' => 1 } @failures } }) : 0;
 	say_(sprintf('chaos: seed %d, %d trials in %d s (%d writes to the source, %d reader polls, %d while ClickHouse was down)',
 			$o{seed}, $n, time - $start, $writes // 0, $polls // 0, $down // 0));
-	say_("chaos: faults: " . join(', ', map { "$_ $kinds{$_}" } sort keys %kinds));
+	say_("chaos: trials by fault and shape: " . join(', ', map { "$_ $kinds{$_}" } sort keys %kinds));
 	say_("chaos: outcomes: " . join(', ', map { "$_ $stat{$_}" } sort keys %stat));
 	say_("chaos: $_") for @failures;
 	say_(sprintf('%d passed, %d failed', $n - $failed, $failed));

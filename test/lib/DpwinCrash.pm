@@ -26,8 +26,11 @@ use IPC::Run qw(run timeout);
 use Test::More;
 use DpwinTest;
 use DpwinFixture qw(fresh_fixture drop_fixture drop_routes ch_rows uuid_of micros after_refresh
-  invocation_prefix bg_psql bg_finish waits_for_http hold_session release_session);
+  invocation_prefix bg_psql bg_finish waits_for_http hold_session release_session
+  refresh_sql pg_up coordinator_pid wait_logged);
 
+# refresh_sql, pg_up and coordinator_pid are DpwinFixture's, exported here
+# too for the crash tests.
 our @EXPORT = qw($E1 $E2 crash_setup crash_teardown scenario check_after_fault settle_and_check
   refresh_sql journal state_of chunks_in_state route_state check_route_state leftovers
   hold_locks release_locks pg_up coordinator_pid waits_on_lock sandbox_cmd crash wait_answered
@@ -72,13 +75,6 @@ sub leftovers
 	return [ sort grep { $_ ne '' } split /\n/,
 		  ch_ok("SELECT name FROM system.tables WHERE database = '$db'"
 			  . " AND match(name, '^_dpwin_(probe_|[0-9]+_[0-9a-f]{12}_(stg_|gen\$|probe_))') FORMAT TSVRaw") ];
-}
-
-# The refresh of $route's window ending at $e, as invocation $inv if given.
-sub refresh_sql
-{
-	my ($route, $e, $inv) = @_;
-	return "SELECT state FROM dpwin_refresh('$route', '$e'" . ($inv ? ", '$inv'" : '') . ")";
 }
 
 # state|outcome|generation_uuid of an invocation ('' for NULL)
@@ -295,20 +291,6 @@ sub hold_locks { return hold_session(@_); }
 
 sub release_locks { release_session(@_); }
 
-# Does PostgreSQL accept connections?
-sub pg_up
-{
-	my ($rc) = psql('SELECT 1', timeout => 5);
-	return $rc == 0;
-}
-
-# The invocation's coordinator: it holds the target's lease.
-sub coordinator_pid
-{
-	my ($inv) = @_;
-	return psql_ok("SELECT holder_pid FROM dpwin.lease WHERE holder_invocation = '$inv'");
-}
-
 # Is process $pid waiting for a lock?
 sub waits_on_lock
 {
@@ -347,11 +329,12 @@ sub crash
 	ok(wait_until(\&pg_up, 60), "$label: PostgreSQL is back");
 }
 
-# Wait until the query log shows an answered statement matching $re.
+# Wait until the query log shows a statement matching $re that ended with
+# an HTTP answer (DpwinEndpoint::wait_logged).
 sub wait_answered
 {
 	my ($seq, $re, $timeout) = @_;
-	return wait_until(sub { grep { $_->{query} =~ $re && $_->{status} ne '' } ch_log_since($seq) }, $timeout // 30);
+	return wait_logged($seq, $re, answered => 1, timeout => $timeout // 30);
 }
 
 # SIGKILL the coordinator $pid of invocation $inv, running in the bg_psql

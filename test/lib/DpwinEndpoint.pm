@@ -164,11 +164,19 @@ sub log_entries
 	return @rows;
 }
 
-# Wait until the log after $since has an answered line matching $re.
+# Wait until the query log shows at least $o{n} (default 1) statements
+# matching $re received after $since.  A statement is logged when it ends;
+# with answered => 1 only those that ended with an HTTP answer count (a
+# status such as 200, 500 or 200+exception), not those whose connection
+# closed without one (lost, idle-closed, shutdown, aborted).  Returns
+# whether they came within $o{timeout} seconds (default 60).
 sub wait_logged
 {
-	my ($since, $re, $timeout) = @_;
-	return wait_until(sub { grep { $_->{query} =~ $re } log_entries($since) }, $timeout // 30);
+	my ($since, $re, %o) = @_;
+	return wait_until(sub {
+			($o{n} // 1) <= grep { $_->{query} =~ $re && (!$o{answered} || $_->{status} =~ /^\d{3}/) }
+			  log_entries($since)
+		}, $o{timeout} // 60);
 }
 
 1;

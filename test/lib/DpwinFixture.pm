@@ -19,6 +19,9 @@ use Exporter 'import';
 use IPC::Run qw(start finish timeout);
 use Test::More;
 use DpwinTest;
+# wait_logged is the endpoint module's; it is exported from here too, for
+# the tests that name it with this module's helpers.
+use DpwinEndpoint qw(wait_logged);
 
 our @EXPORT_OK = qw(
   pg_literal pg_ident ch_literal ch_ident
@@ -26,13 +29,14 @@ our @EXPORT_OK = qw(
   fault
   fresh_fixture drop_fixture drop_routes drop_roles
   pg_row_sql ch_row_sql
-  create_event_table event_route ch_rows pg_rows uuid_of replace_by_copy micros kept after_refresh
+  create_event_table event_route ch_event_row_sql pg_event_row_sql ch_rows pg_rows uuid_of replace_by_copy
+  micros kept after_refresh
   new_uuid route_id invocation_prefix own_tables dpwin_tables_left
   exchange_re exchanges
-  bg_psql bg_finish postmaster_pid
-  new_event_route create_event_source refresh_row_sql generation_name invocation_field
+  bg_psql bg_finish postmaster_pid pg_up coordinator_pid
+  new_event_route create_event_source refresh_sql refresh_row_sql generation_name invocation_field
   wait_logged hold_session release_session hold_source release_source workers_held
-  cluster_processes proc_status_kb waits_for_http
+  cluster_processes proc_status_kb waits_for_http pg_log_mark pg_log_since
 );
 
 # ---- quoting ------------------------------------------------------------
@@ -263,23 +267,34 @@ sub create_event_source
 		CREATE INDEX src_w ON $fx_schema.src (w);");
 }
 
-# Rows as sorted "id|w as Unix microseconds|v" lines, NULL spelled NULL:
-# of ClickHouse table `db`.`$t`, and of PostgreSQL table schema.src WHERE
-# $where.
+# An event row as the line "id|w as Unix microseconds|v", NULL spelled
+# NULL, rendered alike by ClickHouse and by PostgreSQL.
+sub ch_event_row_sql
+{
+	return "concat(toString(id), '|', ifNull(toString(toUnixTimestamp64Micro(w)), 'NULL'), '|', ifNull(v, 'NULL'))";
+}
+
+sub pg_event_row_sql
+{
+	return "id || '|' || coalesce(((extract(epoch FROM w) * 1000000)::bigint)::text, 'NULL') || '|' || coalesce(v, 'NULL')";
+}
+
+# The rows of ClickHouse table `db`.`$t`, sorted, one line each: event
+# rows (ch_event_row_sql) unless $o{row} gives another rendering (such as
+# ch_row_sql()), and only those matching $o{where} if given.
 sub ch_rows
 {
-	my ($t) = @_;
-	my $out = ch_ok("SELECT concat(toString(id), '|',"
-		  . " ifNull(toString(toUnixTimestamp64Micro(w)), 'NULL'), '|', ifNull(v, 'NULL'))"
-		  . " FROM `$fx_db`.`$t` FORMAT TSVRaw");
+	my ($t, %o) = @_;
+	my $out = ch_ok("SELECT " . ($o{row} // ch_event_row_sql()) . " FROM `$fx_db`.`$t`"
+		  . (defined $o{where} ? " WHERE $o{where}" : '') . " FORMAT TSVRaw");
 	return [ sort grep { $_ ne '' } split /\n/, $out ];
 }
 
+# The event rows of PostgreSQL table schema.src WHERE $where, sorted.
 sub pg_rows
 {
 	my ($where) = @_;
-	my $out = psql_ok("SELECT id || '|' || coalesce(((extract(epoch FROM w) * 1000000)::bigint)::text, 'NULL')"
-		  . " || '|' || coalesce(v, 'NULL') FROM $fx_schema.src WHERE $where");
+	my $out = psql_ok("SELECT " . pg_event_row_sql() . " FROM $fx_schema.src WHERE $where");
 	return [ sort grep { $_ ne '' } split /\n/, $out ];
 }
 
@@ -334,12 +349,18 @@ sub after_refresh
 sub new_uuid { return psql_ok('SELECT gen_random_uuid()'); }
 
 # The refresh of $route's window ending at $end (as invocation $inv if
-# given), returning invocation_id|state|final_rows|backup_table.
+# given), returning the columns $cols of dpwin_refresh (default state).
+sub refresh_sql
+{
+	my ($route, $end, $inv, $cols) = @_;
+	return "SELECT " . ($cols // 'state') . " FROM dpwin_refresh('$route', '$end'" . ($inv ? ", '$inv'" : '') . ")";
+}
+
+# The same returning invocation_id|state|final_rows|backup_table.
 sub refresh_row_sql
 {
 	my ($route, $end, $inv) = @_;
-	return "SELECT invocation_id, state, final_rows, backup_table FROM dpwin_refresh('$route', '$end'"
-	  . ($inv ? ", '$inv'" : '') . ")";
+	return refresh_sql($route, $end, $inv, 'invocation_id, state, final_rows, backup_table');
 }
 
 # One expression over dpwin.invocations for invocation $inv.
@@ -356,7 +377,9 @@ sub route_id
 }
 
 # The name prefix of an invocation's staging and generation tables:
-# _dpwin_<route id>_<first 12 hex digits of the invocation>_.
+# _dpwin_<route id>_<first 12 hex digits of the invocation>_, the rule of
+# src/names.c (062_recovery.t and every chaos trial compare it with the
+# names the journal records).
 sub invocation_prefix
 {
 	my ($route_id, $inv) = @_;
@@ -402,18 +425,6 @@ sub exchanges
 	my ($seq, $t) = @_;
 	my $re = exchange_re($t);
 	return grep { $_->{query} =~ $re } ch_log_since($seq);
-}
-
-# Wait until the query log shows at least $n (default 1) statements
-# matching $re received since $seq; with answered => 1 only statements
-# answered with an HTTP status count.  Options: n, answered, timeout (s).
-sub wait_logged
-{
-	my ($seq, $re, %o) = @_;
-	return wait_until(sub {
-			$o{n} // 1 <= grep { $_->{query} =~ $re && (!$o{answered} || $_->{status} =~ /^\d+$/) }
-			  ch_log_since($seq)
-		}, $o{timeout} // 60);
 }
 
 # ---- sessions and processes ------------------------------------------------
@@ -543,6 +554,40 @@ sub waits_for_http
 	close $fh;
 	my ($nr) = $line =~ /^(\d+)/;
 	return defined $nr && ($nr == 7 || $nr == 271);
+}
+
+# The sandbox's PostgreSQL server log: where it ends now, and what was
+# written to it after such a mark.
+sub pg_log_mark
+{
+	return -s (sandbox_root() . '/run/postgresql.log') // 0;
+}
+
+sub pg_log_since
+{
+	my ($mark) = @_;
+	open my $fh, '<', sandbox_root() . '/run/postgresql.log' or die "the server log: $!";
+	seek $fh, $mark, 0;
+	local $/;
+	my $text = <$fh> // '';
+	close $fh;
+	return $text;
+}
+
+# Does PostgreSQL accept connections?
+sub pg_up
+{
+	my ($rc) = psql('SELECT 1', timeout => 5);
+	return $rc == 0;
+}
+
+# The pid of invocation $inv's coordinator (it holds the target's lease);
+# undef if no process holds it for $inv or PostgreSQL does not answer.
+sub coordinator_pid
+{
+	my ($inv) = @_;
+	my ($rc, $out) = psql("SELECT holder_pid FROM dpwin.lease WHERE holder_invocation = '$inv'", timeout => 10);
+	return $rc == 0 && $out =~ /^\d+$/ ? $out : undef;
 }
 
 # This cluster's postmaster: the parent of its checkpointer (/proc is

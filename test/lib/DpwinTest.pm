@@ -231,6 +231,16 @@ sub ch_log_seq
 	return $seq;
 }
 
+# A field of the query log as the endpoint escaped it: \\, \t and \n
+# stand for a backslash, a tab and a newline.  One pass, so that an
+# escaped backslash before an n stays a backslash and an n.
+sub log_field
+{
+	my ($s) = @_;
+	$s =~ s/\\([\\tn])/$1 eq 't' ? "\t" : $1 eq 'n' ? "\n" : "\\"/ge;
+	return $s;
+}
+
 sub ch_log_since
 {
 	my ($since) = @_;
@@ -239,17 +249,14 @@ sub ch_log_since
 	{
 		my ($seq, $ms, $qid, $user, $status, $query) = split /\t/, $l, 6;
 		next unless defined $query;
-		$query =~ s/\\n/\n/g;
-		$query =~ s/\\t/\t/g;
-		$query =~ s/\\\\/\\/g;
 		push @rows,
 		  {
 			seq => $seq,
 			ms => $ms,
-			query_id => $qid,
-			user => $user,
+			query_id => log_field($qid),
+			user => log_field($user),
 			status => $status,
-			query => $query
+			query => log_field($query)
 		  };
 	}
 	return @rows;

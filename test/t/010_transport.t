@@ -10,8 +10,8 @@ use strict;
 use warnings;
 use Test::More;
 use DpwinTest;
-use DpwinFixture qw(pg_literal fault);
-use DpwinEndpoint qw(release wait_running log_entries);
+use DpwinFixture qw(pg_literal fault bg_psql bg_finish hold_session release_session);
+use DpwinEndpoint qw(release wait_running log_entries wait_logged);
 use IO::Socket::INET;
 
 my $url = $ENV{DPWIN_CH_URL};
@@ -194,15 +194,32 @@ for my $form ('tagged', 'marker')
 # (dpwin_ch_start(), dpwin_ch_poll(), dpwin_ch_finish()).
 sub chq_started
 {
-	my ($server, $sql, $work_ms, $poll) = @_;
+	my ($server, $sql, $work_ms, $poll, $gate) = @_;
 	return "SELECT rtrim(dpwin_test.ch_query_started(" . pg_literal($server) . ", "
-	  . pg_literal($sql) . ", $work_ms, " . ($poll // 1 ? 'true' : 'false') . "), E'\\n')";
+	  . pg_literal($sql) . ", $work_ms, " . ($poll // 1 ? 'true' : 'false') . ", " . ($gate // 0) . "), E'\\n')";
 }
 
 is(psql_ok(chq_started($srv, 'SELECT 40 + 2', 0)), '42', 'a started statement: its answer');
-is(psql_ok(chq_started($srv_short, 'SELECT 43', 1500)), '43',
+
+# The wait for a started statement begins 1.5 s after its start, past the
+# server's 1 s request timeout, and only once the endpoint has sent the
+# answer (a session holds the gate's advisory lock until its log shows
+# that): the timeout counts from the wait, so the answer is read.
+sub answer_read_late
+{
+	my ($n, $poll) = @_;
+	my $gate = 1010_000 + $n;
+	my $holder = hold_session("SELECT pg_advisory_lock($gate)");
+	my $seq = ch_log_seq();
+	my $h = bg_psql(chq_started($srv_short, "SELECT $n", 1500, $poll, $gate));
+	my $sent = wait_logged($seq, qr/\bSELECT $n\b/, answered => 1);
+	release_session($holder);
+	my ($rc, $out, $err) = bg_finish($h);
+	return $sent ? ($rc == 0 ? $out : $err) : 'the endpoint never answered';
+}
+is(answer_read_late(43, 1), '43',
 	'an answer waited for 1.5 s after its start, moved on meanwhile, with a 1 s request timeout');
-is(psql_ok(chq_started($srv_short, 'SELECT 44', 1500, 0)), '44',
+is(answer_read_late(44, 0), '44',
 	'... and left alone meanwhile: an answer that arrived is read, however long after the start');
 {
 	fault(pattern => "slow_started_$tag", count => 1, mode => 'hold');
@@ -223,6 +240,19 @@ is(psql_ok(chq_started($srv_short, 'SELECT 44', 1500, 0)), '44',
 	like($e, qr/^57014: /, 'statement_timeout while waiting for a started statement: SQLSTATE 57014');
 	is(release("cancel_started_$tag"), 1, '... the statement was abandoned while it still ran');
 	is(psql_ok(chq_started($srv, 'SELECT 9', 0)), '9', 'the next started statement works');
+}
+
+# --- the query log -----------------------------------------------------------------
+
+# The log gives a statement's text back as it was sent: a backslash before
+# an n stays a backslash and an n, tabs and newlines come back as such
+# (the endpoint escapes them; DpwinTest::ch_log_since undoes it).
+{
+	my $seq = ch_log_seq();
+	my $sql = "SELECT 'log_text_$tag', 'a\\\\nb', '\t', '\n'";
+	ch_ok($sql);
+	my ($logged) = grep { index($_->{query}, "log_text_$tag") >= 0 } ch_log_since($seq);
+	is($logged->{query} // 'not logged', $sql, 'the query log keeps backslashes, tabs and newlines');
 }
 
 # --- housekeeping ------------------------------------------------------------------

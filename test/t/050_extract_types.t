@@ -20,7 +20,7 @@ use warnings;
 use Test::More;
 use DpwinTest;
 use DpwinFixture qw(fresh_fixture drop_fixture psql_ok_long sorted_lines multiset_is bg_psql bg_finish
-  hold_source release_source workers_held);
+  hold_source release_source workers_held ch_rows refresh_sql);
 
 my $tag = "t050_$$";
 my $db = $tag;                  # ClickHouse database
@@ -149,28 +149,23 @@ sub pg_rows
 	return sorted_lines(psql_ok_long("SELECT $pg_row FROM $table WHERE $where"));
 }
 
-sub ch_rows
+# the target's rows WHERE $where, canonical and sorted
+sub tgt_rows
 {
-	my ($table, $where) = @_;
-	return sorted_lines(ch_ok("SELECT $ch_row FROM $table WHERE $where"));
+	my ($where) = @_;
+	return ch_rows('tgt', where => $where, row => $ch_row);
 }
 
 my $pg_in = "w >= '$lo' AND w < '$hi'";
 my $ch_in = "w >= $ch_lo AND w < $ch_hi";
 my $ch_keep = "isNull(w) OR w < $ch_lo OR w >= $ch_hi";
 
-sub refresh_sql
-{
-	my ($end, $inv) = @_;
-	return "SELECT state, source_rows, final_rows, invocation_id,"
-	  . " details->'evidence'->>'source_digest' FROM dpwin_refresh('$route', '$end'"
-	  . ($inv ? ", '$inv'" : '') . ")";
-}
+my $refresh_cols = "state, source_rows, final_rows, invocation_id, details->'evidence'->>'source_digest'";
 
 sub refresh
 {
 	my ($end, $out) = @_;
-	$out //= psql_ok_long(refresh_sql($end));
+	$out //= psql_ok_long(refresh_sql($route, $end, undef, $refresh_cols));
 	my %r;
 	@r{qw(state source_rows final_rows id digest)} = split /\|/, $out;
 	$r{key} = psql_ok_long("SELECT plan->>'digest_key' FROM dpwin.invocation WHERE invocation_id = '$r{id}'");
@@ -366,7 +361,7 @@ for my $end ('2026-09-07 00:00:00+00', '2026-09-11 00:00:00+00', $hi)
 	my $r = refresh($end);
 	is($r->{state}, 'completed', "preparing refresh up to $end completed");
 }
-multiset_is(ch_rows($tgt, $ch_in), pg_rows($src, $pg_in), 'the first refresh of the window is exact');
+multiset_is(tgt_rows($ch_in), pg_rows($src, $pg_in), 'the first refresh of the window is exact');
 
 # The source changes inside the window (and outside it, where the target
 # must not follow); the target gets NULL-window rows (with duplicates)
@@ -380,7 +375,7 @@ ch_ok("INSERT INTO $tgt SELECT * REPLACE (NULL AS w) FROM $tgt WHERE id % 40 = 1
 ch_ok("INSERT INTO $tgt SELECT * REPLACE (NULL AS w) FROM $tgt WHERE id % 80 = 1");
 ch_ok("INSERT INTO $tgt SELECT * REPLACE (id + 900000 AS id) FROM $tgt WHERE ($ch_in) AND id % 10 = 1");
 
-my $keep_before = ch_rows($tgt, $ch_keep);
+my $keep_before = tgt_rows($ch_keep);
 my $nnull = ch_ok("SELECT count() FROM $tgt WHERE isNull(w)");
 chomp $nnull;
 cmp_ok($nnull, '>', 50, "target has $nnull NULL-window rows");
@@ -393,9 +388,9 @@ my $r = refresh($hi);
 is($r->{state}, 'completed', 'refresh completed');
 my $exp_in = pg_rows($src, $pg_in);
 is($r->{source_rows}, scalar(@$exp_in), 'source_rows is the number of source rows in the window');
-multiset_is(ch_rows($tgt, $ch_in), $exp_in,
+multiset_is(tgt_rows($ch_in), $exp_in,
 	'target rows inside the window == source rows inside the window (multiset, every column)');
-multiset_is(ch_rows($tgt, $ch_keep), $keep_before,
+multiset_is(tgt_rows($ch_keep), $keep_before,
 	'target rows outside the window and NULL-window rows are kept exactly');
 is($r->{final_rows}, @$exp_in + @$keep_before, 'final_rows = window rows + kept rows');
 isnt(ch_ok("SELECT toString(uuid) FROM system.tables WHERE database = '$db' AND name = 'tgt'"),
@@ -423,7 +418,7 @@ is(ch_ok("SELECT count() FROM system.tables WHERE database = '$db' AND (name LIK
 
 # ---- parallelism 1, 2 and 8 publish the same content ---------------------
 
-my $full_ref = ch_rows($tgt, '1');
+my $full_ref = tgt_rows('1');
 
 # The digest of the published window, computed by ClickHouse under a key,
 # by the definition in docs/design.md ("Why this is exact"), not with
@@ -478,7 +473,7 @@ for my $p (1, 2, 8)
 	# each in a chunk of its own, wait there at once.
 	my $inv = psql_ok('SELECT gen_random_uuid()');
 	my $barrier = hold_source($src, 'src_barrier');
-	my $h = bg_psql(refresh_sql($hi, $inv));
+	my $h = bg_psql(refresh_sql($route, $hi, $inv, $refresh_cols));
 	my @held = workers_held($inv, $p);
 	is(scalar(@held), $p, "parallelism $p: $p workers read the source at once");
 	my $more = psql_ok("SELECT count(*) FROM dpwin.chunk WHERE invocation_id = '$inv' AND state = 'running'");
@@ -488,7 +483,7 @@ for my $p (1, 2, 8)
 	die "the refresh at parallelism $p failed: $berr" if $brc;
 	my $rp = refresh($hi, $bout);
 	is($rp->{state}, 'completed', "parallelism $p: completed");
-	multiset_is(ch_rows($tgt, '1'), $full_ref, "parallelism $p: the whole target is identical");
+	multiset_is(tgt_rows('1'), $full_ref, "parallelism $p: the whole target is identical");
 	is($rp->{digest}, ch_window_digest($rp->{key}),
 		"parallelism $p: source digest $rp->{digest} is ClickHouse's digest of the published window");
 	is($rp->{digest}, pg_window_digest($rp->{key}),
@@ -504,7 +499,7 @@ is(scalar(keys %digest_counts), 1, 'every parallelism digested the same number o
 
 # The comparison itself notices a one-byte or one-bit difference: the
 # published target against the source with one value changed (rolled back).
-my $final = ch_rows($tgt, $ch_in);
+my $final = tgt_rows($ch_in);
 for my $change ("by = by || '\\x00'::bytea", "f8 = CASE WHEN f8 = 0 THEN '-0'::float8 ELSE 0 END",
 	"ts = ts + interval '1 microsecond'", "t = t || ' '")
 {

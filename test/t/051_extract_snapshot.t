@@ -15,7 +15,7 @@ use strict;
 use warnings;
 use Test::More;
 use DpwinTest;
-use DpwinFixture qw(fresh_fixture drop_fixture pg_row_sql ch_row_sql sorted_lines multiset_diff multiset_is fault);
+use DpwinFixture qw(fresh_fixture drop_fixture pg_row_sql ch_row_sql sorted_lines multiset_diff multiset_is fault ch_rows);
 use IPC::Run qw(start finish timeout);
 use DpwinEndpoint qw(release wait_running);
 
@@ -35,7 +35,6 @@ my $pg_row = pg_row_sql();
 my $ch_row = ch_row_sql();
 
 sub pg_rows { my ($t) = @_; return sorted_lines(psql_ok("SELECT $pg_row FROM $t WHERE $pg_in")); }
-sub ch_rows { my ($t) = @_; return sorted_lines(ch_ok("SELECT $ch_row FROM $t WHERE $ch_in")); }
 
 fresh_fixture($db, $schema);
 
@@ -121,7 +120,7 @@ sub scenario
 	my $now = pg_rows($src);
 	cmp_ok(scalar(multiset_diff($now, $exp)), '>', 1000,
 		"parallelism $p: the source changed in " . scalar(multiset_diff($now, $exp)) . " distinct window rows meanwhile");
-	multiset_is(ch_rows($tgt), $exp,
+	multiset_is(ch_rows($tbl, where => $ch_in, row => $ch_row), $exp,
 		"parallelism $p: the target's window is the source as of the snapshot, row for row");
 	is(psql_ok("SELECT count(*) FILTER (WHERE state = 'verified'), sum(rows) FROM dpwin.chunks WHERE invocation_id = '$inv'"),
 		'48|' . scalar(@$exp), "parallelism $p: 48 chunks verified, their rows add up to the snapshot's");
@@ -137,7 +136,7 @@ sub scenario
 	# A new invocation takes a new snapshot and sees every change.
 	is(psql_ok("SELECT state FROM dpwin_refresh('$route', '$hi')"), 'completed',
 		"parallelism $p: a second refresh completed");
-	multiset_is(ch_rows($tgt), $now, "parallelism $p: ... and its window is the source as it is now");
+	multiset_is(ch_rows($tbl, where => $ch_in, row => $ch_row), $now, "parallelism $p: ... and its window is the source as it is now");
 
 	psql_ok("SELECT dpwin.drop_route('$route')");
 }

@@ -22,7 +22,7 @@ use Test::More;
 use DpwinTest;
 use DpwinFixture qw(fault fresh_fixture drop_fixture create_event_source new_event_route ch_rows uuid_of
   new_uuid route_id invocation_prefix own_tables refresh_row_sql bg_psql bg_finish hold_source release_source
-  workers_held cluster_processes);
+  workers_held cluster_processes pg_log_mark pg_log_since);
 use DpwinCrash qw(sandbox_cmd coordinator_pid);
 
 my $db = "t055_$$";
@@ -119,6 +119,7 @@ create_event_source();
 	my $stg = invocation_prefix(route_id($route), $inv) . 'stg_1_';
 	fault(pattern => "INSERT INTO `$db`.`$stg$_` (", mode => 'error', code => 1000, count => 1) for 0, 1;
 	my $seq = ch_log_seq();
+	my $mark = pg_log_mark();
 	like(psql_ok(refresh_row_sql($route, $E, $inv)), qr/\|completed\|/, 'backoff: the refresh completes');
 	my @log = ch_log_since($seq);
 	# attempt n fails at its INSERT; attempt n+1 begins with creating its
@@ -132,12 +133,15 @@ create_event_source();
 	}
 	is(psql_ok("SELECT attempt || ' ' || state FROM dpwin.chunk WHERE invocation_id = '$inv' AND chunk_no = 1"),
 		'2 verified', 'backoff: chunk 1 verified at its third attempt');
-	# Each gap is the backoff plus the time to journal the failure and start
-	# the next attempt; that time may grow on a loaded machine, so the upper
-	# bounds are the next doubling: a constant or a tripled backoff fails.
-	ok($gaps[0] >= 2000 && $gaps[0] < 4000, "backoff: the first retry came $gaps[0] ms after the failure (2000 ms, < 4000)");
-	ok($gaps[1] >= 4000 && $gaps[1] < 8000,
-		"backoff: the second came $gaps[1] ms after the second failure (4000 ms: doubled, < 8000)");
+	# The worker's log line names each backoff it waits: the server's
+	# 2000 ms, then doubled.  Each retry comes no sooner (the gap is the
+	# backoff plus the time to journal the failure and start the next
+	# attempt, which a loaded machine lengthens: no upper bound).
+	my $server_log = pg_log_since($mark);
+	is(join(' ', $server_log =~ /dpwin: attempt \d of chunk 1 failed, retrying in (\d+) ms/g), '2000 4000',
+		'backoff: the worker waits 2000 ms before its first retry, 4000 ms (doubled) before its second');
+	cmp_ok($gaps[0], '>=', 2000, 'backoff: the first retry comes 2000 ms after the failure or later');
+	cmp_ok($gaps[1], '>=', 4000, 'backoff: the second 4000 ms after the second failure or later');
 	set_server('dpwin.retry_backoff' => undef);
 }
 

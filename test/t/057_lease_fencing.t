@@ -74,7 +74,8 @@ ok(wait_until(sub { psql_ok("SELECT count(*) FROM pg_stat_activity WHERE pid IN 
 	'the fenced workers are gone');
 
 # Recovery takes the lease for real and clears what the fenced runner left.
-like(psql_err("SELECT * FROM dpwin.recover('$inv')") // 'recovered', qr/^55000: /,
+like(psql_err("SELECT * FROM dpwin.recover('$inv')") // 'recovered',
+	qr/^55000: invocation \Q$inv\E cannot be recovered: its snapshot expired before publication/,
 	'recover() finds the snapshot expired (55000)');
 is(psql_ok("SELECT state FROM dpwin.invocations WHERE invocation_id = '$inv'"), 'snapshot_expired',
 	'... and marks the invocation snapshot_expired');

@@ -185,7 +185,7 @@ my @left = sort split /\n/, ch_ok("SELECT name FROM system.tables WHERE database
 is_deeply(\@left, [ sort($again[1]{backup}, $r5->{backup}) ], 'the two newest backups are left');
 is(psql_ok("SELECT count(*) FROM dpwin.drop_backups('$route', 2)"), 0, 'drop_backups again drops nothing');
 is(psql_ok("SELECT count(*) FROM dpwin.drop_backups('$route', 0)"), 2, 'drop_backups(route, 0) drops the rest');
-like(psql_err("SELECT * FROM dpwin.drop_backups('$route', -1)"), qr/^22023:/, 'keep < 0 is refused');
+like(psql_err("SELECT * FROM dpwin.drop_backups('$route', -1)"), qr/^22023: keep must be zero or more, not -1/, 'keep < 0 is refused');
 is_deeply(ch_rows($table), $pre, 'dropping backups leaves the target alone');
 
 # --- 6. many chunks: the result row still carries the whole evidence ----------

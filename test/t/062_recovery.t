@@ -25,8 +25,6 @@ my $db = "t062_$$";
 my $schema = "t062_$$";
 my $E = '2026-09-09 00:00:00+00';
 
-sub refresh_sql { my ($route, $inv) = @_; return refresh_row_sql($route, $E, $inv); }
-
 # Wait until $inv reaches $state, then until its coordinator waits for the
 # answer to the statement that the endpoint holds back (one answered since
 # $seq matching $after first, if given), SIGKILL it, and wait for the
@@ -81,7 +79,7 @@ sub killed_in_exchange
 	my $inv = new_uuid();
 	my $seq = ch_log_seq();
 	fault(pattern => "EXCHANGE TABLES `$db`.`$t` AND", mode => 'hold', count => 1);
-	my $h = bg_psql(refresh_sql($route, $inv));
+	my $h = bg_psql(refresh_row_sql($route, $E, $inv));
 	ok(wait_running(qr/^EXCHANGE TABLES `\Q$db\E`\.`\Q$t\E` AND/, 1, phase => 'holding'),
 		"$label: the EXCHANGE waits on the server");
 	kill_in_request($inv, 'publishing', $h, $label, seq => $seq);
@@ -97,12 +95,13 @@ sub killed_in_exchange
 	is(psql_ok("SELECT coalesce(outcome, 'none') FROM dpwin.publication WHERE invocation_id = '$inv'"), 'none',
 		'killed in EXCHANGE: outcome not observed');
 
-	my ($rc, $out, $err) = psql(refresh_sql($route));
+	my ($rc, $out, $err) = psql(refresh_row_sql($route, $E));
 	like($err, qr/ERROR:\s+invocation \Q$inv\E of this target has an unsettled publication/,
 		'killed in EXCHANGE: a fresh invocation is refused, naming the older one');
 	like($err, qr/HINT:\s+Settle it first: SELECT \* FROM dpwin\.recover\('\Q$inv\E'\);/,
 		'killed in EXCHANGE: the hint is the recover call');
-	like(psql_err(refresh_sql($route)), qr/^55006:/, 'killed in EXCHANGE: SQLSTATE 55006');
+	like(psql_err(refresh_row_sql($route, $E)), qr/^55006: invocation \Q$inv\E of this target has an unsettled publication/,
+		'killed in EXCHANGE: SQLSTATE 55006');
 	is(psql_ok("SELECT reconcile->>'verdict' FROM dpwin.reconcile('$inv')"), 'published',
 		'killed in EXCHANGE: reconcile reads the UUIDs: published');
 
@@ -140,9 +139,10 @@ sub killed_in_exchange
 	is(scalar(exchanges($seq, $t)), 0, 'unknown: no EXCHANGE');
 	my $rep = psql_ok("SELECT (r->>'verdict') || ' ' || (r->>'target_uuid_now') FROM dpwin.reconcile('$inv') r");
 	is($rep, "unknown $decoy_uuid", 'unknown: reconcile shows the foreign UUID in the target');
-	like(psql_err(refresh_sql($route)), qr/^55006: invocation \Q$inv\E of this target has an unsettled publication/,
+	like(psql_err(refresh_row_sql($route, $E)), qr/^55006: invocation \Q$inv\E of this target has an unsettled publication/,
 		'unknown: a fresh invocation is refused');
-	like(psql_err("SELECT * FROM dpwin.abandon('$inv')"), qr/^55000:/, 'unknown: abandon is refused');
+	like(psql_err("SELECT * FROM dpwin.abandon('$inv')"), qr/^55000: invocation \Q$inv\E has a publication intent and cannot be abandoned/,
+		'unknown: abandon is refused');
 
 	# Repaired by hand: the generation back in place.
 	ch_ok("EXCHANGE TABLES `$db`.`$t` AND `$db`.`decoy`");
@@ -163,10 +163,10 @@ sub stuck_in_publishing
 	fault(pattern => "EXCHANGE TABLES `$db`.`$t` AND", mode => 'error', code => 241, count => 1);
 	fault(pattern => "SELECT name, toString(uuid) FROM system.tables WHERE database = '$db' AND name IN ('$t', ",
 		mode => 'error', code => 241, count => 1);
-	my ($rc, $out, $err) = psql(refresh_sql($route, $inv));
+	my ($rc, $out, $err) = psql(refresh_row_sql($route, $E, $inv));
 	like($err, qr/HINT:.*dpwin\.recover\('\Q$inv\E'\)/, "$label: the refresh fails, its hint is the recover call");
 	is(state_of($inv), 'publishing', "$label: left publishing");
-	like(psql_err(refresh_sql($route)), qr/^55006: invocation \Q$inv\E/, "$label: a fresh invocation is refused");
+	like(psql_err(refresh_row_sql($route, $E)), qr/^55006: invocation \Q$inv\E/, "$label: a fresh invocation is refused");
 	is(psql_ok("SELECT reconcile->>'verdict' FROM dpwin.reconcile('$inv')"), 'not_published',
 		"$label: reconcile: not_published");
 }
@@ -223,7 +223,7 @@ for my $case ([ 'rows', "INSERT INTO `$db`.`%s` VALUES (88, '2026-07-01 00:00:00
 	if ($tag eq 'column')
 	{
 		# settled, so no longer blocking: a fresh refresh is admitted or not on its own
-		like(psql_err(refresh_sql($route)), qr/^42804: ClickHouse target .* has 4 columns/,
+		like(psql_err(refresh_row_sql($route, $E)), qr/^42804: ClickHouse target .* has 4 columns/,
 			"changed before retry ($tag): a fresh refresh is not blocked, and refused by admission");
 		next;
 	}
@@ -262,7 +262,7 @@ for my $case ([ 'rows', "INSERT INTO `$db`.`%s` VALUES (88, '2026-07-01 00:00:00
 	my $inv = new_uuid();
 	# Killed with both workers inside a chunk (the source barrier).
 	my $barrier = hold_source("$schema.src", 'src_w');
-	my $h = bg_psql(refresh_sql($route, $inv));
+	my $h = bg_psql(refresh_row_sql($route, $E, $inv));
 	is(scalar(workers_held($inv, 2)), 2, 'killed extracting: both workers are inside a chunk');
 	is(state_of($inv), 'extracting', 'killed extracting: the invocation is extracting');
 	crash([ coordinator_pid($inv) ], $h, 'killed extracting', 'the coordinator');
@@ -293,7 +293,7 @@ for my $how ('recover', 'abandon')
 	# staging table), in state verified.
 	my $staged = "' FROM `$db`.`" . invocation_prefix(route_id($route), $inv) . 'stg_';
 	fault(pattern => $staged, mode => 'hold', count => 1);
-	my $h = bg_psql(refresh_sql($route, $inv));
+	my $h = bg_psql(refresh_row_sql($route, $E, $inv));
 	# Killed while it waits on that ATTACH, the generation cloned.
 	ok(wait_running(qr/^ALTER TABLE `\Q$db\E`\.`\Q$gen\E` ATTACH .*_stg_/s, 1, phase => 'holding'),
 		"$label: the ATTACH of the staged parts waits on the server");
@@ -306,6 +306,11 @@ for my $how ('recover', 'abandon')
 		  . " ORDER BY chunk_no) FROM dpwin.chunk WHERE invocation_id = '$inv'");
 	is(psql_ok("SELECT count(*) FILTER (WHERE state = 'verified') || '/' || count(*) FROM dpwin.chunk WHERE invocation_id = '$inv'"),
 		'4/4', "$label: every chunk was staged and verified");
+	# the name rule the tests derive (DpwinFixture::invocation_prefix) is
+	# the one dpwin follows
+	my $prefix = invocation_prefix(route_id($route), $inv);
+	is(psql_ok("SELECT count(*) FROM dpwin.chunk WHERE invocation_id = '$inv' AND left(staging_table, length('$prefix')) = '$prefix'"),
+		4, "$label: the journal names every staging table with the prefix $prefix");
 	my $seq = ch_log_seq();
 	if ($how eq 'recover')
 	{

@@ -28,7 +28,7 @@ use warnings;
 use Test::More;
 use DpwinTest;
 use DpwinFixture qw(fresh_fixture drop_fixture pg_row_sql ch_row_sql sorted_lines multiset_is multiset_rows_compared
-  hold_session release_session);
+  hold_session release_session ch_rows);
 use IPC::Run qw(start pump finish timeout);
 use Time::HiRes qw(time);
 
@@ -52,10 +52,11 @@ my $ch_row = ch_row_sql();
 
 sub pg_window_rows { my ($t) = @_; return sorted_lines(psql_ok("SELECT $pg_row FROM $t WHERE $pg_in")); }
 
-sub ch_rows
+# target $t's rows (WHERE $where if given), canonical and sorted
+sub tgt_rows
 {
 	my ($t, $where) = @_;
-	return sorted_lines(ch_ok("SELECT $ch_row FROM `$db`.`$t`" . ($where ? " WHERE $where" : '')));
+	return ch_rows($t, where => $where, row => $ch_row);
 }
 
 # A psql session running $sql in the background, then quitting.  Output
@@ -241,7 +242,7 @@ sub setup_route
 sub expected_rows
 {
 	my ($k) = @_;
-	return [ sort(@{ ch_rows("tgt$k", $ch_keep) }, @{ pg_window_rows("$schema.src$k") }) ];
+	return [ sort(@{ tgt_rows("tgt$k", $ch_keep) }, @{ pg_window_rows("$schema.src$k") }) ];
 }
 
 my $have_cron = psql_ok("SELECT count(*) FROM pg_extension WHERE extname = 'pg_cron'") == 1;
@@ -261,8 +262,8 @@ for my $k (0 .. $nroutes + 1)
 	my $route = $k < $nroutes ? "${tag}_r$k" : $k == $nroutes ? "${tag}_cron" : "${tag}_pair";
 	$rid{$k} = setup_route($k, $route);
 	$expected{$k} = expected_rows($k);
-	$before{$k} = ch_rows("tgt$k");
-	cmp_ok(scalar(@{ ch_rows("tgt$k", "NOT ($ch_keep)") }), '>=', 30,
+	$before{$k} = tgt_rows("tgt$k");
+	cmp_ok(scalar(@{ tgt_rows("tgt$k", "NOT ($ch_keep)") }), '>=', 30,
 		"$route: the target holds stale rows inside the window before any refresh");
 }
 note(sprintf("set-up of %d routes: %.2f s", $nroutes + 2, time() - $ts));
@@ -308,7 +309,7 @@ sub part1
 	{
 		if ($inv{$k})
 		{
-			my $got = ch_rows("tgt$k");
+			my $got = tgt_rows("tgt$k");
 			multiset_is($got, $expected{$k},
 				"route $k: the target is its kept old rows plus the source window, row for row ("
 				  . scalar(@$got) . ' rows)');
@@ -321,7 +322,7 @@ sub part1
 		}
 		else
 		{
-			multiset_is(ch_rows("tgt$k"), $before{$k}, "route $k: the failed refresh left the target untouched");
+			multiset_is(tgt_rows("tgt$k"), $before{$k}, "route $k: the failed refresh left the target untouched");
 		}
 	}
 	note(sprintf("part 1: %d refreshes held together, then released: %d completed, %d target rows compared;"
@@ -362,7 +363,7 @@ sub part3
 			qr/held by process \d+ \(dpwin coordinator\) running invocation \Q$won[0][1]\E/,
 			"pair round $round: its error names the winner's process and invocation");
 	}
-	multiset_is(ch_rows("tgt$k"), $expected{$k}, 'pair: the target is exact after the contended rounds');
+	multiset_is(tgt_rows("tgt$k"), $expected{$k}, 'pair: the target is exact after the contended rounds');
 
 	# With a lease timeout the second waits for the first.
 	my $barrier = hold_sources($k);
@@ -381,7 +382,7 @@ sub part3
 				  . " AND (a.finished_at <= b.created_at OR b.finished_at <= a.created_at)"),
 			1, 'pair with dpwin.lease_timeout: one ran after the other');
 	}
-	multiset_is(ch_rows("tgt$k"), $expected{$k}, 'pair: the target is exact after the serialized refreshes');
+	multiset_is(tgt_rows("tgt$k"), $expected{$k}, 'pair: the target is exact after the serialized refreshes');
 	is(procs_of($route), 0, 'pair: no coordinator, chunk worker or progress slot is left');
 	is(leftovers($k), 0, 'pair: no staging, generation or probe table is left');
 	note(sprintf("part 3: %d contended rounds (%d losers named the winner) + 1 pair serialized by"
@@ -458,7 +459,7 @@ else
 			  . " FROM dpwin.invocations WHERE route_name = '$route'"),
 		(1 + @after) . '|' . (1 + @after),
 		'cron: a completed invocation for the held refresh and for each run after it, no other');
-	multiset_is(ch_rows("tgt$k"), $expected{$k}, 'cron: the target is its kept old rows plus the source window');
+	multiset_is(tgt_rows("tgt$k"), $expected{$k}, 'cron: the target is its kept old rows plus the source window');
 	is(leftovers(), 0, 'cron: no staging, generation or probe table is left');
 	is(psql_ok("SELECT count(*) FROM cron.job WHERE jobname = '$job'"), 0, 'cron: the job is gone');
 	note(sprintf("part 2: %d cron runs (%d while the refresh was held, refused by the lease; %d after it);"

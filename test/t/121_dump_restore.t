@@ -57,10 +57,10 @@ psql_ok("CREATE ROLE $other; CREATE ROLE $role LOGIN; GRANT dpwin_operator TO $r
 isnt(psql_ok("SELECT '$role'::regrole::oid"), $owner_oid, 'the owner role has another OID now');
 
 psql_ok("CREATE DATABASE $restored");
-run [ pg_tool('pg_restore'), '--exit-on-error', '-d', $restored, "$dir/db.dump" ],
-  '>', \$out, '2>', \$err, timeout(300)
+ok(run([ pg_tool('pg_restore'), '--exit-on-error', '-d', $restored, "$dir/db.dump" ],
+		'>', \$out, '2>', \$err, timeout(300)), 'pg_restore into a new database succeeds')
   or die "pg_restore failed: $err";
-pass('pg_restore into a new database');
+is($err, '', 'pg_restore reports nothing');
 
 # --- every row, the right source and owner ---------------------------------
 

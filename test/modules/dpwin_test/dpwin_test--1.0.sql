@@ -74,17 +74,20 @@ CREATE FUNCTION dpwin_test.ch_query(server name, sql text) RETURNS text
 REVOKE ALL ON FUNCTION dpwin_test.ch_query(name, text) FROM PUBLIC;
 
 /*
- * dpwin_test.ch_query_started(server, sql, work_ms, poll) starts the
- * statement, works work_ms (moving the statement on every 10 ms if poll),
- * then waits for its answer, as a chunk worker does with a staging digest.
+ * dpwin_test.ch_query_started(server, sql, work_ms, poll, gate) starts the
+ * statement, works work_ms (moving the statement on every 10 ms if poll)
+ * and, with a gate other than 0, until the shared advisory lock of that
+ * key is free, then waits for its answer, as a chunk worker does with a
+ * staging digest.
  */
 CREATE FUNCTION dpwin_test.ch_query_started(server name, sql text, work_ms integer,
-											poll boolean DEFAULT true)
+											poll boolean DEFAULT true,
+											gate bigint DEFAULT 0)
 	RETURNS text
 	LANGUAGE C STRICT VOLATILE PARALLEL UNSAFE
 	AS 'MODULE_PATHNAME', 'dpwin__ch_query_started';
 
-REVOKE ALL ON FUNCTION dpwin_test.ch_query_started(name, text, integer, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION dpwin_test.ch_query_started(name, text, integer, boolean, bigint) FROM PUBLIC;
 
 /* dpwin — test-only access to target admission (docs/admission.md)
  *

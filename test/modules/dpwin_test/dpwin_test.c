@@ -289,6 +289,12 @@ dpwin__ch_query(PG_FUNCTION_ARGS)
  * other work, during which the statement is moved on every 10 ms
  * (dpwin_ch_poll()) when poll is true, as a chunk worker does with a
  * staging digest, or left alone, as during a worker's long INSERT.
+ *
+ * A gate other than 0 makes the work last, beyond work_ms, until this
+ * session can take the shared advisory lock of that key.  A test holds
+ * the lock in another session and lets it go once the endpoint's log
+ * shows the answer sent, so that the answer has surely arrived before the
+ * wait begins, however slow the machine.
  */
 PG_FUNCTION_INFO_V1(dpwin__ch_query_started);
 
@@ -299,6 +305,7 @@ dpwin__ch_query_started(PG_FUNCTION_ARGS)
 	char	   *sql = text_to_cstring(PG_GETARG_TEXT_PP(1));
 	int32		work_ms = PG_GETARG_INT32(2);
 	bool		poll = PG_GETARG_BOOL(3);
+	int64		gate = PG_GETARG_INT64(4);
 	DpwinServerConf *conf;
 	ChClient   *client;
 	char	   *body;
@@ -306,13 +313,20 @@ dpwin__ch_query_started(PG_FUNCTION_ARGS)
 	conf = dpwin_server_conf(NameStr(*server), GetUserId());
 	client = dpwin_ch_client_open(conf, "dpwin-test-");
 	dpwin_ch_start(client, sql, "q");
-	for (int32 waited = 0; waited < work_ms; waited += 10)
+	for (int32 waited = 0;; waited += 10)
 	{
+		if (waited >= work_ms &&
+			(gate == 0 ||
+			 DatumGetBool(DirectFunctionCall1(pg_try_advisory_lock_shared_int8,
+											  Int64GetDatum(gate)))))
+			break;
 		pg_usleep(10 * 1000L);
 		if (poll)
 			dpwin_ch_poll(client);
 		CHECK_FOR_INTERRUPTS();
 	}
+	if (gate != 0)
+		(void) DirectFunctionCall1(pg_advisory_unlock_shared_int8, Int64GetDatum(gate));
 	body = dpwin_ch_finish(client);
 	dpwin_ch_client_close(client);
 	PG_RETURN_TEXT_P(cstring_to_text(body));
