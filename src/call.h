@@ -43,9 +43,17 @@ typedef struct DpwinCallShared
 	int			lease_timeout_ms;
 	int			max_workers;	/* the caller's dpwin.max_workers */
 	int			retry_backoff_ms;	/* the caller's dpwin.retry_backoff */
+	int64		backfill_id;	/* a backfill's window (dpwin.backfill); 0: none */
+	int			caller_pid;		/* whose latch says the outcome is there */
 
-	/* Outcome, written by the coordinator before it exits. */
+	/*
+	 * Outcome, written by the coordinator before it sets finished.  With
+	 * released also set, the caller returns without waiting for the
+	 * coordinator to exit: it has backups to drop (retention), and does not
+	 * touch the segment again.
+	 */
 	bool		finished;
+	bool		released;
 	int			sqlerrcode;		/* 0: success */
 	char		message[2048];
 	char		detail[2048];

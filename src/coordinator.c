@@ -30,6 +30,8 @@
 #include "storage/dsm.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/proc.h"
+#include "storage/procarray.h"
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
@@ -42,6 +44,7 @@
 #include "lease.h"
 #include "names.h"
 #include "progress.h"
+#include "retention.h"
 #include "steps.h"
 #include "verify.h"
 #include "window.h"
@@ -448,6 +451,86 @@ coordinator_fail(Coordinator *c, ErrorData *edata)
 
 
 /* ----------------------------------------------------------------
+ *		retention
+ * ---------------------------------------------------------------- */
+
+/*
+ * The backups to drop after a completed publication, read under the lease
+ * (no other invocation of the target can write an intent meanwhile).  A
+ * failure here changes nothing published: it is logged, and the next
+ * publication decides again.
+ */
+static List *
+coordinator_retention_plan(Coordinator *c)
+{
+	List	   *tables = NIL;
+
+	if (c->state != DPWIN_STATE_COMPLETED || c->route == NULL || !c->lease_held ||
+		(c->call->mode != DPWIN_CALL_REFRESH && c->call->mode != DPWIN_CALL_RECOVER))
+		return NIL;
+	PG_TRY();
+	{
+		dpwin_xact_begin("dpwin: retention");
+		MemoryContextSwitchTo(c->cxt);
+		tables = dpwin_retention_plan(c->route->route_id);
+		dpwin_xact_commit(c->cxt);
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(c->cxt);
+		EmitErrorReport();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		tables = NIL;
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(c->cxt);
+	return tables;
+}
+
+/* Drop them and journal it, once the caller has its result. */
+static void
+coordinator_retention_apply(Coordinator *c, List *tables)
+{
+	PG_TRY();
+	{
+		dpwin_retention_drop(c->client, c->route->target_database, tables);
+		dpwin_xact_begin("dpwin: retention");
+		dpwin_retention_mark_dropped(c->route->route_id, tables);
+		dpwin_xact_commit(c->cxt);
+		ereport(DEBUG1,
+				(errmsg("dpwin: route %d: dropped %d backups after invocation %s",
+						c->route->route_id, list_length(tables), dpwin_uuid_text(&c->id))));
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(c->cxt);
+		EmitErrorReport();
+		FlushErrorState();
+		AbortCurrentTransaction();
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(c->cxt);
+}
+
+/*
+ * The outcome is in the segment: let the caller return before this process
+ * has exited.
+ */
+static void
+coordinator_release_caller(DpwinCallShared *call)
+{
+	PGPROC	   *caller;
+
+	call->finished = true;
+	pg_write_barrier();
+	call->released = true;
+	caller = BackendPidGetProc(call->caller_pid);
+	if (caller != NULL)
+		SetLatch(&caller->procLatch);
+}
+
+/* ----------------------------------------------------------------
  *		the coordinator process
  * ---------------------------------------------------------------- */
 
@@ -457,6 +540,7 @@ dpwin_coordinator_main(Datum main_arg)
 	dsm_segment *seg;
 	DpwinCallShared *call;
 	Coordinator c;
+	List	   *retention;
 
 	pqsignal(SIGTERM, coordinator_sigterm);
 	BackgroundWorkerUnblockSignals();
@@ -533,15 +617,30 @@ dpwin_coordinator_main(Datum main_arg)
 	}
 	PG_END_TRY();
 
+	retention = coordinator_retention_plan(&c);
 	if (c.lease_held)
 		dpwin_lease_release(c.target_id);
 	if (c.progress_slot >= 0)
 		dpwin_progress_release(c.progress_slot);
+
+	/*
+	 * The caller has its result before the backups are dropped: retention is
+	 * not on its path, and works without the lease, on tables that only this
+	 * route's journal names and that no unfinished publication needs.
+	 * Otherwise the caller returns once this process has exited, as it
+	 * always did.
+	 */
+	if (retention != NIL)
+	{
+		coordinator_release_caller(call);
+		coordinator_retention_apply(&c, retention);
+	}
 	if (c.client)
 		dpwin_ch_client_close(c.client);
 	if (c.second_client)
 		dpwin_ch_client_close(c.second_client);
-	call->finished = true;
+	if (retention == NIL)
+		call->finished = true;
 	dsm_detach(seg);
 	proc_exit(0);
 }

@@ -313,6 +313,7 @@ dpwin_invocation_register(Coordinator *c)
 	inv.config_fingerprint = c->route->config_fingerprint;
 	inv.lease_epoch = c->epoch;
 	inv.caller_role = GetUserId();
+	inv.backfill_id = c->call->backfill_id;
 	dpwin_registry_create(&inv, c->ext.chunks);
 	dpwin_xact_commit(c->cxt);
 	c->registered = true;

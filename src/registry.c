@@ -196,6 +196,15 @@ dpwin_registry_create(const DpwinInvocation *inv, List *chunks)
 					   " config_fingerprint, lease_epoch, caller_role, state)"
 					   " VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9, $10, $11, $12)",
 					   12, types, args, NULL, false);
+	if (inv->backfill_id != 0)
+	{
+		Oid			btypes[2] = {UUIDOID, INT8OID};
+		Datum		bargs[2] = {args[0], Int64GetDatum(inv->backfill_id)};
+
+		dpwin_catalog_exec("UPDATE dpwin.invocation SET backfill_id = $2"
+						   " WHERE invocation_id = $1",
+						   2, btypes, bargs, NULL, false);
+	}
 
 	foreach(lc, chunks)
 	{

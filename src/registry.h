@@ -62,6 +62,7 @@ typedef struct DpwinInvocation
 	char	   *error;
 	char	   *error_sqlstate;
 	Oid			caller_role;
+	int64		backfill_id;	/* the backfill it publishes a window of; 0: none */
 } DpwinInvocation;
 
 extern const char *dpwin_registry_state_name(DpwinState state);
