@@ -706,6 +706,7 @@ CREATE VIEW dpwin.health AS
 		   clock_timestamp() - s.last_interval_end AS data_age,
 		   coalesce(r.stale_after, r.lookback) AS stale_after,
 		   c.uncovered,
+		   li.kind AS last_kind,
 		   li.state AS last_state,
 		   li.outcome AS last_outcome,
 		   li.created_at AS last_invocation_at,
@@ -727,9 +728,10 @@ CREATE VIEW dpwin.health AS
 				   - range_agg(tstzrange(i.window_lo, i.window_hi)) AS uncovered
 			  FROM dpwin.invocation i
 			  JOIN dpwin.evidence e USING (invocation_id)
-			 WHERE i.route_id = r.route_id) c
+			 /* a rollback publishes no window of its own */
+			 WHERE i.route_id = r.route_id AND i.kind = 'refresh') c
 	  LEFT JOIN LATERAL (
-			SELECT i.state, p.outcome, i.created_at
+			SELECT i.kind, i.state, p.outcome, i.created_at
 			  FROM dpwin.invocation i
 			  LEFT JOIN dpwin.publication p USING (invocation_id)
 			 WHERE i.route_id = r.route_id
@@ -764,7 +766,7 @@ CREATE VIEW dpwin.health AS
 			SELECT vv.finished_at, vv.drifting_chunks AS drifted_chunks,
 				   EXISTS (SELECT 1 FROM dpwin.invocation i
 							 JOIN dpwin.evidence e USING (invocation_id)
-							WHERE i.route_id = r.route_id
+							WHERE i.route_id = r.route_id AND i.kind = 'refresh'
 							  AND e.written_at > vv.finished_at
 							  AND i.window_lo <= vv.window_lo AND i.window_hi >= vv.window_hi)
 					 AS refreshed_since

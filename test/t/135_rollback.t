@@ -113,6 +113,9 @@ sub check_rolled_back
 			  . " FROM dpwin.evidence WHERE invocation_id = '$inv'"),
 		"rollback $s->{good_uuid} $s->{bad_uuid}", "$label: the evidence says which generation is in place");
 	is_deeply(leftovers(), [], "$label: no staging or generation table is left");
+	is(psql_ok("SELECT last_kind || ' ' || last_state || ' ' || (last_interval_end = '$E2'::timestamptz)"
+			  . " FROM dpwin.health WHERE route_name = '$s->{route}'"),
+		'rollback completed true', "$label: dpwin.health shows the rollback as the last invocation, E2 as the last window");
 	return $kept;
 }
 
