@@ -82,8 +82,8 @@ my $rounds = env_int('BENCH_ROUNDS', 3);
 my @kinds = qw(dpwin naive expert copy sink memory skip);
 my %only = map { $_ => 1 } split /,/, ($ENV{BENCH_ONLY} // join(',', @kinds));
 my $src_days = env_int('BENCH_SOURCE_DAYS', max(30, $mem_wdays, $skip_days, $wdays + 1));
-# The two dimensions of issue "two hosts": where the processes run and the
-# round trip between them (docs/benchmark.md, "Hosts and round trips").
+# Where the processes run, and the round trip between them
+# (docs/benchmark.md, "Two hosts and round trips").
 my @hosts = split ' ', ($ENV{BENCH_HOSTS} // 'shared');
 my @rtts = split ' ', ($ENV{BENCH_RTT_MS} // 'direct');
 for my $h (@hosts) { die "BENCH_HOSTS: unknown mode $h (known: shared split)\n" unless $h =~ /^(shared|split)$/; }

@@ -1,6 +1,6 @@
 /*
  * test/bench/netdelay.c — the benchmark's network (docs/benchmark.md,
- * "Round trips").
+ * "Two hosts and round trips").
  *
  *   netdelay proxy TARGET_PORT RTT_MS PORTFILE
  *	listens on a free loopback port (written to PORTFILE once it listens)

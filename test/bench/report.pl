@@ -259,7 +259,7 @@ sub text_table
 	return $t;
 }
 
-# The tables docs/benchmark.md quotes, in Markdown.
+# The tables of --markdown: each mode's medians and ratios, in Markdown.
 sub markdown_tables
 {
 	my ($med, $ratios) = @_;
@@ -474,7 +474,7 @@ sub csv_split
 # perl test/bench/report.pl [--markdown] RESULTS.csv [OUT.csv]: the
 # medians, ratios and table of the runs a results CSV holds, computed by
 # this version of the report (to compare a committed CSV with a newer
-# one); --markdown prints the tables docs/benchmark.md shows.
+# one).  --markdown prints the tables in Markdown.
 sub nz { my ($v, $d) = @_; return defined $v && $v ne '' ? $v : $d; }
 
 sub report_from_csv
