@@ -18,7 +18,8 @@
 #              again once a second rollback put that generation back
 #   refused    bad input before any I/O; a backup that no longer exists; a
 #              backup whose columns or engine no longer match the target
-#   crashes    a coordinator SIGKILL before the intent, after the intent
+#   crashes    on day-, month- and unpartitioned targets: a coordinator
+#              SIGKILL before the intent, after the intent
 #              before the EXCHANGE, and after the EXCHANGE ran; an EXCHANGE
 #              whose reply is lost: each leaves the old or the new
 #              generation exactly, and recover() settles it once
@@ -312,7 +313,7 @@ sub settle
 	target_is($s, 'good', "$label: after the second recover()");
 }
 
-for my $shape (qw(day flat))
+for my $shape (qw(day month flat))
 {
 	# SIGKILL before the intent: the rollback's admission of the target is held
 	{
