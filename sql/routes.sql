@@ -100,12 +100,12 @@ SELECT pg_temp.cr('rt_r');
 RESET ROLE;
 -- even with EXECUTE granted, create_route itself checks membership
 GRANT EXECUTE ON FUNCTION dpwin.create_route(text, regclass, name, name, text, text,
-	interval, interval, integer, name[], integer, bigint, regprocedure, boolean) TO dpwin_rt_nobody;
+	interval, interval, integer, name[], integer, bigint, regprocedure, boolean, integer, interval) TO dpwin_rt_nobody;
 SET ROLE dpwin_rt_nobody;
 SELECT pg_temp.cr('rt_r');
 RESET ROLE;
 REVOKE EXECUTE ON FUNCTION dpwin.create_route(text, regclass, name, name, text, text,
-	interval, interval, integer, name[], integer, bigint, regprocedure, boolean) FROM dpwin_rt_nobody;
+	interval, interval, integer, name[], integer, bigint, regprocedure, boolean, integer, interval) FROM dpwin_rt_nobody;
 
 SET ROLE dpwin_rt_owner;
 

@@ -1000,6 +1000,61 @@ dpwin_admission_check_unchanged(const DpwinTargetInfo *now, const char *uuid,
 	return NULL;
 }
 
+/* "`a` Int64, `w` DateTime64(6, 'UTC'), ..." of a table's description. */
+static char *
+columns_text(const DpwinTargetInfo *info)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	for (int i = 0; i < info->ncolumns; i++)
+		appendStringInfo(&buf, "%s%s %s", i > 0 ? ", " : "",
+						 dpwin_ch_quote_ident(info->column_names[i]),
+						 info->column_types[i]);
+	return buf.data;
+}
+
+DpwinRefusal *
+dpwin_admission_check_like_target(const DpwinTargetInfo *target,
+								  const DpwinTargetInfo *other, const char *what)
+{
+	char	   *qtarget = dpwin_ch_qualified_name(target->database, target->table);
+	char	   *qother = dpwin_ch_qualified_name(other->database, other->table);
+	bool		same = target->ncolumns == other->ncolumns;
+
+	for (int i = 0; same && i < target->ncolumns; i++)
+		same = strcmp(target->column_names[i], other->column_names[i]) == 0 &&
+			strcmp(target->column_types[i], other->column_types[i]) == 0;
+	if (!same)
+		return refuse(ERRCODE_DATATYPE_MISMATCH,
+					  psprintf("%s %s does not have the columns of target %s",
+							   what, qother, qtarget),
+					  psprintf("Its columns are %s; the target's are %s.",
+							   columns_text(other), columns_text(target)),
+					  NULL);
+	if (strcmp(target->partition_key, other->partition_key) != 0 ||
+		strcmp(target->sorting_key, other->sorting_key) != 0)
+		return refuse(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+					  psprintf("%s %s does not have the partition and sorting keys of target %s",
+							   what, qother, qtarget),
+					  psprintf("Its PARTITION BY is (%s) and its ORDER BY (%s); the target's are (%s) and (%s).",
+							   other->partition_key, other->sorting_key,
+							   target->partition_key, target->sorting_key),
+					  NULL);
+	if (strcmp(target->engine_full, other->engine_full) != 0)
+		return refuse(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+					  psprintf("%s %s does not have the engine of target %s",
+							   what, qother, qtarget),
+					  psprintf("Its engine is %s; the target's is %s.",
+							   other->engine_full, target->engine_full),
+					  NULL);
+	if (strcmp(target->schema_fingerprint, other->schema_fingerprint) != 0)
+		return refuse(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+					  psprintf("%s %s is not defined as target %s is", what, qother, qtarget),
+					  pstrdup("Their columns, types and engine are the same; their indices, constraints, codecs or comments differ."),
+					  NULL);
+	return NULL;
+}
 
 /* ----------------------------------------------------------------------
  * EXCHANGE probe

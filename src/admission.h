@@ -63,6 +63,18 @@ extern DpwinRefusal *dpwin_admission_check_unchanged(const DpwinTargetInfo *now,
 													 const char *when);
 
 /*
+ * Has `other`, admitted as the route's target is (dpwin_admission_try_admit()
+ * on its name), the structure of `target`: the same columns and types in
+ * the same order (else a refusal with ERRCODE_DATATYPE_MISMATCH), the same
+ * partition and sorting keys, engine and definition (schema fingerprint;
+ * else ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE)?  NULL when it has; `what`
+ * names `other` in the message ("backup").  No hint: the caller's.
+ */
+extern DpwinRefusal *dpwin_admission_check_like_target(const DpwinTargetInfo *target,
+													   const DpwinTargetInfo *other,
+													   const char *what);
+
+/*
  * Probe once per server that EXCHANGE TABLES works (two scratch tables in
  * the target database, named name_prefix + "probe_<random>_a/_b", dropped
  * afterwards); a clear error when it does not, or when the server is too

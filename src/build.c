@@ -7,7 +7,8 @@
  *	  the window from the clone.  The extracting step prepares the clone
  *	  as a head start while the workers read the source; the verified step
  *	  prepares it when no head start is usable.  It also writes the
- *	  generation's fields of c->build (invocation.h).
+ *	  generation's fields of c->build (invocation.h), and checks a
+ *	  rollback's generation, a kept backup, against the target.
  *
  *-------------------------------------------------------------------------
  */
@@ -16,6 +17,7 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
+#include "admission.h"
 #include "build.h"
 #include "names.h"
 #include "window.h"
@@ -165,4 +167,35 @@ void
 dpwin_build_set_kept_rows(Coordinator *c, int64 rows)
 {
 	c->build.kept_rows = rows;
+}
+
+/*
+ * A rollback's generation is a kept backup (docs/design.md, "Rolling back
+ * a generation"), built long ago: it may take the target's place only
+ * while admission admits it as it admits the route's target, and it has
+ * the structure of the target as admitted now (c->target).  NULL when it
+ * may, with its UUID in *uuid (if not NULL); else the refusal, with its
+ * hint.  A backup that no longer exists ereports (42P01).
+ */
+DpwinRefusal *
+dpwin_build_check_backup(Coordinator *c, const char *backup, char **uuid)
+{
+	DpwinRoute	as_target = *c->route;
+	DpwinTargetInfo *info;
+	DpwinRefusal *refusal;
+
+	as_target.target_table = MemoryContextStrdup(c->cxt, backup);
+	info = dpwin_extraction_admit(c->client, &as_target, c->cxt, &refusal);
+	if (refusal == NULL)
+		refusal = dpwin_admission_check_like_target(c->target, info, "backup");
+	if (refusal != NULL)
+	{
+		refusal->hint = psprintf("This backup can no longer take the place of target %s: roll back to another backup of route \"%s\", or refresh its windows again.",
+								 dpwin_ch_qualified_name(c->target->database, c->target->table),
+								 c->route->route_name);
+		return refusal;
+	}
+	if (uuid != NULL)
+		*uuid = MemoryContextStrdup(c->cxt, info->uuid);
+	return NULL;
 }

@@ -2,15 +2,16 @@
  *
  * build.h
  *	  The generation of a refresh, which build.c owns: the ranges a refresh
- *	  replaces, the clone of the target with the window removed, and the
- *	  generation's fields of c->build.  Used by the steps (steps.h); calls
- *	  none.
+ *	  replaces, the clone of the target with the window removed, the
+ *	  generation's fields of c->build, and a rollback's kept backup checked
+ *	  against the target.  Used by the steps (steps.h); calls none.
  *
  *-------------------------------------------------------------------------
  */
 #ifndef DPWIN_BUILD_H
 #define DPWIN_BUILD_H
 
+#include "admission.h"
 #include "invocation.h"
 
 /* The whole window, as the one range a refresh replaces. */
@@ -37,5 +38,9 @@ extern void dpwin_build_recall_generation(Coordinator *c, char *table);
 extern void dpwin_build_forget_generation(Coordinator *c);
 extern void dpwin_build_set_final_rows(Coordinator *c, int64 rows);
 extern void dpwin_build_set_kept_rows(Coordinator *c, int64 rows);
+
+/* Whether a kept backup may be a rollback's generation (a refusal if not). */
+extern DpwinRefusal *dpwin_build_check_backup(Coordinator *c, const char *backup,
+											  char **uuid);
 
 #endif							/* DPWIN_BUILD_H */

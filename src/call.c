@@ -71,6 +71,15 @@ dpwin_run_coordinator(DpwinCallShared *call)
 	{
 		for (;;)
 		{
+			/*
+			 * A coordinator that drops backups after the outcome releases its
+			 * caller first: retention is not the caller's to wait for.
+			 */
+			if (shared->released)
+			{
+				pg_read_barrier();
+				break;
+			}
 			status = GetBackgroundWorkerPid(handle, &pid);
 			if (status == BGWH_STOPPED)
 				break;
@@ -180,4 +189,5 @@ dpwin_call_init(DpwinCallShared *call, DpwinCallMode mode)
 	call->lease_timeout_ms = dpwin_lease_timeout_ms;
 	call->max_workers = dpwin_max_workers;
 	call->retry_backoff_ms = dpwin_retry_backoff_ms;
+	call->caller_pid = MyProcPid;
 }

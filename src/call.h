@@ -2,9 +2,9 @@
  *
  * call.h
  *	  The caller's side of a coordinator: one coordinator background worker
- *	  per refresh, recovery, abandonment or verification, launched by the
- *	  calling backend, which waits for it and reads its outcome from a
- *	  small dynamic shared memory segment (call.c).
+ *	  per refresh, rollback, recovery, abandonment or verification,
+ *	  launched by the calling backend, which waits for it and reads its
+ *	  outcome from a small dynamic shared memory segment (call.c).
  *
  *	  Running the work in a background worker gives it transactions of its
  *	  own: journal writes commit independently of the caller's transaction
@@ -27,7 +27,8 @@ typedef enum DpwinCallMode
 	DPWIN_CALL_REFRESH,
 	DPWIN_CALL_RECOVER,
 	DPWIN_CALL_ABANDON,
-	DPWIN_CALL_VERIFY			/* invocation_id is the verification's id */
+	DPWIN_CALL_VERIFY,			/* invocation_id is the verification's id */
+	DPWIN_CALL_ROLLBACK			/* to_backup names the backup, or is empty */
 } DpwinCallMode;
 
 typedef struct DpwinCallShared
@@ -43,9 +44,18 @@ typedef struct DpwinCallShared
 	int			lease_timeout_ms;
 	int			max_workers;	/* the caller's dpwin.max_workers */
 	int			retry_backoff_ms;	/* the caller's dpwin.retry_backoff */
+	int64		backfill_id;	/* a backfill's window (dpwin.backfill); 0: none */
+	int			caller_pid;		/* whose latch says the outcome is there */
+	char		to_backup[256]; /* a rollback's backup; "": the newest */
 
-	/* Outcome, written by the coordinator before it exits. */
+	/*
+	 * Outcome, written by the coordinator before it sets finished.  With
+	 * released also set, the caller returns without waiting for the
+	 * coordinator to exit: it has backups to drop (retention), and does not
+	 * touch the segment again.
+	 */
 	bool		finished;
+	bool		released;
 	int			sqlerrcode;		/* 0: success */
 	char		message[2048];
 	char		detail[2048];

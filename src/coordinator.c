@@ -8,6 +8,9 @@
  *	  planned -> extracting -> staged -> verified -> publishing
  *		  -> published -> evidenced -> completed
  *
+ *	  A rollback is registered in verified, where its own step checks the
+ *	  kept backup it puts back; from publishing on it is a refresh.
+ *
  *	  One step function per state (steps.h: stage.c, publish.c, finish.c)
  *	  does that state's work and returns the next state with what must
  *	  commit with it; coordinator_run() calls them in turn and hands each
@@ -30,6 +33,8 @@
 #include "storage/dsm.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/proc.h"
+#include "storage/procarray.h"
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
@@ -42,6 +47,8 @@
 #include "lease.h"
 #include "names.h"
 #include "progress.h"
+#include "retention.h"
+#include "rollback.h"
 #include "steps.h"
 #include "verify.h"
 #include "window.h"
@@ -63,6 +70,13 @@ static const CoordinatorStep steps[DPWIN_NSTATES] = {
 	[DPWIN_STATE_PUBLISHED] = {"evidence", dpwin_step_published},
 	[DPWIN_STATE_EVIDENCED] = {"completing", dpwin_step_evidenced},
 };
+
+/*
+ * A rollback's own step, in the state where a refresh builds its
+ * generation (docs/design.md, "Rolling back a generation"); every other
+ * step of a rollback is the refresh's.
+ */
+static const CoordinatorStep rollback_step = {"rollback", dpwin_step_rollback};
 
 pg_noreturn static void report_snapshot_expired(Coordinator *c);
 
@@ -141,13 +155,16 @@ coordinator_run(Coordinator *c)
 	while (!dpwin_registry_state_is_final(c->state))
 	{
 		DpwinState	from = c->state;
+		const CoordinatorStep *step = &steps[from];
 		DpwinStepResult result;
 
-		if (steps[from].run == NULL)
+		if (c->kind == DPWIN_KIND_ROLLBACK && from == DPWIN_STATE_VERIFIED)
+			step = &rollback_step;
+		if (step->run == NULL)
 			elog(ERROR, "dpwin: no step for state %s", dpwin_registry_state_name(from));
 		if (c->progress_slot >= 0)
-			dpwin_progress_phase(c->progress_slot, steps[from].phase);
-		result = steps[from].run(c);
+			dpwin_progress_phase(c->progress_slot, step->phase);
+		result = step->run(c);
 		if (result.next == from)
 			elog(ERROR, "dpwin: step of state %s did not advance", dpwin_registry_state_name(from));
 		dpwin_invocation_transition(c, result.next, result.with, NULL, 0);
@@ -206,9 +223,10 @@ coordinator_drop_orphan_tables(Coordinator *c, List *orphans)
 }
 
 /*
- * A fresh refresh: take the lease, register the invocation in state
- * planned (which refuses while an older invocation of the target has an
- * unsettled publication, and expires the orphans of dead coordinators),
+ * A fresh refresh or rollback: take the lease, register the invocation in
+ * state planned (a rollback, which chose its backup under the lease, in
+ * verified), which refuses while an older invocation of the target has an
+ * unsettled publication, and expires the orphans of dead coordinators,
  * and drop the orphans' tables.
  */
 static void
@@ -218,8 +236,18 @@ coordinator_register(Coordinator *c)
 
 	dpwin_invocation_load(c, c->call->route_id);
 	coordinator_take_lease(c);
-	dpwin_invocation_plan_window(c);
-	dpwin_invocation_adopt_digest_cache(c);
+	if (c->call->mode == DPWIN_CALL_ROLLBACK)
+	{
+		TimestampTz interval_end;
+		char	   *backup = dpwin_rollback_choose(c, &interval_end);
+
+		dpwin_invocation_plan_rollback(c, backup, interval_end);
+	}
+	else
+	{
+		dpwin_invocation_plan_window(c);
+		dpwin_invocation_adopt_digest_cache(c);
+	}
 	orphans = dpwin_invocation_register(c);
 	coordinator_drop_orphan_tables(c, orphans);
 	c->progress_slot = dpwin_progress_claim(&c->id, c->route->route_id,
@@ -448,6 +476,86 @@ coordinator_fail(Coordinator *c, ErrorData *edata)
 
 
 /* ----------------------------------------------------------------
+ *		retention
+ * ---------------------------------------------------------------- */
+
+/*
+ * The backups to drop after a completed publication, read under the lease
+ * (no other invocation of the target can write an intent meanwhile).  A
+ * failure here changes nothing published: it is logged, and the next
+ * publication decides again.
+ */
+static List *
+coordinator_retention_plan(Coordinator *c)
+{
+	List	   *tables = NIL;
+
+	if (c->state != DPWIN_STATE_COMPLETED || c->route == NULL || !c->lease_held ||
+		(c->call->mode != DPWIN_CALL_REFRESH && c->call->mode != DPWIN_CALL_RECOVER))
+		return NIL;
+	PG_TRY();
+	{
+		dpwin_xact_begin("dpwin: retention");
+		MemoryContextSwitchTo(c->cxt);
+		tables = dpwin_retention_plan(c->route->route_id);
+		dpwin_xact_commit(c->cxt);
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(c->cxt);
+		EmitErrorReport();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		tables = NIL;
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(c->cxt);
+	return tables;
+}
+
+/* Drop them and journal it, once the caller has its result. */
+static void
+coordinator_retention_apply(Coordinator *c, List *tables)
+{
+	PG_TRY();
+	{
+		dpwin_retention_drop(c->client, c->route->target_database, tables);
+		dpwin_xact_begin("dpwin: retention");
+		dpwin_retention_mark_dropped(c->route->route_id, tables);
+		dpwin_xact_commit(c->cxt);
+		ereport(DEBUG1,
+				(errmsg("dpwin: route %d: dropped %d backups after invocation %s",
+						c->route->route_id, list_length(tables), dpwin_uuid_text(&c->id))));
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(c->cxt);
+		EmitErrorReport();
+		FlushErrorState();
+		AbortCurrentTransaction();
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(c->cxt);
+}
+
+/*
+ * The outcome is in the segment: let the caller return before this process
+ * has exited.
+ */
+static void
+coordinator_release_caller(DpwinCallShared *call)
+{
+	PGPROC	   *caller;
+
+	call->finished = true;
+	pg_write_barrier();
+	call->released = true;
+	caller = BackendPidGetProc(call->caller_pid);
+	if (caller != NULL)
+		SetLatch(&caller->procLatch);
+}
+
+/* ----------------------------------------------------------------
  *		the coordinator process
  * ---------------------------------------------------------------- */
 
@@ -457,6 +565,7 @@ dpwin_coordinator_main(Datum main_arg)
 	dsm_segment *seg;
 	DpwinCallShared *call;
 	Coordinator c;
+	List	   *retention;
 
 	pqsignal(SIGTERM, coordinator_sigterm);
 	BackgroundWorkerUnblockSignals();
@@ -497,6 +606,7 @@ dpwin_coordinator_main(Datum main_arg)
 		switch (call->mode)
 		{
 			case DPWIN_CALL_REFRESH:
+			case DPWIN_CALL_ROLLBACK:
 				coordinator_register(&c);
 				coordinator_run(&c);
 				break;
@@ -533,15 +643,30 @@ dpwin_coordinator_main(Datum main_arg)
 	}
 	PG_END_TRY();
 
+	retention = coordinator_retention_plan(&c);
 	if (c.lease_held)
 		dpwin_lease_release(c.target_id);
 	if (c.progress_slot >= 0)
 		dpwin_progress_release(c.progress_slot);
+
+	/*
+	 * The caller has its result before the backups are dropped: retention is
+	 * not on its path, and works without the lease, on tables that only this
+	 * route's journal names and that no unfinished publication needs.
+	 * Otherwise the caller returns once this process has exited, as it
+	 * always did.
+	 */
+	if (retention != NIL)
+	{
+		coordinator_release_caller(call);
+		coordinator_retention_apply(&c, retention);
+	}
 	if (c.client)
 		dpwin_ch_client_close(c.client);
 	if (c.second_client)
 		dpwin_ch_client_close(c.second_client);
-	call->finished = true;
+	if (retention == NIL)
+		call->finished = true;
 	dsm_detach(seg);
 	proc_exit(0);
 }

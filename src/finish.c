@@ -103,6 +103,34 @@ evidence_metrics(Coordinator *c)
 }
 
 /*
+ * A rollback's evidence (docs/design.md, "Rolling back a generation"):
+ * which generation is in place (the kept backup it put back, by its name
+ * and UUID), which one it replaced and the backup name that one was kept
+ * under, and the target's rows.  It read no source and digested no chunk,
+ * so it records no window facts and no layout.
+ */
+static char *
+rollback_metrics(Coordinator *c)
+{
+	const DpwinPublication *pub = c->build.pub;
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	appendStringInfoString(&buf, "{");
+	dpwin_json_text(&buf, "invocation_id", dpwin_uuid_text(&c->id), false);
+	dpwin_json_text(&buf, "kind", dpwin_registry_kind_name(c->kind), true);
+	dpwin_json_text(&buf, "restored_table", pub->generation_table, true);
+	dpwin_json_text(&buf, "target_uuid", pub->generation_uuid, true);
+	dpwin_json_text(&buf, "replaced_uuid", pub->target_uuid_before, true);
+	dpwin_json_text(&buf, "backup_table", pub->backup_table, true);
+	dpwin_json_text(&buf, "route_interval_end", dpwin_timestamp_utc(c->interval_end), true);
+	appendStringInfo(&buf, ", \"target_rows\": " INT64_FORMAT, c->build.final_rows);
+	json_seconds(&buf, "publish_seconds", c->times.publish);
+	appendStringInfoString(&buf, "}");
+	return buf.data;
+}
+
+/*
  * Rename the replaced table, which the generation's name holds after the
  * exchange, to the backup name, while it is still the table the intent
  * replaced (old, its UUID under that name, is NULL when not read yet).
@@ -210,7 +238,8 @@ DpwinStepResult
 dpwin_step_published(Coordinator *c)
 {
 	recall_publication(c);
-	c->build.metrics = evidence_metrics(c);
+	c->build.metrics = c->kind == DPWIN_KIND_ROLLBACK ? rollback_metrics(c) :
+		evidence_metrics(c);
 	return dpwin_step_result(DPWIN_STATE_EVIDENCED, commit_evidence);
 }
 

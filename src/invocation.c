@@ -109,6 +109,27 @@ dpwin_invocation_plan_window(Coordinator *c)
 }
 
 /*
+ * A rollback's plan (docs/design.md, "Rolling back a generation"): the
+ * backup it puts back, and the route's last published window, which the
+ * rollback leaves as the route's state.  It reads no window and has no
+ * chunks.
+ */
+void
+dpwin_invocation_plan_rollback(Coordinator *c, const char *backup,
+							   TimestampTz interval_end)
+{
+	List	   *window = dpwin_window_chunks(interval_end, c->route->lookback_us,
+											 c->route->chunk_us);
+
+	c->kind = DPWIN_KIND_ROLLBACK;
+	c->rollback_backup = MemoryContextStrdup(c->cxt, backup);
+	c->interval_end = interval_end;
+	c->lo = ((DpwinChunkBounds *) linitial(window))->lo;
+	c->hi = interval_end;
+	c->ext.chunks = NIL;
+}
+
+/*
  * A refresh that skips unchanged chunks starts from what the route's last
  * publication knew of the target: the digest of each chunk it published
  * or kept, valid while the target is the table it published, with the
@@ -274,8 +295,33 @@ plan_json(Coordinator *c)
 	return buf.data;
 }
 
+/* A rollback's immutable plan, as jsonb text. */
+static char *
+rollback_plan_json(Coordinator *c)
+{
+	StringInfoData buf;
+	DpwinRoute *r = c->route;
+
+	initStringInfo(&buf);
+	appendStringInfoString(&buf, "{");
+	dpwin_json_text(&buf, "kind", dpwin_registry_kind_name(c->kind), false);
+	dpwin_json_text(&buf, "route", r->route_name, true);
+	appendStringInfo(&buf, ", \"route_id\": %d", r->route_id);
+	dpwin_json_text(&buf, "interval_end", dpwin_timestamp_utc(c->interval_end), true);
+	dpwin_json_text(&buf, "window_lo", dpwin_timestamp_utc(c->lo), true);
+	dpwin_json_text(&buf, "window_hi", dpwin_timestamp_utc(c->hi), true);
+	dpwin_json_text(&buf, "server", r->server_name, true);
+	dpwin_json_text(&buf, "target_database", r->target_database, true);
+	dpwin_json_text(&buf, "target_table", r->target_table, true);
+	dpwin_json_text(&buf, "config_fingerprint", r->config_fingerprint, true);
+	dpwin_json_text(&buf, "backup", c->rollback_backup, true);
+	appendStringInfoString(&buf, "}");
+	return buf.data;
+}
+
 /*
- * Persist the immutable plan in state planned, under the lease: refuse
+ * Persist the immutable plan in state planned (a rollback's in verified:
+ * it has nothing to extract), under the lease: refuse
  * while an older invocation of the target has an unsettled publication,
  * and expire the orphans of dead coordinators in the same transaction.
  * Returns the expired orphans (DpwinOrphan), whose tables are the
@@ -308,15 +354,18 @@ dpwin_invocation_register(Coordinator *c)
 	inv.interval_end = c->interval_end;
 	inv.window_lo = c->lo;
 	inv.window_hi = c->hi;
-	inv.plan = plan_json(c);
+	inv.kind = c->kind;
+	inv.state = c->kind == DPWIN_KIND_ROLLBACK ? DPWIN_STATE_VERIFIED : DPWIN_STATE_PLANNED;
+	inv.plan = c->kind == DPWIN_KIND_ROLLBACK ? rollback_plan_json(c) : plan_json(c);
 	inv.plan_fingerprint = dpwin_sha256_hex(inv.plan, strlen(inv.plan));
 	inv.config_fingerprint = c->route->config_fingerprint;
 	inv.lease_epoch = c->epoch;
 	inv.caller_role = GetUserId();
+	inv.backfill_id = c->call->backfill_id;
 	dpwin_registry_create(&inv, c->ext.chunks);
 	dpwin_xact_commit(c->cxt);
 	c->registered = true;
-	invocation_set_state(c, DPWIN_STATE_PLANNED);
+	invocation_set_state(c, inv.state);
 	return orphans;
 }
 
@@ -335,6 +384,8 @@ dpwin_invocation_recall(Coordinator *c)
 	c->lo = inv->window_lo;
 	c->hi = inv->window_hi;
 	invocation_set_state(c, inv->state);
+	c->kind = inv->kind;
+	c->rollback_backup = inv->rollback_backup;
 	c->schema_fingerprint = inv->schema_fingerprint;
 	c->registered = true;
 	key = dpwin_registry_digest_key(&c->id);

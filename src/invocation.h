@@ -100,6 +100,9 @@ typedef struct Coordinator
 	DpwinCallShared *call;
 	MemoryContext cxt;			/* lives as long as the process */
 	pg_uuid_t	id;
+	DpwinKind	kind;			/* refresh or rollback */
+	char	   *rollback_backup;	/* a rollback's backup: the generation it
+									 * puts back */
 	bool		recovering;		/* coordinator.c; entered at a journaled
 								 * state */
 	DpwinRoute *route;
@@ -147,6 +150,8 @@ typedef void (*DpwinCommitWith) (Coordinator *c);
 extern void dpwin_invocation_init(Coordinator *c, DpwinCallShared *call);
 extern void dpwin_invocation_load(Coordinator *c, int32 route_id);
 extern void dpwin_invocation_plan_window(Coordinator *c);
+extern void dpwin_invocation_plan_rollback(Coordinator *c, const char *backup,
+										   TimestampTz interval_end);
 extern void dpwin_invocation_adopt_digest_cache(Coordinator *c);
 extern List *dpwin_invocation_register(Coordinator *c);
 extern DpwinInvocation *dpwin_invocation_recall(Coordinator *c);

@@ -211,6 +211,18 @@ dpwin_step_verified(Coordinator *c)
 	Assert(pub->generation_uuid != NULL && pub->generation_uuid[0] != '\0');
 	dpwin_invocation_list_own_tables_start(c);
 	pub->backup_table = dpwin_backup_name(c->route->route_id, &c->id, c->interval_end);
+	return dpwin_step_intent(c, pub);
+}
+
+/*
+ * The end of a refresh's build, and of a rollback's check of its backup:
+ * the intent (target UUID before, the generation and its UUID, the name
+ * the replaced table takes), which commits with publishing, naming the
+ * EXCHANGE that follows.
+ */
+DpwinStepResult
+dpwin_step_intent(Coordinator *c, DpwinPublication *pub)
+{
 	pub->outcome = DPWIN_OUTCOME_NONE;
 	c->build.pub = pub;
 
@@ -312,11 +324,13 @@ exchange(Coordinator *c, const DpwinPublication *pub, const char *query_id,
 /*
  * Not published yet: may this generation still replace the target?  Only
  * while the target is the table it was built from: same UUID, same
- * schema, same rows outside the window.  A refusal by admission or by the
- * generation's check (types, an unsupported table, or a target not in the
- * state the generation was built from) settles the invocation as not
- * published (the changed target is kept); an error, such as a lost
- * connection, leaves the outcome open for another try.
+ * schema, same rows outside the window; a rollback's, a kept backup, only
+ * while it has the target's structure (dpwin_build_check_backup()).  A
+ * refusal by admission or by the generation's check (types, an
+ * unsupported table, or a target not in the state the generation was
+ * built from) settles the invocation as not published (the changed target
+ * is kept); an error, such as a lost connection, leaves the outcome open
+ * for another try.
  */
 static void
 check_still_ours(Coordinator *c, const DpwinPublication *pub,
@@ -326,12 +340,15 @@ check_still_ours(Coordinator *c, const DpwinPublication *pub,
 	DpwinRefusal *refusal;
 
 	/* the generation of an earlier process: its build is not known here */
-	dpwin_build_recall_generation(c, pub->generation_table);
+	if (c->kind == DPWIN_KIND_REFRESH)
+		dpwin_build_recall_generation(c, pub->generation_table);
 
 	refusal = readmit_target(c, when);
 	if (refusal == NULL && strcmp(c->target->uuid, pub->target_uuid_before) == 0)
-		refusal = dpwin_generation_check_target(c->client, c->target, c->build.gen,
-												&c->ext.key, when);
+		refusal = c->kind == DPWIN_KIND_ROLLBACK ?
+			dpwin_build_check_backup(c, pub->generation_table, NULL) :
+			dpwin_generation_check_target(c->client, c->target, c->build.gen,
+										  &c->ext.key, when);
 	if (refusal != NULL)
 	{
 		c->build.outcome = DPWIN_OUTCOME_NOT_PUBLISHED;

@@ -3,7 +3,8 @@
  * refresh.c
  *	  The SQL entry points of a refresh and of recovery from psql:
  *	  dpwin_refresh(), dpwin.recover(), dpwin.abandon(), dpwin.reconcile(),
- *	  dpwin.drop_backups(), dpwin.lock_target() and dpwin.unlock_target().
+ *	  dpwin.rollback(), dpwin.drop_backups(), dpwin.lock_target() and
+ *	  dpwin.unlock_target().
  *
  *	  Each call is admitted here, in the caller's backend, before any I/O:
  *	  the route exists, the caller may run it, the arguments are valid.
@@ -41,6 +42,7 @@
 #include "names.h"
 #include "publication.h"
 #include "registry.h"
+#include "retention.h"
 #include "route.h"
 #include "target.h"
 #include "verification.h"
@@ -55,6 +57,8 @@ PG_FUNCTION_INFO_V1(dpwin_drop_backups);
 PG_FUNCTION_INFO_V1(dpwin_lock_target);
 PG_FUNCTION_INFO_V1(dpwin_unlock_target);
 PG_FUNCTION_INFO_V1(dpwin_verify);
+PG_FUNCTION_INFO_V1(dpwin_backfill_window);
+PG_FUNCTION_INFO_V1(dpwin_rollback);
 
 /* Load an invocation and its route, and check the caller owns the route. */
 static DpwinRoute *
@@ -194,6 +198,55 @@ dpwin_refresh(PG_FUNCTION_ARGS)
 		memcpy(&call->invocation_id, DatumGetUUIDP(id), sizeof(pg_uuid_t));
 	}
 
+	dpwin_run_coordinator(call);
+	PG_RETURN_DATUM(dpwin_call_result(fcinfo, call));
+}
+
+/*
+ * dpwin.backfill_window(route, interval_end, backfill): one window of
+ * CALL dpwin.backfill(), admitted and run as any refresh, its invocation
+ * journaled as the backfill's.  The backfill must be running on this route
+ * with the route's lookback: its windows are that lookback's tiling.
+ */
+Datum
+dpwin_backfill_window(PG_FUNCTION_ARGS)
+{
+	DpwinCallShared *call = palloc(sizeof(DpwinCallShared));
+	DpwinRoute *route;
+	TimestampTz interval_end;
+	int64		backfill;
+	Oid			types[2] = {INT8OID, INT4OID};
+	Datum		args[2];
+	uint64		found;
+
+	route = admit_window_call(fcinfo, &interval_end);
+	if (PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("backfill must not be NULL")));
+	backfill = PG_GETARG_INT64(2);
+	args[0] = Int64GetDatum(backfill);
+	args[1] = Int32GetDatum(route->route_id);
+	SPI_connect();
+	found = dpwin_catalog_exec("SELECT 1 FROM dpwin.backfill b JOIN dpwin.route r USING (route_id)"
+							   " WHERE b.backfill_id = $1 AND b.route_id = $2"
+							   " AND b.state = 'running' AND b.lookback = r.lookback",
+							   2, types, args, NULL, true);
+	SPI_finish();
+	if (found != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("backfill " INT64_FORMAT " is not running on route \"%s\" with its lookback",
+						backfill, route->route_name),
+				 errhint("CALL dpwin.backfill() runs the windows of a backfill; a route whose lookback changed starts a new one.")));
+
+	dpwin_call_init(call, DPWIN_CALL_REFRESH);
+	call->route_id = route->route_id;
+	call->interval_end = interval_end;
+	call->backfill_id = backfill;
+	memcpy(&call->invocation_id,
+		   DatumGetUUIDP(DirectFunctionCall1(gen_random_uuid, (Datum) 0)),
+		   sizeof(pg_uuid_t));
 	dpwin_run_coordinator(call);
 	PG_RETURN_DATUM(dpwin_call_result(fcinfo, call));
 }
@@ -355,6 +408,70 @@ dpwin_reconcile(PG_FUNCTION_ARGS)
 	PG_RETURN_DATUM(DirectFunctionCall1(jsonb_in, CStringGetDatum(buf.data)));
 }
 
+/*
+ * dpwin.rollback(route, to_backup): admitted before any I/O, then run by a
+ * coordinator.  The route must have published at least once (a publication
+ * keeps the generation it replaced as a backup), and a named backup must
+ * be one its publications kept; whether it still exists is for the
+ * coordinator to find, under the lease.
+ */
+Datum
+dpwin_rollback(PG_FUNCTION_ARGS)
+{
+	DpwinCallShared *call = palloc(sizeof(DpwinCallShared));
+	DpwinRoute *route;
+	char	   *backup = NULL;
+	List	   *backups;
+	int			nbackups;
+	bool		known;
+	ListCell   *lc;
+	Datum		id;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("route must not be NULL")));
+	route = dpwin_route_load(text_to_cstring(PG_GETARG_TEXT_PP(0)), false);
+	dpwin_route_check_owner(route, "put a backup back into");
+	dpwin_route_check_can_refresh(route);
+	(void) dpwin_server_conf(route->server_name, GetUserId());
+	if (!PG_ARGISNULL(1))
+		backup = text_to_cstring(PG_GETARG_TEXT_PP(1));
+
+	SPI_connect();
+	backups = dpwin_publication_backups(route->route_id);
+	nbackups = list_length(backups);
+	known = false;
+	foreach(lc, backups)
+		known = known || (backup != NULL && strcmp((char *) lfirst(lc), backup) == 0);
+	SPI_finish();
+
+	if (nbackups == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("route \"%s\" has no backup to roll back to", route->route_name),
+				 errdetail("A publication keeps the generation it replaces as a backup; this route has published none."),
+				 errhint("Refresh the route instead: SELECT * FROM dpwin_refresh('%s', '<interval_end>');",
+						 route->route_name)));
+	if (backup != NULL && !known)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("\"%s\" is not a backup of route \"%s\"", backup, route->route_name),
+				 errdetail("The route's backups are the tables its publications kept, named %s<interval_end>_<invocation>.",
+						   dpwin_backup_prefix(route->route_id)),
+				 errhint("List them: SELECT backup_table FROM dpwin.invocations WHERE route_name = '%s' AND publication_outcome = 'published' ORDER BY created_at DESC;",
+						 route->route_name)));
+
+	dpwin_call_init(call, DPWIN_CALL_ROLLBACK);
+	call->route_id = route->route_id;
+	if (backup != NULL)
+		strlcpy(call->to_backup, backup, sizeof(call->to_backup));
+	id = DirectFunctionCall1(gen_random_uuid, (Datum) 0);
+	memcpy(&call->invocation_id, DatumGetUUIDP(id), sizeof(pg_uuid_t));
+	dpwin_run_coordinator(call);
+	PG_RETURN_DATUM(dpwin_call_result(fcinfo, call));
+}
+
 static int
 cmp_desc(const ListCell *a, const ListCell *b)
 {
@@ -363,7 +480,8 @@ cmp_desc(const ListCell *a, const ListCell *b)
 
 /*
  * dpwin.drop_backups(route, keep): drop all but the newest `keep` backups
- * of the route.  dpwin never drops a backup on its own.
+ * of the route now, whatever its keep_backups (retention.c applies that
+ * after each publication), and journal them as dropped.
  */
 Datum
 dpwin_drop_backups(PG_FUNCTION_ARGS)
@@ -441,6 +559,10 @@ dpwin_drop_backups(PG_FUNCTION_ARGS)
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, &value, &isnull);
 	}
 	dpwin_ch_client_close(client);
+	SPI_connect();
+	dpwin_retention_mark_dropped(route->route_id,
+								 list_copy_tail(backups, Min(keep, list_length(backups))));
+	SPI_finish();
 	PG_RETURN_VOID();
 }
 

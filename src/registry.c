@@ -88,6 +88,28 @@ dpwin_registry_state_from_name(const char *name)
 	return DPWIN_STATE_FAILED;	/* keep compiler quiet */
 }
 
+static const char *const kind_names[] = {
+	[DPWIN_KIND_REFRESH] = "refresh",
+	[DPWIN_KIND_ROLLBACK] = "rollback",
+};
+
+const char *
+dpwin_registry_kind_name(DpwinKind kind)
+{
+	Assert(kind == DPWIN_KIND_REFRESH || kind == DPWIN_KIND_ROLLBACK);
+	return kind_names[kind];
+}
+
+DpwinKind
+dpwin_registry_kind_from_name(const char *name)
+{
+	if (strcmp(name, kind_names[DPWIN_KIND_ROLLBACK]) == 0)
+		return DPWIN_KIND_ROLLBACK;
+	if (strcmp(name, kind_names[DPWIN_KIND_REFRESH]) != 0)
+		elog(ERROR, "unknown dpwin invocation kind \"%s\"", name);
+	return DPWIN_KIND_REFRESH;
+}
+
 bool
 dpwin_registry_state_is_final(DpwinState state)
 {
@@ -116,6 +138,8 @@ dpwin_registry_state_may_follow(DpwinState from, DpwinState to)
 #define Anum_invocation_error				13
 #define Anum_invocation_error_sqlstate		14
 #define Anum_invocation_caller_role			15
+#define Anum_invocation_kind				16
+#define Anum_invocation_rollback_backup		17
 
 DpwinInvocation *
 dpwin_registry_load(const pg_uuid_t *id, bool missing_ok)
@@ -129,7 +153,8 @@ dpwin_registry_load(const pg_uuid_t *id, bool missing_ok)
 	if (dpwin_catalog_exec("SELECT route_id, target_id, interval_end, window_lo, window_hi,"
 						   " plan::text, plan_fingerprint, config_fingerprint,"
 						   " schema_fingerprint, snapshot_id, lease_epoch, state,"
-						   " error, error_sqlstate, caller_role"
+						   " error, error_sqlstate, caller_role,"
+						   " coalesce(plan->>'kind', 'refresh'), plan->>'backup'"
 						   " FROM dpwin.invocation WHERE invocation_id = $1",
 						   1, types, args, NULL, false) != 1)
 	{
@@ -162,6 +187,8 @@ dpwin_registry_load(const pg_uuid_t *id, bool missing_ok)
 	inv->error = dpwin_catalog_text(0, Anum_invocation_error);
 	inv->error_sqlstate = dpwin_catalog_text(0, Anum_invocation_error_sqlstate);
 	inv->caller_role = dpwin_catalog_oid(0, Anum_invocation_caller_role);
+	inv->kind = dpwin_registry_kind_from_name(dpwin_catalog_text(0, Anum_invocation_kind));
+	inv->rollback_backup = dpwin_catalog_text(0, Anum_invocation_rollback_backup);
 	MemoryContextSwitchTo(spicxt);
 	return inv;
 }
@@ -169,14 +196,20 @@ dpwin_registry_load(const pg_uuid_t *id, bool missing_ok)
 void
 dpwin_registry_create(const DpwinInvocation *inv, List *chunks)
 {
-	Oid			types[12] = {
+	Oid			types[13] = {
 		UUIDOID, INT4OID, INT4OID, TIMESTAMPTZOID,
 		TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, TEXTOID, TEXTOID, INT8OID,
-		OIDOID, TEXTOID
+		OIDOID, TEXTOID, TEXTOID
 	};
-	Datum		args[12];
+	Datum		args[13];
 	ListCell   *lc;
 
+	/*
+	 * A refresh starts at planned; a rollback, which has no window to read,
+	 * at verified (docs/design.md, "Rolling back a generation").
+	 */
+	Assert(inv->state == (inv->kind == DPWIN_KIND_ROLLBACK ?
+						  DPWIN_STATE_VERIFIED : DPWIN_STATE_PLANNED));
 	dpwin_lease_check_epoch(inv->target_id, inv->lease_epoch);
 
 	args[0] = UUIDPGetDatum(dpwin_uuid_copy(&inv->id));
@@ -190,12 +223,34 @@ dpwin_registry_create(const DpwinInvocation *inv, List *chunks)
 	args[8] = CStringGetTextDatum(inv->config_fingerprint);
 	args[9] = Int64GetDatum(inv->lease_epoch);
 	args[10] = ObjectIdGetDatum(inv->caller_role);
-	args[11] = CStringGetTextDatum(dpwin_registry_state_name(DPWIN_STATE_PLANNED));
-	dpwin_catalog_exec("INSERT INTO dpwin.invocation (invocation_id, route_id, target_id,"
+	args[11] = CStringGetTextDatum(dpwin_registry_state_name(inv->state));
+	args[12] = CStringGetTextDatum(dpwin_registry_kind_name(inv->kind));
+
+	/*
+	 * A refresh leaves kind to its default, and dpwin reads the kind from
+	 * the plan (a rollback's plan names it): a refresh's statements stay
+	 * those of 0.1.0, whose catalog has no kind column.
+	 */
+	dpwin_catalog_exec(inv->kind == DPWIN_KIND_REFRESH ?
+					   "INSERT INTO dpwin.invocation (invocation_id, route_id, target_id,"
 					   " interval_end, window_lo, window_hi, plan, plan_fingerprint,"
 					   " config_fingerprint, lease_epoch, caller_role, state)"
-					   " VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9, $10, $11, $12)",
-					   12, types, args, NULL, false);
+					   " VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9, $10, $11, $12)" :
+					   "INSERT INTO dpwin.invocation (invocation_id, route_id, target_id,"
+					   " interval_end, window_lo, window_hi, plan, plan_fingerprint,"
+					   " config_fingerprint, lease_epoch, caller_role, state, kind)"
+					   " VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9, $10, $11, $12, $13)",
+					   inv->kind == DPWIN_KIND_REFRESH ? 12 : 13, types, args, NULL, false);
+
+	if (inv->backfill_id != 0)
+	{
+		Oid			btypes[2] = {UUIDOID, INT8OID};
+		Datum		bargs[2] = {args[0], Int64GetDatum(inv->backfill_id)};
+
+		dpwin_catalog_exec("UPDATE dpwin.invocation SET backfill_id = $2"
+						   " WHERE invocation_id = $1",
+						   2, btypes, bargs, NULL, false);
+	}
 
 	foreach(lc, chunks)
 	{
@@ -444,7 +499,10 @@ dpwin_registry_digest_cache(int32 route_id, const char *config_fingerprint)
 	/*
 	 * The newest evidence, not route_state's invocation: an older window
 	 * refreshed later publishes too, and only the newest publication can
-	 * describe the target's parts now.
+	 * describe the target's parts now.  A rollback (whose plan names its
+	 * kind; a refresh's names none) digests no chunk: the newest refresh's
+	 * digests are taken, and compared with the target only while it is the
+	 * generation that refresh put in place (its UUID).
 	 */
 	args[0] = Int32GetDatum(route_id);
 	args[1] = CStringGetTextDatum(config_fingerprint);
@@ -453,6 +511,7 @@ dpwin_registry_digest_cache(int32 route_id, const char *config_fingerprint)
 						   " FROM dpwin.evidence e JOIN dpwin.invocation i USING (invocation_id)"
 						   " JOIN dpwin.publication p USING (invocation_id)"
 						   " WHERE e.route_id = $1 AND i.config_fingerprint = $2"
+						   "   AND i.plan->>'kind' IS NULL"
 						   " ORDER BY e.written_at DESC LIMIT 1",
 						   2, types, args, NULL, true) != 1)
 		return NULL;
@@ -503,4 +562,19 @@ dpwin_registry_result(const pg_uuid_t *id)
 {
 	return dpwin_catalog_invocation_text("SELECT result::text FROM dpwin.invocation"
 										 " WHERE invocation_id = $1", id, false);
+}
+
+char *
+dpwin_registry_unfinished_publication(int32 target_id, const pg_uuid_t *except)
+{
+	Oid			types[2] = {INT4OID, UUIDOID};
+	Datum		args[2];
+
+	args[0] = Int32GetDatum(target_id);
+	args[1] = UUIDPGetDatum(dpwin_uuid_copy(except));
+	return dpwin_catalog_one_text("SELECT invocation_id::text FROM dpwin.invocation"
+								  " WHERE target_id = $1 AND invocation_id <> $2"
+								  "   AND state IN ('published', 'evidenced')"
+								  " ORDER BY created_at LIMIT 1",
+								  2, types, args, false);
 }

@@ -44,6 +44,17 @@ typedef enum DpwinState
 
 #define DPWIN_NSTATES (DPWIN_STATE_UNKNOWN + 1)
 
+/*
+ * What an invocation does (dpwin.invocation.kind): a refresh publishes a
+ * window of its source; a rollback puts a kept backup back in the target's
+ * place (docs/design.md, "Rolling back a generation").
+ */
+typedef enum DpwinKind
+{
+	DPWIN_KIND_REFRESH,
+	DPWIN_KIND_ROLLBACK
+} DpwinKind;
+
 typedef struct DpwinInvocation
 {
 	pg_uuid_t	id;
@@ -62,11 +73,16 @@ typedef struct DpwinInvocation
 	char	   *error;
 	char	   *error_sqlstate;
 	Oid			caller_role;
+	int64		backfill_id;	/* the backfill it publishes a window of; 0: none */
+	DpwinKind	kind;
+	char	   *rollback_backup;	/* a rollback's backup, from its plan */
 } DpwinInvocation;
 
 extern const char *dpwin_registry_state_name(DpwinState state);
 extern DpwinState dpwin_registry_state_from_name(const char *name);
 extern bool dpwin_registry_state_is_final(DpwinState state);
+extern const char *dpwin_registry_kind_name(DpwinKind kind);
+extern DpwinKind dpwin_registry_kind_from_name(const char *name);
 
 /* May an invocation go from `from` to `to`? (docs/design.md) */
 extern bool dpwin_registry_state_may_follow(DpwinState from, DpwinState to);
@@ -90,8 +106,9 @@ typedef struct DpwinOrphan
 extern DpwinInvocation *dpwin_registry_load(const pg_uuid_t *id, bool missing_ok);
 
 /*
- * Record a new invocation in state planned, with its immutable plan and
- * one pending journal row per chunk (a List of DpwinChunkBounds).
+ * Record a new invocation in inv->state (planned; a rollback verified),
+ * with its kind, its immutable plan and one pending journal row per chunk
+ * (a List of DpwinChunkBounds; a rollback has none).
  */
 extern void dpwin_registry_create(const DpwinInvocation *inv, List *chunks);
 
@@ -169,5 +186,12 @@ typedef struct DpwinDigestCache
  */
 extern DpwinDigestCache *dpwin_registry_digest_cache(int32 route_id,
 													 const char *config_fingerprint);
+
+/*
+ * An invocation of the target other than `except` that published and has
+ * not finished (published, evidenced); NULL when none.
+ */
+extern char *dpwin_registry_unfinished_publication(int32 target_id,
+												   const pg_uuid_t *except);
 
 #endif							/* DPWIN_REGISTRY_H */

@@ -1021,11 +1021,52 @@ store_skip_unchanged(int32 route_id, bool skip)
 }
 
 /*
+ * Store the operating options of a stored route (needs SPI): keep_backups
+ * (argument 14) and stale_after (argument 15), where given.  The library
+ * also serves a catalog whose functions do not have them yet (before
+ * ALTER EXTENSION dpwin UPDATE), hence the count of arguments.
+ */
+static void
+store_operating_options(FunctionCallInfo fcinfo, int32 route_id)
+{
+	Oid			types[2] = {INT4OID, INT4OID};
+	Datum		args[2] = {Int32GetDatum(route_id), (Datum) 0};
+
+	if (PG_NARGS() > 14 && !PG_ARGISNULL(14))
+	{
+		int32		keep = PG_GETARG_INT32(14);
+
+		/* a rollback needs one backup */
+		if (keep < 1)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("keep_backups must be at least 1, not %d", keep),
+					 errdetail("dpwin.rollback() puts a kept backup back; the newest one is always kept."),
+					 errhint("dpwin.drop_backups(route, 0) drops them all once.")));
+		args[1] = Int32GetDatum(keep);
+		dpwin_catalog_exec("UPDATE dpwin.route SET keep_backups = $2 WHERE route_id = $1",
+						   2, types, args, NULL, false);
+	}
+	if (PG_NARGS() > 15 && !PG_ARGISNULL(15))
+	{
+		Interval   *stale = PG_GETARG_INTERVAL_P(15);
+
+		/* a fixed, positive length, as the lookback it defaults to */
+		(void) dpwin_duration_usecs(stale, "stale_after");
+		types[1] = INTERVALOID;
+		args[1] = IntervalPGetDatum(stale);
+		dpwin_catalog_exec("UPDATE dpwin.route SET stale_after = $2 WHERE route_id = $1",
+						   2, types, args, NULL, false);
+	}
+}
+
+/*
  * dpwin.create_route(route_name text, source regclass, window_column name,
  *		server name, target_database text, target_table text,
  *		lookback interval, chunk_interval interval, parallelism int,
  *		columns name[], batch_rows int, max_encoded_bytes bigint,
- *		evidence_function regprocedure, skip_unchanged boolean)
+ *		evidence_function regprocedure, skip_unchanged boolean,
+ *		keep_backups integer, stale_after interval)
  *		RETURNS integer
  */
 PG_FUNCTION_INFO_V1(dpwin_create_route);
@@ -1109,6 +1150,7 @@ dpwin_create_route(PG_FUNCTION_ARGS)
 	route_id = DatumGetInt32(dpwin_catalog_not_null(Anum_route_returning_route_id, "route"));
 	if (PG_NARGS() > 13 && !PG_ARGISNULL(13))
 		store_skip_unchanged(route_id, PG_GETARG_BOOL(13));
+	store_operating_options(fcinfo, route_id);
 	SPI_finish();
 
 	notice_nullable_columns(r);
@@ -1229,6 +1271,7 @@ dpwin_alter_route(PG_FUNCTION_ARGS)
 					   SPEC_NARGS + 1, types, args, nulls, false);
 	if (PG_NARGS() > 13 && !PG_ARGISNULL(13))
 		store_skip_unchanged(spec.route_id, PG_GETARG_BOOL(13));
+	store_operating_options(fcinfo, spec.route_id);
 	SPI_finish();
 
 	PG_RETURN_VOID();

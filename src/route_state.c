@@ -37,3 +37,18 @@ dpwin_route_state_advance(int32 route_id, TimestampTz interval_end,
 					   " WHERE dpwin.route_state.last_interval_end < EXCLUDED.last_interval_end",
 					   3, types, args, NULL, false);
 }
+
+bool
+dpwin_route_state_last(int32 route_id, TimestampTz *interval_end)
+{
+	Oid			types[1] = {INT4OID};
+	Datum		args[1];
+
+	args[0] = Int32GetDatum(route_id);
+	if (dpwin_catalog_exec("SELECT last_interval_end FROM dpwin.route_state"
+						   " WHERE route_id = $1",
+						   1, types, args, NULL, false) != 1)
+		return false;
+	*interval_end = dpwin_catalog_timestamptz(0, 1);
+	return true;
+}

@@ -24,6 +24,14 @@
  *	  finish.c   published   durable evidence                -> evidenced
  *	             evidenced   the route's state, the result   -> completed
  *
+ *	  A rollback (docs/design.md, "Rolling back a generation") is
+ *	  registered in verified and has its own step there:
+ *
+ *	  rollback.c verified    check the kept backup against
+ *	                         the target, the intent          -> publishing
+ *
+ *	  and takes the refresh's steps from publishing on.
+ *
  *-------------------------------------------------------------------------
  */
 #ifndef DPWIN_STEPS_H
@@ -56,6 +64,12 @@ extern DpwinStepResult dpwin_step_staged(Coordinator *c);
 /* publish.c */
 extern DpwinStepResult dpwin_step_verified(Coordinator *c);
 extern DpwinStepResult dpwin_step_publishing(Coordinator *c);
+
+/* The intent that ends the verified step, a refresh's or a rollback's. */
+extern DpwinStepResult dpwin_step_intent(Coordinator *c, DpwinPublication *pub);
+
+/* rollback.c */
+extern DpwinStepResult dpwin_step_rollback(Coordinator *c);
 
 /* finish.c */
 extern DpwinStepResult dpwin_step_published(Coordinator *c);

@@ -51,6 +51,10 @@ CREATE TABLE dpwin.route (
 	config_fingerprint	text NOT NULL,
 	created_at			timestamptz NOT NULL DEFAULT now(),
 	updated_at			timestamptz NOT NULL DEFAULT now(),
+	/* backups kept after each publication (docs/guide.md, "Retention") */
+	keep_backups		integer NOT NULL DEFAULT 3 CHECK (keep_backups >= 1),
+	/* dpwin.health's threshold of stale data; NULL: the lookback */
+	stale_after			interval CHECK (stale_after > interval '0'),
 	CHECK (window_column = ANY (columns)),
 	CHECK (lookback > interval '0' AND chunk_interval > interval '0'),
 	CHECK (chunk_interval <= lookback)
@@ -95,6 +99,11 @@ CREATE TABLE dpwin.invocation (
 	created_at			timestamptz NOT NULL DEFAULT clock_timestamp(),
 	updated_at			timestamptz NOT NULL DEFAULT clock_timestamp(),
 	finished_at			timestamptz,
+	/* a refresh publishes a window; a rollback puts a kept backup back */
+	kind				text NOT NULL DEFAULT 'refresh'
+		CHECK (kind IN ('refresh', 'rollback')),
+	/* the backfill the invocation publishes a window of (40_operations.sql) */
+	backfill_id			bigint,
 	CHECK (window_lo < window_hi AND window_hi = interval_end)
 );
 CREATE INDEX invocation_route_idx ON dpwin.invocation (route_id, created_at);
@@ -134,7 +143,9 @@ CREATE TABLE dpwin.publication (
 	intent_at			timestamptz NOT NULL DEFAULT clock_timestamp(),
 	outcome				text CHECK (outcome IN ('published', 'not_published', 'unknown')),
 	observed_at			timestamptz,
-	exchange_query_id	text
+	exchange_query_id	text,
+	/* when retention or dpwin.drop_backups() dropped the backup */
+	backup_dropped_at	timestamptz
 );
 
 /* Durable evidence: one row per published invocation. */

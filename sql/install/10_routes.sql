@@ -30,7 +30,9 @@ CREATE FUNCTION dpwin.create_route(
 	batch_rows			integer DEFAULT 8192,
 	max_encoded_bytes	bigint DEFAULT 4194304,
 	evidence_function	regprocedure DEFAULT NULL,
-	skip_unchanged		boolean DEFAULT false)
+	skip_unchanged		boolean DEFAULT false,
+	keep_backups		integer DEFAULT 3,
+	stale_after			interval DEFAULT NULL)
 	RETURNS integer
 	LANGUAGE C VOLATILE PARALLEL UNSAFE
 	SET search_path = pg_catalog, pg_temp
@@ -50,7 +52,9 @@ CREATE FUNCTION dpwin.alter_route(
 	batch_rows			integer DEFAULT NULL,
 	max_encoded_bytes	bigint DEFAULT NULL,
 	evidence_function	regprocedure DEFAULT NULL,
-	skip_unchanged		boolean DEFAULT NULL)
+	skip_unchanged		boolean DEFAULT NULL,
+	keep_backups		integer DEFAULT NULL,
+	stale_after			interval DEFAULT NULL)
 	RETURNS void
 	LANGUAGE C VOLATILE PARALLEL UNSAFE
 	SET search_path = pg_catalog, pg_temp
@@ -116,19 +120,25 @@ SELECT r.route_id,
 	   r.config_fingerprint,
 	   s.last_interval_end,
 	   r.created_at,
-	   r.updated_at
+	   r.updated_at,
+	   r.keep_backups,
+	   coalesce(r.stale_after, r.lookback) AS stale_after
   FROM dpwin.route r
   LEFT JOIN dpwin.route_state s USING (route_id);
 
 REVOKE ALL ON FUNCTION dpwin.create_route(text, regclass, name, name, text, text,
-	interval, interval, integer, name[], integer, bigint, regprocedure, boolean) FROM PUBLIC;
+	interval, interval, integer, name[], integer, bigint, regprocedure, boolean,
+	integer, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION dpwin.alter_route(text, regclass, name, name, text, text,
-	interval, interval, integer, name[], integer, bigint, regprocedure, boolean) FROM PUBLIC;
+	interval, interval, integer, name[], integer, bigint, regprocedure, boolean,
+	integer, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION dpwin.drop_route(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dpwin.create_route(text, regclass, name, name, text, text,
-	interval, interval, integer, name[], integer, bigint, regprocedure, boolean) TO dpwin_operator;
+	interval, interval, integer, name[], integer, bigint, regprocedure, boolean,
+	integer, interval) TO dpwin_operator;
 GRANT EXECUTE ON FUNCTION dpwin.alter_route(text, regclass, name, name, text, text,
-	interval, interval, integer, name[], integer, bigint, regprocedure, boolean) TO dpwin_operator;
+	interval, interval, integer, name[], integer, bigint, regprocedure, boolean,
+	integer, interval) TO dpwin_operator;
 GRANT EXECUTE ON FUNCTION dpwin.drop_route(text) TO dpwin_operator;
 
 REVOKE ALL ON dpwin.routes FROM PUBLIC;

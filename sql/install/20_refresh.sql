@@ -122,7 +122,7 @@ CREATE VIEW dpwin.progress AS
 	  LEFT JOIN dpwin.route r USING (route_id);
 
 CREATE VIEW dpwin.invocations AS
-	SELECT i.invocation_id, r.route_name, i.interval_end, i.window_lo, i.window_hi,
+	SELECT i.invocation_id, r.route_name, i.kind, i.interval_end, i.window_lo, i.window_hi,
 		   i.state, i.error, i.error_sqlstate, i.lease_epoch, i.snapshot_id,
 		   p.outcome AS publication_outcome, p.backup_table,
 		   (SELECT count(*) FROM dpwin.chunk c WHERE c.invocation_id = i.invocation_id)::integer AS chunks,

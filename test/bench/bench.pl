@@ -27,7 +27,7 @@ use HTTP::Tiny;
 use IPC::Run qw(run start finish timeout);
 use JSON::PP qw(decode_json);
 use MIME::Base64 qw(encode_base64);
-use Encode qw(decode_utf8);
+use Encode qw(decode_utf8 encode_utf8);
 use List::Util qw(max min first);
 use POSIX qw(ceil floor strftime);
 use Time::HiRes qw(clock_gettime CLOCK_MONOTONIC usleep);
@@ -48,7 +48,13 @@ sub env_int
 	return $v + 0;
 }
 
-my $rpd = env_int('BENCH_ROWS_PER_DAY', 100_000);
+# The window's size: rows per day of the source, one dataset each
+# (docs/benchmark.md, "The window's and the target's sizes"); the rounds
+# take them in turn like the host modes.
+my @rpds = split ' ', ($ENV{BENCH_ROWS_PER_DAY} // '100000');
+for my $v (@rpds) { die "BENCH_ROWS_PER_DAY must be positive integers\n" unless $v =~ /^[0-9]+$/ && $v > 0; }
+die "BENCH_ROWS_PER_DAY: no value\n" unless @rpds;
+my $rpd = $rpds[0] + 0;
 my $wdays = env_int('BENCH_WINDOW_DAYS', 7);
 my $mem_wdays = env_int('BENCH_MEMORY_WINDOW_DAYS', 10 * $wdays);
 my $skip_days = env_int('BENCH_SKIP_DAYS', 30);
@@ -76,8 +82,8 @@ my $rounds = env_int('BENCH_ROUNDS', 3);
 my @kinds = qw(dpwin naive expert copy sink memory skip);
 my %only = map { $_ => 1 } split /,/, ($ENV{BENCH_ONLY} // join(',', @kinds));
 my $src_days = env_int('BENCH_SOURCE_DAYS', max(30, $mem_wdays, $skip_days, $wdays + 1));
-# The two dimensions of issue "two hosts": where the processes run and the
-# round trip between them (docs/benchmark.md, "Hosts and round trips").
+# Where the processes run, and the round trip between them
+# (docs/benchmark.md, "Two hosts and round trips").
 my @hosts = split ' ', ($ENV{BENCH_HOSTS} // 'shared');
 my @rtts = split ' ', ($ENV{BENCH_RTT_MS} // 'direct');
 for my $h (@hosts) { die "BENCH_HOSTS: unknown mode $h (known: shared split)\n" unless $h =~ /^(shared|split)$/; }
@@ -102,9 +108,22 @@ my $csv_path = $ENV{BENCH_CSV} // ($is_default ? "$root/docs/bench/results.csv" 
 
 my $start_epoch = timegm(0, 0, 0, 1, 0, 2026);    # 2026-01-01 00:00:00 UTC
 my $end_epoch = $start_epoch + $src_days * 86400;  # the source's end: midnight
-my $tag = "r${rpd}_d${src_days}";
-my $pgs = "bench_$tag";                            # PostgreSQL schema
-my $db = "bench_$tag";                             # ClickHouse database
+my ($tag, $pgs, $db);                              # the dataset's; set_density()
+
+# The dataset of $rpd rows a day becomes the current one: its PostgreSQL
+# schema and ClickHouse database (bench_r<rows>_d<days>).
+sub set_density
+{
+	($rpd) = @_;
+	$tag = "r${rpd}_d${src_days}";
+	$pgs = "bench_$tag";
+	$db = "bench_$tag";
+}
+set_density($rpd);
+
+# A name of the current dataset's (a route, a window's key): with several
+# window sizes in one run, each has its own.
+sub dname { my ($n) = @_; return @rpds > 1 ? "${n}_r$rpd" : $n; }
 my $server = 'sandbox_ch';
 my $cols = 'id, w, amount, note, qty, flag';
 my $ch_cols = "(id Int64, w Nullable(DateTime64(6, 'UTC')), amount Nullable(Decimal(18, 2)),"
@@ -219,11 +238,15 @@ sub http
 sub ch
 {
 	my ($sql, %o) = @_;
+	# a long statement without data (the expert's ALTER of a thousand
+	# partitions) goes as the body: a URL holds some 8 KB
+	my $in_body = !defined $o{body} && length($sql) > 4000;
 	my %p = (async_insert => 0, insert_deduplicate => 0, wait_end_of_query => 1,
-		%{ $o{params} // {} }, query => $sql);
+		%{ $o{params} // {} }, ($in_body ? () : (query => $sql)));
 	my $url = ($o{url} // $ENV{DPWIN_CH_URL}) . '/?' . join('&', map { "$_=" . uri_escape($p{$_}) } sort keys %p);
 	my $auth = 'Basic ' . encode_base64("$ENV{DPWIN_CH_USER}:$ENV{DPWIN_CH_PASSWORD}", '');
-	my $r = ($o{client} // http())->request('POST', $url, { content => $o{body} // '', headers => { Authorization => $auth } });
+	my $r = ($o{client} // http())->request('POST', $url,
+		{ content => $in_body ? encode_utf8($sql) : $o{body} // '', headers => { Authorization => $auth } });
 	die "ClickHouse failed ($r->{status}): $r->{content}\nSQL: " . substr($sql, 0, 500) . "\n"
 	  unless $r->{success};
 	return $r->{content} if $o{binary};
@@ -725,7 +748,7 @@ my %pg_ref;
 sub pg_window_ref
 {
 	my ($table, $lo, $hi) = @_;
-	my $k = "$table $lo $hi";
+	my $k = "$pgs $table $lo $hi";
 	return $pg_ref{$k} if !defined $_[3] && exists $pg_ref{$k};
 	my %r = map { my @f = split /\t/; (shift(@f) => join("\t", @f)) } split /\n/,
 	  psql("SELECT to_char(w, 'YYYY-MM-DD'), count(*), sum(id), coalesce(sum((amount * 100)::bigint), 0),"
@@ -740,7 +763,7 @@ my %base_ref;
 sub base_outside_ref
 {
 	my ($b, $lo, $hi) = @_;
-	my $k = "$b $lo $hi";
+	my $k = "$db $b $lo $hi";
 	$base_ref{$k} //= join("\n", grep { (split /\t/)[1] ne '1' } split /\n/, fingerprint("$db.$b", $lo, $hi));
 	return $base_ref{$k};
 }
@@ -752,7 +775,7 @@ my %source_ref;
 sub source_window_ref
 {
 	my ($table, $lo, $hi, $fresh) = @_;
-	my $k = "$table $lo $hi";
+	my $k = "$pgs $table $lo $hi";
 	return $source_ref{$k} if !$fresh && exists $source_ref{$k};
 	(my $fn = pg_source_fn()) =~ s/'events'/'$table'/;
 	return $source_ref{$k} = join("\n", grep { (split /\t/)[1] eq '1' } split /\n/,
@@ -894,9 +917,11 @@ sub v_expert
 	ch_drop($g, $x);
 	peer_reset();
 	my %ph = (other => 0, build => 0);
+	# one ALTER for all the partitions, as long as it stays under the
+	# server's max_query_size (256 KiB): 2,000 and more of them at once
 	my $attach = sub {
 		my ($into, $from, @ids) = @_;
-		while (my @batch = splice(@ids, 0, 100))
+		while (my @batch = splice(@ids, 0, 2000))
 		{
 			ch_peer("ALTER TABLE $db.$into " . join(', ', map { "ATTACH PARTITION ID '$_' FROM $db.$from" } @batch));
 		}
@@ -1000,7 +1025,7 @@ my %rowbinary;
 sub rowbinary_files
 {
 	my ($hi) = @_;
-	return $rowbinary{$hi} if $rowbinary{$hi};
+	return $rowbinary{"$db $hi"} if $rowbinary{"$db $hi"};
 	my $b = base_name('flat', $sizes[0]);
 	$b = base_name($shapes[0], $sizes[0]) unless ch_exists($b);
 	my @f;
@@ -1009,7 +1034,7 @@ sub rowbinary_files
 		my $data = ch("SELECT $cols FROM $db.$b WHERE " . ch_window(@$c) . " ORDER BY w FORMAT RowBinary", binary => 1);
 		push @f, $data;
 	}
-	return $rowbinary{$hi} = \@f;
+	return $rowbinary{"$db $hi"} = \@f;
 }
 
 # The sink limit: the window's pre-encoded RowBinary inserted into empty
@@ -1099,8 +1124,8 @@ sub target_variant
 	# route made again for another mode's server forgets its publications.
 	my $scheduled = $variant eq 'dpwin' && $target_mode eq 'scheduled';
 	my $t = "t_${shape}_$n";
-	my $route = "b_${shape}_$n";
-	$t = $route = "s_${shape}_${n}_$k{mode}" =~ s{/}{_}r if $scheduled;
+	my $route = dname("b_${shape}_$n");
+	$t = $route = "s_${shape}_${n}_$k{mode}" =~ s{[/ ]}{_}gr if $scheduled;
 	my $name = "$k{mode} $end->{label} ${shape}_$n $variant r$round";
 	drop_leftovers();
 	route_for_net($route, $t) if $variant eq 'dpwin';
@@ -1119,7 +1144,7 @@ sub target_variant
 		logmsg("$variant on $t failed: $@");
 		return record({}, %k, check => 'FAILED: ' . (split /\n/, $@)[0]);
 	}
-	$r->{rows} //= $window_rows{ $end->{label} };
+	$r->{rows} //= $window_rows{ dname($end->{label}) };
 	my $fp = fingerprint("$db.$t", $lo, $hi);
 	$r->{check} = check_result($fp, source_window_ref('events', $lo, $hi), pg_window_ref('events', $lo, $hi),
 		base_outside_ref($b, $lo, $hi));
@@ -1133,7 +1158,7 @@ sub target_variant
 	settle();
 	my $again = eval { measured("$name again", sub { v_dpwin($route, $hi) }) };
 	return record({}, %k, variant => 'dpwin again', check => 'FAILED: ' . (split /\n/, $@)[0]) if !$again;
-	$again->{rows} //= $window_rows{ $end->{label} };
+	$again->{rows} //= $window_rows{ dname($end->{label}) };
 	$again->{check} = check_result(fingerprint("$db.$t", $lo, $hi), source_window_ref('events', $lo, $hi),
 		pg_window_ref('events', $lo, $hi), base_outside_ref($b, $lo, $hi));
 	drop_leftovers();
@@ -1163,7 +1188,7 @@ sub limit_variants
 		drop_leftovers();
 		settle();
 		my %k = (round => $round, end => $end->{label}, shape => $shape // '', variant => $name,
-			par => $name =~ /parallel/ ? $par : 1, rows => $window_rows{ $end->{label} }, mode_keys());
+			par => $name =~ /parallel/ ? $par : 1, rows => $window_rows{ dname($end->{label}) }, mode_keys());
 		my $r = eval { measured("$k{mode} $end->{label} $k{shape} $name r$round", $code) };
 		if (!$r)
 		{
@@ -1173,7 +1198,7 @@ sub limit_variants
 		if ($name =~ /^sink/)
 		{
 			my $n = ch("SELECT count() FROM merge('$db', '^sink_')");
-			$r->{check} = $n == $window_rows{ $end->{label} } ? check_result(fingerprint("merge('$db', '^sink_')", $lo, $hi),
+			$r->{check} = $n == $window_rows{ dname($end->{label}) } ? check_result(fingerprint("merge('$db', '^sink_')", $lo, $hi),
 				source_window_ref('events', $lo, $hi), pg_window_ref('events', $lo, $hi), '') : "FAILED: the sink holds $n rows";
 		}
 		else
@@ -1181,9 +1206,9 @@ sub limit_variants
 			# A binary COPY adds a 19-byte header and a 2-byte trailer per
 			# statement; the rest must be the same bytes every time.
 			my $payload = $r->{bytes} - 21 * $r->{copies};
-			$copy_payload{ $end->{label} } //= $payload;
-			$r->{check} = $payload == $copy_payload{ $end->{label} } ? 'ok'
-			  : "FAILED: COPY produced $payload bytes of rows, another COPY $copy_payload{$end->{label}}";
+			$copy_payload{ dname($end->{label}) } //= $payload;
+			$r->{check} = $payload == $copy_payload{ dname($end->{label}) } ? 'ok'
+			  : "FAILED: COPY produced $payload bytes of rows, another COPY $copy_payload{dname($end->{label})}";
 		}
 		drop_leftovers();
 		record($r, %k);
@@ -1204,7 +1229,7 @@ sub memory_variant
 	drop_leftovers();
 	clone_base($b, 't_mem');
 	settle();
-	my $r = eval { v_dpwin('b_mem', $hi) };
+	my $r = eval { v_dpwin(dname('b_mem'), $hi) };
 	return record({}, %k, check => 'FAILED: ' . (split /\n/, $@)[0]) unless $r;
 	$r->{check} = check_result(fingerprint("$db.t_mem", $lo, $hi), source_window_ref('events', $lo, $hi),
 		pg_window_ref('events', $lo, $hi), base_outside_ref($b, $lo, $hi));
@@ -1228,7 +1253,7 @@ sub skip_variants
 		record({}, %k, variant => 'dpwin skip_unchanged', check => 'not run: dpwin.routes has no skip_unchanged column');
 		return;
 	}
-	for my $v (qw(on off)) { drop_leftovers(); clone_base($b, "t_skip_$v"); v_dpwin("b_skip_$v", $hi); }
+	for my $v (qw(on off)) { drop_leftovers(); clone_base($b, "t_skip_$v"); v_dpwin(dname("b_skip_$v"), $hi); }
 	drop_leftovers();
 	my $day = $skip_changed eq 'newest' ? $hi - 86400 : $lo + (($round * 7 + 3) % $skip_days) * 86400;
 	psql("UPDATE $pgs.events_skip SET qty = coalesce(qty, 0) + 1 WHERE w >= '" . ts($day) . "+00' AND w < '"
@@ -1239,7 +1264,7 @@ sub skip_variants
 	{
 		settle();
 		my $name = $v eq 'on' ? 'dpwin skip_unchanged' : 'dpwin skip reference';
-		my $r = eval { v_dpwin("b_skip_$v", $hi) };
+		my $r = eval { v_dpwin(dname("b_skip_$v"), $hi) };
 		if (!$r) { record({}, %k, variant => $name, check => 'FAILED: ' . (split /\n/, $@)[0]); next; }
 		$r->{check} = check_result(fingerprint("$db.t_skip_$v", $lo, $hi), $inside, $pgref, base_outside_ref($b, $lo, $hi));
 		drop_leftovers();
@@ -1260,15 +1285,15 @@ sub skip_setup
 	for my $v (qw(on off))
 	{
 		clone_base(base_name('day', $n), "t_skip_$v");
-		route("b_skip_$v", "t_skip_$v", $skip_days, source => 'events_skip');
+		route(dname("b_skip_$v"), "t_skip_$v", $skip_days, source => 'events_skip');
 	}
-	psql("SELECT dpwin.alter_route('b_skip_on', skip_unchanged => true)");
+	psql("SELECT dpwin.alter_route('" . dname('b_skip_on') . "', skip_unchanged => true)");
 }
 
 sub mode_keys
 {
-	my ($h) = split m{/}, $cur_hosts;
-	return (mode => "$cur_hosts/$cur_net", hosts => $cur_hosts, rtt => $cur_net);
+	return (mode => "$cur_hosts/$cur_net" . (@rpds > 1 ? " r$rpd" : ''), hosts => $cur_hosts, rtt => $cur_net,
+		rows_per_day => $rpd);
 }
 
 # dpwin's route to $t through the foreign server of the current round trip.
@@ -1283,31 +1308,39 @@ sub route_for_net
 	$route_server{$name} = $srv;
 }
 
+# One round: for each window size (in an order that rotates from round to
+# round, as the host modes' and the variants' do), each window end and
+# host mode, the limits, then every size and shape of target.
 sub one_round
 {
 	my ($round, @endlist) = @_;
 	my @m = (@modes[ $round % @modes .. $#modes ], @modes[ 0 .. $round % @modes - 1 ]);
-	for my $end (@endlist)
+	my @d = (@rpds[ $round % @rpds .. $#rpds ], @rpds[ 0 .. $round % @rpds - 1 ]);
+	for my $density (@d)
 	{
-		for my $mode (@m)
+		set_density($density);
+		for my $end (@endlist)
 		{
-			set_mode($mode);
-			limit_variants($round, $end);
-			for my $n (@sizes)
+			for my $mode (@m)
 			{
-				for my $s (@shapes)
+				set_mode($mode);
+				limit_variants($round, $end);
+				for my $n (@sizes)
 				{
-					my @v = grep { on($_) } qw(dpwin naive expert);
-					next unless @v;
-					@v = (@v[ $round % @v .. $#v ], @v[ 0 .. $round % @v - 1 ]);
-					target_variant($round, $end, $n, $s, $_) for @v;
+					for my $s (@shapes)
+					{
+						my @v = grep { on($_) } qw(dpwin naive expert);
+						next unless @v;
+						@v = (@v[ $round % @v .. $#v ], @v[ 0 .. $round % @v - 1 ]);
+						target_variant($round, $end, $n, $s, $_) for @v;
+					}
 				}
 			}
 		}
+		set_mode($modes[0]);
+		memory_variant($round) if on('memory');
+		skip_variants($round) if on('skip');
 	}
-	set_mode($modes[0]);
-	memory_variant($round) if on('memory');
-	skip_variants($round) if on('skip');
 }
 
 # ---- run -------------------------------------------------------------------------------------
@@ -1315,43 +1348,48 @@ sub one_round
 sub loadavg { open my $f, '<', '/proc/loadavg' or return '?'; my $l = <$f>; return join(' ', (split ' ', $l)[0 .. 2]); }
 
 my %meta = (
-	rows_per_day => $rpd, source_days => $src_days, window_days => $wdays, memory_window_days => $mem_wdays,
+	rows_per_day => "@rpds", source_days => $src_days, window_days => $wdays, memory_window_days => $mem_wdays,
 	skip_days => $skip_days, skip_changed => $skip_changed, sizes => "@sizes", shapes => "@shapes", ends => "@ends", parallelism => $par,
 	chunk_days => $chunk_days, target => $target_mode,
 	rounds => $rounds, only => join(',', grep { on($_) } @kinds), hosts => "@hosts", rtt_ms => "@rtts",
 	shared_buffers => $ENV{BENCH_SHARED_BUFFERS} // '?',
 );
 logmsg('parameters: ' . join(' ', map { "$_=$meta{$_}" } sort keys %meta));
-pg_dataset();
-ch_dataset();
-net_setup();
-stamps_start();
 my @endlist = map {
 	my ($h, $m) = split /:/;
 	my $hi = $h == 0 && $m == 0 ? $end_epoch : $end_epoch - 86400 + $h * 3600 + $m * 60;
 	{ label => $_, hi => $hi };
 } @ends;
-for my $e (@endlist)
+net_setup();
+stamps_start();
+for my $density (@rpds)
 {
-	my $lo = $e->{hi} - $wdays * 86400;
-	$window_rows{ $e->{label} } = psql("SELECT count(*) FROM $pgs.events WHERE w >= '" . ts($lo) . "+00' AND w < '" . ts($e->{hi}) . "+00'");
-	logmsg("window ending $e->{label}: [" . ts($lo) . ', ' . ts($e->{hi}) . "), $window_rows{$e->{label}} rows");
-}
-for my $n (@sizes)
-{
-	for my $s (@shapes)
+	set_density($density);
+	pg_dataset();
+	ch_dataset();
+	for my $e (@endlist)
 	{
-		clone_base(base_name($s, $n), "t_${s}_$n");
-		route("b_${s}_$n", "t_${s}_$n", $wdays, chunk_days => $chunk_days);
-		$route_server{"b_${s}_$n"} = $server;
+		my $lo = $e->{hi} - $wdays * 86400;
+		my $k = dname($e->{label});
+		$window_rows{$k} = psql("SELECT count(*) FROM $pgs.events WHERE w >= '" . ts($lo) . "+00' AND w < '" . ts($e->{hi}) . "+00'");
+		logmsg("$pgs: window ending $e->{label}: [" . ts($lo) . ', ' . ts($e->{hi}) . "), $window_rows{$k} rows");
 	}
+	for my $n (@sizes)
+	{
+		for my $s (@shapes)
+		{
+			clone_base(base_name($s, $n), "t_${s}_$n");
+			route(dname("b_${s}_$n"), "t_${s}_$n", $wdays, chunk_days => $chunk_days);
+			$route_server{ dname("b_${s}_$n") } = $server;
+		}
+	}
+	if (on('memory') && max(@sizes) >= $mem_wdays + 1)
+	{
+		clone_base(base_name('day', max(@sizes)), 't_mem');
+		route(dname('b_mem'), 't_mem', $mem_wdays);
+	}
+	skip_setup();
 }
-if (on('memory') && max(@sizes) >= $mem_wdays + 1)
-{
-	clone_base(base_name('day', max(@sizes)), 't_mem');
-	route('b_mem', 't_mem', $mem_wdays);
-}
-skip_setup();
 $meta{load_start} = loadavg();
 $meta{started} = strftime('%Y-%m-%d %H:%M:%S UTC', gmtime());
 unlink "$out/results.partial.csv";
@@ -1372,13 +1410,19 @@ if (@client_start)
 	my @c = sort { $a <=> $b } @client_start;
 	$meta{client_start_ms} = sprintf('%.0f (%.0f-%.0f)', 1000 * $c[ $#c / 2 ], 1000 * $c[0], 1000 * $c[-1]);
 }
-ch_drop(map { "t_$_" } 'mem', 'skip_on', 'skip_off', map { my $s = $_; map { "${s}_$_" } @sizes } @shapes);
-drop_leftovers();
+my %tables;
+for my $density (@rpds)
+{
+	set_density($density);
+	ch_drop(map { "t_$_" } 'mem', 'skip_on', 'skip_off', map { my $s = $_; map { "${s}_$_" } @sizes } @shapes);
+	drop_leftovers();
+	%tables = (%tables, %{ table_sizes() });
+}
 
 bench_report(
 	runs => \@runs, meta => \%meta, window_rows => \%window_rows, sizes => \@sizes, shapes => \@shapes,
-	ends => \@ends, modes => \@modes, par => $par, wdays => $wdays, mem_wdays => $mem_wdays, out => $out, csv => $csv_path,
-	root => $root, tables => table_sizes(),
+	ends => \@ends, modes => [ run_modes(\@hosts, \@rtts, \@rpds) ], par => $par, wdays => $wdays, mem_wdays => $mem_wdays, out => $out, csv => $csv_path,
+	root => $root, tables => \%tables,
 );
 
 # The sizes of what the run measured against, for docs/benchmark.md.
@@ -1389,7 +1433,7 @@ sub table_sizes
 			  . " WHERE database = '$db' AND active AND startsWith(table, 'base_') GROUP BY table ORDER BY table"))
 	{
 		my ($t, $r, $b, $p) = split /\t/, $l;
-		$s{"clickhouse $t"} = { rows => $r, bytes => $b, partitions => $p };
+		$s{ @rpds > 1 ? "clickhouse $db.$t" : "clickhouse $t" } = { rows => $r, bytes => $b, partitions => $p };
 	}
 	my ($r, $b) = split /\|/, psql("SELECT count(*), pg_total_relation_size('$pgs.events') FROM $pgs.events");
 	$s{"postgresql $pgs.events"} = { rows => $r, bytes => $b, partitions => '' };

@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
 #
 # test/bench/bodies.sh — what ClickHouse spends on a refresh whose chunks
-# are sent in two request bodies each against one (docs/benchmark.md,
-# "One INSERT a chunk, measured").  Since a chunk's rows go in one
-# streamed INSERT whatever max_encoded_bytes ("One INSERT a chunk,
-# streamed"), its two settings send the same requests: it compares two and
-# one INSERT a chunk only against a library from before that change.
+# are sent in two request bodies each against one.  A chunk's rows now go
+# in one streamed INSERT whatever max_encoded_bytes is, so the two settings
+# send the same requests.  The script compares two INSERTs a chunk with one
+# only when it runs against a library from before that change.
 #
 # Needs the benchmark's sandbox running with its dataset (run
 # `BENCH_KEEP_SANDBOX=1 test/bench/run.sh` once; BODIES_SOURCE_DAYS names

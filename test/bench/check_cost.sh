@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 #
 # test/bench/check_cost.sh — what a refresh's checks cost the ClickHouse
-# side in CPU, piece by piece (docs/benchmark.md, "A quiet machine").
+# side in CPU, piece by piece (docs/benchmark.md, "What ClickHouse's one
+# core carries").
 #
 # Needs the benchmark's sandbox with the 30-day dataset (run
 # `BENCH_KEEP_SANDBOX=1 BENCH_SOURCE_DAYS=30 BENCH_SIZES=30 test/bench/run.sh`

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 #
 # test/bench/clone_merge.sh — a refresh's DELETE in a clone of a target that
-# still holds the previous refresh's staged parts (docs/benchmark.md, "A
-# refresh run again at once").
+# still holds the previous refresh's staged parts (docs/benchmark.md, "The
+# last full run, and a refresh run again at once").
 #
 # Needs a running sandbox (test/sandbox.sh start; DPWIN_SANDBOX_DIR and the
 # ports as for the sandbox).  Makes, in the database dpwin_bench_clonemerge

@@ -3,8 +3,8 @@
 # test/bench/cut_delete.sh — removing a window's rows from the partition it
 # cuts: one mutation (ALTER TABLE ... DELETE WHERE, what a refresh sends on
 # a partitioned target) against a lightweight DELETE followed by APPLY
-# DELETED MASK (what it sent before) (docs/benchmark.md, "The cut
-# partition's DELETE").
+# DELETED MASK (what it sent before).  docs/benchmark.md, "The cut
+# partitions", quotes one run.
 #
 # Needs a running sandbox (test/sandbox.sh start; DPWIN_SANDBOX_DIR and the
 # ports as for the sandbox).  Makes one table in the database

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 #
 # test/bench/digest_cost.sh — what ClickHouse spends on a staging digest,
-# and on the digests that could replace it (docs/benchmark.md, "The
-# digest's cost on the server", "The digest without formatRow").
+# and on the digests that could replace it (docs/benchmark.md, "What
+# ClickHouse's one core carries").
 #
 # Needs a running sandbox (test/sandbox.sh start; DPWIN_SANDBOX_DIR and the
 # ports as for the sandbox).  Makes one table in the database

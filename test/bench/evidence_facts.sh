@@ -2,7 +2,7 @@
 #
 # test/bench/evidence_facts.sh — the evidence's window facts as one read of
 # the window (and the NULL map for the NULL-window rows) against the two
-# reads it replaced (docs/benchmark.md, "The evidence's window facts").
+# reads it replaced.
 #
 # Needs a running sandbox (test/sandbox.sh start; DPWIN_SANDBOX_DIR and the
 # ports as for the sandbox).  Makes three tables in the database

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 #
-# test/bench/extraction.sh — compare configurations of one refresh, runs
-# interleaved (docs/benchmark.md, "Extraction at the source limit").
+# test/bench/extraction.sh — compares configurations of one refresh, with
+# the runs interleaved.
 #
 #   test/bench/extraction.sh RUNS LABEL=COMMAND [LABEL=COMMAND ...]
 #

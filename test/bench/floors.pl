@@ -2,7 +2,7 @@
 #
 # test/bench/floors.pl — the least wall time the CPU a variant spends
 # allows on the benchmark's cores, beside the wall time it took
-# (docs/benchmark.md, "What ClickHouse's one core carries").
+# (docs/benchmark.md, "What bounds each figure").
 #
 #   perl test/bench/floors.pl docs/bench/results-X.csv [...]
 #

@@ -3,8 +3,7 @@
 # test/bench/format_cost.sh — what ClickHouse spends on a chunk's INSERT
 # by the format of its body: RowBinary, which a refresh sends, or Native,
 # ClickHouse's columnar format, whose values arrive column by column
-# (docs/benchmark.md, "Native instead of RowBinary, measured and not
-# built").
+# (docs/benchmark.md, "What ClickHouse's one core carries").
 #
 # Needs a running sandbox (test/sandbox.sh start; DPWIN_SANDBOX_DIR and the
 # ports as for the sandbox).  Makes one table in the database

@@ -1,8 +1,7 @@
 #!/usr/bin/perl
 #
-# test/bench/insert_gaps.pl — what lies between a chunk worker's INSERTs
-# (docs/benchmark.md, "Between a worker's INSERTs, measured and not
-# kept"), from the benchmark's statement files of dpwin's refreshes
+# test/bench/insert_gaps.pl — what lies between a chunk worker's INSERTs,
+# from the benchmark's statement files of dpwin's refreshes
 # (test/bench/out/statements/*_dpwin_r*.tsv: arrival and answer in ms from
 # the variant's start, then the statement).
 #

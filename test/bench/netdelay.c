@@ -1,6 +1,6 @@
 /*
  * test/bench/netdelay.c — the benchmark's network (docs/benchmark.md,
- * "Round trips").
+ * "Two hosts and round trips").
  *
  *   netdelay proxy TARGET_PORT RTT_MS PORTFILE
  *	listens on a free loopback port (written to PORTFILE once it listens)
@@ -327,7 +327,12 @@ stamp(const char *path)
 {
 	int			in = inotify_init();
 	FILE	   *f = fopen(path, "r");
-	char		line[1 << 16];
+
+	/*
+	 * A line longer than this would be read as partial forever: a clone of
+	 * a thousand partitions is one statement of about 100 kB.
+	 */
+	static char line[1 << 22];
 	char		ev[4096];
 
 	if (in < 0 || !f || inotify_add_watch(in, path, IN_MODIFY) < 0)

@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 #
-# test/bench/profile.sh — where a refresh's extraction spends its CPU
-# (docs/benchmark.md, "Profiling the extraction").
+# test/bench/profile.sh — where a refresh's extraction spends its CPU.
 #
 # Needs the benchmark's sandbox running with its dataset (run
 # `BENCH_KEEP_SANDBOX=1 test/bench/run.sh` once, or a quick run).  Clones

@@ -106,6 +106,20 @@ sub ratio
 	return $x;
 }
 
+# The growth of the wall time per day of target from the smallest target
+# to the largest, in ms, of dpwin and of the expert (medians): the value
+# is dpwin's over the expert's.
+sub growth
+{
+	my ($med, $p, $d, $x) = @_;
+	my ($small, $large) = ($R{sizes}[0], $R{sizes}[-1]);
+	return unless grep { $med->{$_} && $med->{$_}{check} eq 'ok' && defined $med->{$_}{wall} } @$d, @$x;
+	return if grep { !$med->{$_} || $med->{$_}{check} ne 'ok' || !defined $med->{$_}{wall} } @$d, @$x;
+	my ($gd, $gx) = map { 1000 * ($med->{ $_->[0] }{wall} - $med->{ $_->[1] }{wall}) / ($large - $small) } $d, $x;
+	return { label => sprintf('%s: ms per day of target from %d to %d days, dpwin %.2f, expert %.2f; dpwin / expert',
+			$p, $small, $large, $gd, $gx), value => $gx > 0 ? $gd / $gx : undef, goal => '' };
+}
+
 sub ratios
 {
 	my ($med) = @_;
@@ -113,25 +127,46 @@ sub ratios
 	push @x, mode_ratios($med, $_) for @{ $R{modes} };
 	my @sizes = @{ $R{sizes} };
 	my ($small, $large) = ($sizes[0], $sizes[-1]);
-	my $k = sub { join('|', $R{modes}[0], @_) };
-	my $mem = $k->('00:00', $large, 'day', "dpwin $R{mem_wdays}-day window");
-	push @x, ratio($med, label => "worker RssAnon, $R{mem_wdays}-day / $R{wdays}-day window", num => $mem,
-		den => [ $k->('00:00', $large, 'day', 'dpwin') ], field => 'anon', goal => '<= 1.25');
-	if ($med->{$mem} && $med->{$mem}{check} eq 'ok')
+	# the memory and skip_unchanged variants run in the first host mode of
+	# each window size
+	my (%seen, @first);
+	for my $m (@{ $R{modes} }) { push @first, $m unless $seen{ mode_density($m) }++; }
+	for my $mode (@first)
+	{
+		my $k = sub { join('|', $mode, @_) };
+		my $ml = @first > 1 ? mode_label($mode) : '';
+		my $mem = $k->('00:00', $large, 'day', "dpwin $R{mem_wdays}-day window");
+		push @x, ratio($med, label => "${ml}worker RssAnon, $R{mem_wdays}-day / $R{wdays}-day window", num => $mem,
+			den => [ $k->('00:00', $large, 'day', 'dpwin') ], field => 'anon', goal => '<= 1.25');
+		push @x, ratio($med, label => "${ml}skip_unchanged: one day changed, with / without the option",
+			num => $k->('00:00', $large, 'day', 'dpwin skip_unchanged'),
+			den => [ $k->('00:00', $large, 'day', 'dpwin skip reference') ], goal => '<= 0.4', always => $mode eq $first[0]);
+	}
+	if (grep { $_->{variant} =~ /^dpwin \d+-day window$/ && $_->{check} eq 'ok' } values %$med)
 	{
 		my $a = max(map { $_->{mem}{worker_anon} // 0 } grep { $_->{variant} =~ /^dpwin/ && $_->{mem} } @{ $R{runs} });
 		push @x, { label => 'worker RssAnon, largest of every dpwin run (MB)', value => $a, goal => '< 16',
 			verdict => $a < 16 ? 'met' : 'missed' };
 	}
-	push @x, ratio($med, label => 'skip_unchanged: one day changed, with / without the option',
-		num => $k->('00:00', $large, 'day', 'dpwin skip_unchanged'),
-		den => [ $k->('00:00', $large, 'day', 'dpwin skip reference') ], goal => '<= 0.4', always => 1);
 	return grep { defined } @x;
 }
 
 # The mode's prefix of ratio labels: none for the one mode of the runs
 # before the modes ("shared/direct" alone).
 sub mode_label { my ($mode) = @_; return @{ $R{modes} } == 1 && $mode eq 'shared/direct' ? '' : "$mode "; }
+
+# A mode's window size ("r1000" of "shared/direct r1000"; '' with one size).
+sub mode_density { my ($mode) = @_; return $mode =~ / (r[0-9]+)$/ ? $1 : ''; }
+
+# The modes of a run: host mode / round trip, and the window size when the
+# run has several (bench.pl's mode_keys()).
+sub run_modes
+{
+	my ($hosts, $rtts, $rpds) = @_;
+	my @m = map { my $h = $_; map { "$h/$_" } @$rtts } @$hosts;
+	return @m if @$rpds < 2;
+	return map { my $d = $_; map { "$_ r$d" } @m } @$rpds;
+}
 
 # The ratios of one mode (hosts/round trip).  The goals of issue 19 apply
 # to every mode: dpwin / expert <= 1.0 on 30-day targets, and dpwin /
@@ -157,7 +192,7 @@ sub mode_ratios
 				my $g30 = $n == 30;
 				push @x, ratio($med, label => "$p dpwin / naive peer", num => $d, den => [$nv]);
 				push @x, ratio($med, label => "$p dpwin / expert peer", num => $d, den => [$ex],
-					goal => $g30 ? '<= 1.0' : undef);
+					goal => $g30 || $n == 1000 ? '<= 1.0' : undef);
 				push @x, ratio($med, label => "$p dpwin / faster peer", num => $d, den => [ $nv, $ex ]);
 				push @x, ratio($med, label => "$p dpwin / serial COPY of the window", num => $d, den => [$cs],
 					goal => $g30 && $mode =~ /^shared/ ? '<= 1.5' : undef);
@@ -171,6 +206,7 @@ sub mode_ratios
 			next if $small == $large;
 			push @x, ratio($med, label => "$ml$e $s: dpwin $large-day / $small-day target", num => $k->($e, $large, $s, 'dpwin'),
 				den => [ $k->($e, $small, $s, 'dpwin') ]);
+			push @x, growth($med, "$ml$e $s", map { [ $k->($e, $large, $s, $_), $k->($e, $small, $s, $_) ] } qw(dpwin expert));
 		}
 		for my $s (@{ $R{shapes} })
 		{
@@ -223,7 +259,7 @@ sub text_table
 	return $t;
 }
 
-# The tables docs/benchmark.md quotes, in Markdown.
+# The tables of --markdown: each mode's medians and ratios, in Markdown.
 sub markdown_tables
 {
 	my ($med, $ratios) = @_;
@@ -341,7 +377,7 @@ sub csvq
 my @csv_cols = qw(record round window_end target_days shape variant parallelism rows bytes wall_s wall_min_s wall_max_s
   stage_s build_s verify_s publish_s other_s coordinator_vmhwm_mb worker_vmhwm_mb worker_rssanon_mb worker_rssshmem_mb
   cloned_partitions check label value round_min round_max goal verdict hosts rtt_ms cpu_pg_s cpu_ch_s statements
-  statements_in_sequence);
+  statements_in_sequence rows_per_day);
 
 sub csv_cols { return @csv_cols; }
 
@@ -366,7 +402,7 @@ sub run_fields
 		worker_rssanon_mb => $r->{mem} && $r->{mem}{worker_anon}, worker_rssshmem_mb => $r->{mem} && $r->{mem}{worker_shmem},
 		cloned_partitions => $r->{cloned}, check => $r->{check}, hosts => $r->{hosts}, rtt_ms => $r->{rtt},
 		cpu_pg_s => $n3->($r->{cpu_pg}), cpu_ch_s => $n3->($r->{cpu_ch}), statements => $r->{stmts},
-		statements_in_sequence => $r->{crit});
+		statements_in_sequence => $r->{crit}, rows_per_day => $r->{rows_per_day});
 }
 
 sub write_csv
@@ -438,7 +474,7 @@ sub csv_split
 # perl test/bench/report.pl [--markdown] RESULTS.csv [OUT.csv]: the
 # medians, ratios and table of the runs a results CSV holds, computed by
 # this version of the report (to compare a committed CSV with a newer
-# one); --markdown prints the tables docs/benchmark.md shows.
+# one).  --markdown prints the tables in Markdown.
 sub nz { my ($v, $d) = @_; return defined $v && $v ne '' ? $v : $d; }
 
 sub report_from_csv
@@ -466,14 +502,17 @@ sub report_from_csv
 				verify => $r{verify_s}, publish => $r{publish_s}, other => $r{other_s}, cloned => $r{cloned_partitions},
 				check => $r{check}, ($r{worker_rssanon_mb} ne '' ? (mem => \%mem) : ()),
 				hosts => nz($r{hosts}, 'shared'), rtt => nz($r{rtt_ms}, 'direct'),
-				mode => nz($r{hosts}, 'shared') . '/' . nz($r{rtt_ms}, 'direct'),
+				mode => nz($r{hosts}, 'shared') . '/' . nz($r{rtt_ms}, 'direct')
+				  . (@{ [ split ' ', nz($meta{rows_per_day}, '') ] } > 1 ? " r$r{rows_per_day}" : ''),
+				rows_per_day => $r{rows_per_day},
 				cpu_pg => $r{cpu_pg_s}, cpu_ch => $r{cpu_ch_s}, stmts => $r{statements}, crit => $r{statements_in_sequence} };
 		}
 	}
 	close $f;
 	bench_report(runs => \@runs, meta => \%meta, window_rows => \%wrows, tables => \%tables,
 		sizes => [ split ' ', $meta{sizes} ], shapes => [ split ' ', $meta{shapes} ], ends => [ split ' ', $meta{ends} ],
-		modes => [ map { my $h = $_; map { "$h/$_" } split ' ', nz($meta{rtt_ms}, 'direct') } split ' ', nz($meta{hosts}, 'shared') ],
+		modes => [ run_modes([ split ' ', nz($meta{hosts}, 'shared') ], [ split ' ', nz($meta{rtt_ms}, 'direct') ],
+				[ split ' ', nz($meta{rows_per_day}, '') ]) ],
 		root => File::Spec->rel2abs(dirname(__FILE__) . '/../..'),
 		par => $meta{parallelism}, wdays => $meta{window_days}, mem_wdays => $meta{memory_window_days}, csv => $outcsv,
 		markdown => $markdown);

@@ -11,8 +11,11 @@
 # started.  Not part of CI.
 #
 # Parameters (environment; defaults in brackets; docs/benchmark.md):
-#   BENCH_ROWS_PER_DAY [100000]  BENCH_SOURCE_DAYS [70]  BENCH_WINDOW_DAYS [7]
-#   BENCH_SIZES ["30 300"]  BENCH_SHAPES ["day month flat"]
+#   BENCH_ROWS_PER_DAY [100000; a list, e.g. "1000 100000", is a dimension:
+#     the window's size, one dataset each]  BENCH_SOURCE_DAYS [70]
+#   BENCH_WINDOW_DAYS [7]  BENCH_SIZES ["30 300"; days, so daily partitions,
+#     of the targets, e.g. "30 1000": the target's size]
+#   BENCH_SHAPES ["day month flat"]
 #   BENCH_ENDS ["00:00 13:37"]  BENCH_PARALLELISM [2]  BENCH_ROUNDS [3]
 #   BENCH_MEMORY_WINDOW_DAYS [10 x window]  BENCH_SKIP_DAYS [30]
 #   BENCH_SKIP_CHANGED [rotate; or newest]: the skip variant's changed day

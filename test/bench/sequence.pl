@@ -1,7 +1,7 @@
 #!/usr/bin/perl
 #
 # test/bench/sequence.pl — which of a refresh's statements run one after
-# another (docs/benchmark.md, "Where the time goes at a 20 ms round trip").
+# another (docs/benchmark.md, "Where the time goes").
 #
 #   perl test/bench/sequence.pl test/bench/out/statements/split_20_*_dpwin_r*.tsv
 #

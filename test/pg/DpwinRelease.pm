@@ -125,15 +125,16 @@ sub refresh_ok
 # Every row of every dpwin table of $db as sorted text lines per table.
 # The columns that hold relations, roles and functions are shown as
 # $how: 'oid' (their numbers: the same rows before and after an update)
-# or 'name' (what must survive a dump and restore).
+# or 'name' (what must survive a dump and restore).  The columns named in
+# @added (columns an update adds) are left out.
 sub catalog_rows
 {
-	my ($db, $how) = @_;
+	my ($db, $how, @added) = @_;
 	my %rows;
 	for my $t (dpwin_tables())
 	{
 		my @ref = grep { column_exists($db, $t, $_) } qw(source_relid owner caller_role evidence_function);
-		my $strip = join('', map { " - '$_'" } @ref);
+		my $strip = join('', map { " - '$_'" } @ref, grep { column_exists($db, $t, $_) } @added);
 		my $show = join(" || '|' || ",
 			"(to_jsonb(t)$strip)::text",
 			map { ref_column($_, $how) } @ref);

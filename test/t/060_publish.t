@@ -72,7 +72,8 @@ fresh_fixture($db, $schema);
 create_event_table($table);
 psql_ok("CREATE TABLE $schema.src (id bigint NOT NULL, w timestamptz, v text);
 	SELECT dpwin.create_route('$route', '$schema.src'::regclass, 'w', '$srv', '$db', '$table',
-		interval '1 day', interval '6 hours', parallelism => 3);");
+		interval '1 day', interval '6 hours', parallelism => 3,
+		keep_backups => 100);");	# every backup kept: section 5 drops them by hand
 
 my $E1 = '2026-09-09 00:00:00+00';
 my $E2 = '2026-09-10 00:00:00+00';

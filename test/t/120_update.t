@@ -96,7 +96,15 @@ is(psql_ok($extconfig, db => $db), psql_ok($extconfig, db => $fresh),
 	'the same tables are registered for dump, with the same filters');
 like(psql_ok($extconfig, db => $fresh), qr/dpwin\.verification/, 'dpwin.verification is registered for dump');
 
-is_deeply(catalog_rows($db, 'oid'), $before, 'every row of every dpwin table is kept');
+is_deeply(catalog_rows($db, 'oid', qw(keep_backups stale_after backfill_id backup_dropped_at kind)), $before,
+	'every row of every dpwin table is kept');
+is(psql_ok("SELECT (SELECT count(*) FROM dpwin.route WHERE keep_backups = 3 AND stale_after IS NULL)"
+	  . " || '|' || (SELECT count(*) FROM dpwin.invocation WHERE backfill_id IS NULL)"
+	  . " || '|' || (SELECT count(*) FROM dpwin.publication WHERE backup_dropped_at IS NULL)"
+	  . " || '|' || (SELECT count(*) FROM dpwin.backfill)", db => $db), '2|2|2|0',
+	'the columns the update adds hold their defaults: keep_backups 3, no backfill, no backup dropped');
+is(psql_ok("SELECT string_agg(DISTINCT kind, ',') FROM dpwin.invocation", db => $db), 'refresh',
+	'every invocation of 0.1.0 is a refresh');
 is(psql_ok("SELECT evidence_function FROM dpwin.route WHERE route_name = 'r_ev'", db => $db),
 	's.ev(uuid,jsonb)', 'the evidence function is stored by its qualified signature');
 is(psql_ok("SELECT source_relid || ' ' || owner FROM dpwin.route WHERE route_name = 'r_role'", db => $db),
