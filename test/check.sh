@@ -467,6 +467,34 @@ fi
 echo "== elapsed"
 printf '%s\n' "${summary[@]}"
 echo "all majors: $(elapsed "$t_all")"
+
+# A case whose branch depends on timing records the branch it took
+# (DpwinEndpoint::hedge).  With DPWIN_HEDGES_REQUIRED=1 (CI), each such
+# site that ran must have taken its usual branch at least once across
+# the run, on any major, shape or mode: a regression that always takes
+# the fallback fails the run instead of passing unseen.
+hedges_required="chr_extracting completed
+chr_verified failed
+chr_publishing completed
+x_lost_restart completed
+x_stubborn_restart server_down
+ins_stubborn_restart server_down
+103_restart_pub settled
+107_restart_ch completed"
+if [ "${DPWIN_HEDGES_REQUIRED:-0}" = 1 ]; then
+	while read -r site branch; do
+		# summary lines: "<major> hedge <site>/<mode or shape> <branch>: <count>"
+		ran=$(printf '%s\n' "${summary[@]}" | awk -v s="$site" \
+			'$2 == "hedge" && index($3, s) == 1 { n += $5 } END { print n + 0 }')
+		usual=$(printf '%s\n' "${summary[@]}" | awk -v s="$site" -v b="$branch:" \
+			'$2 == "hedge" && index($3, s) == 1 && $4 == b { n += $5 } END { print n + 0 }')
+		echo "hedge $site: $usual of $ran took $branch"
+		if [ "$ran" -gt 0 ] && [ "$usual" -eq 0 ]; then
+			echo "check: the hedged site $site never took its usual branch $branch" >&2
+			status=1
+		fi
+	done <<<"$hedges_required"
+fi
 if [ $status -ne 0 ]; then
 	echo "check: FAILED" >&2
 fi

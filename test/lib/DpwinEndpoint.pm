@@ -72,12 +72,8 @@ sub release
 	return $n;
 }
 
-sub unescape
-{
-	my ($s) = @_;
-	$s =~ s/\\(\\|t|n)/$1 eq 't' ? "\t" : $1 eq 'n' ? "\n" : "\\"/ge;
-	return $s;
-}
+# The endpoint's escaping of a logged field undone (DpwinTest::log_field).
+sub unescape { return DpwinTest::log_field(@_); }
 
 # The statements the endpoint is running: hashes of query_id, user, phase
 # (delaying, holding, running, answering), ms and query.

@@ -37,6 +37,7 @@ our @EXPORT_OK = qw(
   new_event_route create_event_source refresh_sql refresh_row_sql generation_name invocation_field
   wait_logged hold_session release_session hold_source release_source workers_held
   cluster_processes proc_status_kb waits_for_http pg_log_mark pg_log_since
+  backup_tables coordinators_gone
 );
 
 # ---- quoting ------------------------------------------------------------
@@ -320,6 +321,22 @@ sub replace_by_copy
 }
 
 # A timestamptz as Unix microseconds.
+# The backup tables of route $route in ClickHouse database $db, sorted.
+sub backup_tables
+{
+	my ($db, $route) = @_;
+	my $rid = route_id($route);
+	return [ sort grep { length } split /\n/, ch_ok("SELECT name FROM system.tables WHERE database = '$db'"
+			  . " AND startsWith(name, '_dpwin_backup_${rid}_') FORMAT TSVRaw") ];
+}
+
+# Wait until no dpwin coordinator runs (one may outlive its caller to
+# drop backups); whether none did within 60 s.
+sub coordinators_gone
+{
+	return wait_until(sub { psql_ok("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'dpwin coordinator'") == 0 }, 60);
+}
+
 sub micros
 {
 	my ($ts) = @_;

@@ -29,7 +29,6 @@ my $db = "t061_$$";
 my $schema = "t061_$$";
 my $E = '2026-09-09 00:00:00+00';
 
-sub refresh_sql { my ($route, $inv) = @_; return refresh_row_sql($route, $E, $inv); }
 
 # A new invocation id for $route, and the prefix of its tables.
 sub new_invocation
@@ -65,7 +64,7 @@ psql_ok("CREATE TABLE $schema.ev_switch (fail boolean NOT NULL);
 	my $pre_uuid = uuid_of($t);
 	my $seq = ch_log_seq();
 	fault(pattern => "EXCHANGE TABLES `$db`.`$t` AND", mode => 'lost', count => 1);
-	my ($inv, $state) = split /\|/, psql_ok(refresh_sql($route));
+	my ($inv, $state) = split /\|/, psql_ok(refresh_row_sql($route, $E));
 	is($state, 'completed', 'reply lost: the refresh completes');
 	my @x = exchanges($seq, $t);
 	is(scalar(@x), 1, 'reply lost: exactly one EXCHANGE reached the server');
@@ -97,7 +96,7 @@ psql_ok("CREATE TABLE $schema.ev_switch (fail boolean NOT NULL);
 	my $seq = ch_log_seq();
 	my $inv = new_uuid();
 	fault(pattern => "EXCHANGE TABLES `$db`.`$t` AND", mode => 'error', code => 241, count => 1);
-	my $err = psql_err(refresh_sql($route, $inv));
+	my $err = psql_err(refresh_row_sql($route, $E, $inv));
 	like($err, qr/^HV000: ClickHouse error 241 while exchanging/, 'EXCHANGE error: the refresh fails with the ClickHouse error')
 	  or diag($err);
 	my @x = exchanges($seq, $t);
@@ -115,7 +114,7 @@ psql_ok("CREATE TABLE $schema.ev_switch (fail boolean NOT NULL);
 	like(psql_err("SELECT * FROM dpwin.recover('$inv')"), qr/^55000: .*failed and has nothing to recover/,
 		'EXCHANGE error: nothing to recover');
 
-	my ($inv2, $state) = split /\|/, psql_ok(refresh_sql($route));
+	my ($inv2, $state) = split /\|/, psql_ok(refresh_row_sql($route, $E));
 	is($state, 'completed', 'EXCHANGE error: a fresh refresh afterwards completes');
 	is_deeply(ch_rows($t), after_refresh($pre, $E), 'EXCHANGE error: and publishes the window');
 }
@@ -150,7 +149,7 @@ sub wait_build_check
 	my $pre_uuid = uuid_of($t);
 	my $seq = ch_log_seq();
 	my $held = hold_second_copy(generation_name($route, $inv));
-	my $h = bg_psql(refresh_sql($route, $inv));
+	my $h = bg_psql(refresh_row_sql($route, $E, $inv));
 	ok(wait_build_check($seq, $t, $held), 'target written: the build checked the kept rows');
 	ch_ok("INSERT INTO `$db`.`$t` VALUES (77, '2026-08-01 00:00:00', 'written by someone else')");
 	is(release($held), 1, 'target written: the DELETE is released after the write');
@@ -182,7 +181,7 @@ for my $case ([ 'ddl', 'ADD COLUMN extra Nullable(Int32)' ],
 	my $pre_uuid = uuid_of($t);
 	my $seq = ch_log_seq();
 	my $held = hold_second_copy(generation_name($route, $inv));
-	my $h = bg_psql(refresh_sql($route, $inv));
+	my $h = bg_psql(refresh_row_sql($route, $E, $inv));
 	ok(wait_build_check($seq, $t, $held), "schema changed ($tag): the build checked the kept rows");
 	# the change must meet the re-admission, not a chunk worker's copy
 	ok(wait_until(sub { psql_ok("SELECT chunks > 0 AND chunks_verified = chunks FROM dpwin.invocations"
@@ -214,7 +213,7 @@ for my $case ([ 'ddl', 'ADD COLUMN extra Nullable(Int32)' ],
 	my $pre = ch_rows($t);
 	my $pre_uuid = uuid_of($t);
 	my $inv = new_uuid();
-	my ($rc, $out, $err) = psql(refresh_sql($route, $inv));
+	my ($rc, $out, $err) = psql(refresh_row_sql($route, $E, $inv));
 	isnt($rc, 0, 'evidence fails: dpwin_refresh errors');
 	like($err, qr/evidence store unavailable/, 'evidence fails: with the evidence function\'s error');
 	like($err, qr/HINT:.*dpwin\.recover\('\Q$inv\E'\)/, 'evidence fails: the hint names the recover call');
@@ -274,7 +273,7 @@ for my $case ([ 'ddl', 'ADD COLUMN extra Nullable(Int32)' ],
 	# tables: the invocation fails with its tables left behind.
 	fault(pattern => "' FROM `$db`.`${prefix}stg_", mode => 'error', code => 241, count => 1);
 	fault(pattern => "startsWith(name, '$prefix')", mode => 'error', code => 497, count => 1);
-	like(psql_err(refresh_sql($route, $inv)), qr/^HV000: ClickHouse error 241 while attaching partitions/,
+	like(psql_err(refresh_row_sql($route, $E, $inv)), qr/^HV000: ClickHouse error 241 while attaching partitions/,
 		'abandon: the refresh failed in the build');
 	is(invocation_field($inv, 'state'), 'failed', 'abandon: failed');
 	my $left = own_tables($route, $inv);
@@ -291,7 +290,7 @@ for my $case ([ 'ddl', 'ADD COLUMN extra Nullable(Int32)' ],
 	is(psql_ok("SELECT reconcile->>'verdict' FROM dpwin.reconcile('$inv')"), 'no_intent',
 		'abandon: reconcile says no_intent');
 
-	my ($inv2, $st) = split /\|/, psql_ok(refresh_sql($route));
+	my ($inv2, $st) = split /\|/, psql_ok(refresh_row_sql($route, $E));
 	like(psql_err("SELECT * FROM dpwin.abandon('$inv2')"), qr/^55000: .*publication intent/,
 		'abandon: refused for a completed (published) invocation');
 	is_deeply(ch_rows($t), after_refresh($pre, $E), 'abandon: a later refresh publishes');
@@ -311,7 +310,7 @@ for my $case ([ 'ddl', 'ADD COLUMN extra Nullable(Int32)' ],
 	# DROP drops them.
 	fault(pattern => "startsWith(name, '$prefix')", mode => 'idle_close', ms => 0, count => 1);
 	fault(pattern => "DROP TABLE IF EXISTS `$db`.`${prefix}stg_", mode => 'idle_close', ms => 0, count => 1);
-	my ($inv1, $state) = split /\|/, psql_ok(refresh_sql($route, $inv));
+	my ($inv1, $state) = split /\|/, psql_ok(refresh_row_sql($route, $E, $inv));
 	is($state, 'completed', 'clean-up reply lost: the refresh completes');
 	my @lists = grep { $_->{query} =~ /startsWith\(name, '\Q$prefix\E'\)/ } ch_log_since($seq);
 	is(join(' ', map { $_->{status} } @lists), 'idle-closed 200',
@@ -328,7 +327,7 @@ for my $case ([ 'ddl', 'ADD COLUMN extra Nullable(Int32)' ],
 	# what is left.
 	my ($inv2, $prefix2) = new_invocation($route);
 	fault(pattern => "DROP TABLE IF EXISTS `$db`.`${prefix2}stg_", mode => 'error', code => 497, count => 2);
-	my ($rc, $out, $err) = psql(refresh_sql($route, $inv2));
+	my ($rc, $out, $err) = psql(refresh_row_sql($route, $E, $inv2));
 	is($rc, 0, 'clean-up refused: the refresh does not fail');
 	like($out, qr/^\Q$inv2\E\|completed\|/, 'clean-up refused: it returns the completed row');
 	like($err, qr/WARNING:  staging tables of invocation \Q$inv2\E were not dropped: ClickHouse error 497/,
@@ -352,7 +351,7 @@ for my $case ([ 'ddl', 'ADD COLUMN extra Nullable(Int32)' ],
 	# A failure that may pass: the probe is asked again once the workers
 	# are done, and the refresh completes.
 	fault(pattern => "CREATE TABLE `$db`.`${prefix}probe_", mode => 'error', code => 241, count => 1);
-	my ($inv1, $state) = split /\|/, psql_ok(refresh_sql($route, $inv));
+	my ($inv1, $state) = split /\|/, psql_ok(refresh_row_sql($route, $E, $inv));
 	is($state, 'completed', 'probe refused during the extraction: the refresh completes');
 	my @log = ch_log_since($seq);
 	my @creates = grep { $log[$_]{query} =~ /^CREATE TABLE `\Q$db\E`\.`\Q${prefix}\Eprobe_[0-9a-f]+_a`/ } 0 .. $#log;
@@ -366,7 +365,7 @@ for my $case ([ 'ddl', 'ADD COLUMN extra Nullable(Int32)' ],
 	# (a new backend, as a scheduled refresh is) does not probe.
 	my ($inv_again, $prefix_again) = new_invocation($route);
 	$seq = ch_log_seq();
-	is((split /\|/, psql_ok(refresh_sql($route, $inv_again)))[1], 'completed', 'published generation in place: the refresh completes');
+	is((split /\|/, psql_ok(refresh_row_sql($route, $E, $inv_again)))[1], 'completed', 'published generation in place: the refresh completes');
 	my @probed = grep { $_->{query} =~ /^(CREATE|EXCHANGE) TABLES? `\Q$db\E`\.`\Q${prefix_again}\Eprobe_/ } ch_log_since($seq);
 	is(scalar(@probed), 0, 'published generation in place: EXCHANGE TABLES is not probed');
 
@@ -378,7 +377,7 @@ for my $case ([ 'ddl', 'ADD COLUMN extra Nullable(Int32)' ],
 	my ($inv2, $prefix2) = new_invocation($route);
 	$seq = ch_log_seq();
 	fault(pattern => "EXCHANGE TABLES `$db`.`${prefix2}probe_", mode => 'error', code => 48, count => 1);
-	like(psql_err(refresh_sql($route, $inv2)), qr/^0A000: ClickHouse database `\Q$db\E` on server "sandbox_ch" does not support EXCHANGE TABLES/,
+	like(psql_err(refresh_row_sql($route, $E, $inv2)), qr/^0A000: ClickHouse database `\Q$db\E` on server "sandbox_ch" does not support EXCHANGE TABLES/,
 		'probe says no: the refresh fails with 0A000');
 	is(invocation_field($inv2, 'state'), 'failed', 'probe says no: failed');
 	is(scalar(grep { $_->{query} =~ /^EXCHANGE TABLES `\Q$db\E`\.`\Q${prefix2}\Eprobe_/ } ch_log_since($seq)), 1,

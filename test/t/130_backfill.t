@@ -13,7 +13,8 @@ use warnings;
 use Test::More;
 use DpwinTest;
 use DpwinFixture qw(fresh_fixture drop_fixture drop_routes ch_rows pg_rows multiset_is
-  bg_psql bg_finish hold_session release_session hold_source release_source workers_held);
+  bg_psql bg_finish hold_session release_session hold_source release_source workers_held
+  backup_tables coordinators_gone micros);
 use DpwinCrash qw(crash coordinator_pid);
 
 my $db = "t130_$$";
@@ -57,25 +58,12 @@ sub route
 	return $r;
 }
 
-sub micros
-{
-	my ($ts) = @_;
-	return psql_ok("SELECT (extract(epoch FROM timestamptz '$ts') * 1000000)::bigint");
-}
 my ($FROM_US, $TO_US) = (micros($FROM), micros($TO));
 
 sub outside_rows
 {
 	my ($t) = @_;
 	return [ grep { my ($w) = (split /\|/)[1]; $w < $FROM_US || $w >= $TO_US } @{ ch_rows($t) } ];
-}
-
-sub backups
-{
-	my ($r) = @_;
-	my $rid = psql_ok("SELECT route_id FROM dpwin.route WHERE route_name = '$r'");
-	return [ sort grep { length } split /\n/, ch_ok("SELECT name FROM system.tables WHERE database = '$db'"
-			  . " AND startsWith(name, '_dpwin_backup_${rid}_') FORMAT TSVRaw") ];
 }
 
 sub backfill_row
@@ -87,11 +75,6 @@ sub backfill_row
 
 # The coordinator exits once it has applied retention, after its caller
 # returned: wait for it before counting tables.
-sub coordinators_gone
-{
-	return wait_until(sub { psql_ok("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'dpwin coordinator'") == 0 }, 60);
-}
-
 # --- 1. day, month and unpartitioned targets ---------------------------------
 
 for my $case ([ 'day', 'PARTITION BY toYYYYMMDD(w)' ], [ 'month', 'PARTITION BY toYYYYMM(w)' ], [ 'flat', '' ])
@@ -116,7 +99,7 @@ for my $case ([ 'day', 'PARTITION BY toYYYYMMDD(w)' ], [ 'month', 'PARTITION BY 
 		  . " FROM dpwin.chunk c JOIN dpwin.invocation i USING (invocation_id) JOIN dpwin.route r USING (route_id)"
 		  . " WHERE r.route_name = '$r'"), 't', "$kind: every chunk of every window went through the workers and was verified");
 	ok(coordinators_gone(), "$kind: the coordinators are gone");
-	my $b = backups($r);
+	my $b = backup_tables($db, $r);
 	is(scalar(@$b), 1, "$kind: one backup for the whole backfill") or diag("@$b");
 	multiset_is(ch_rows($b->[0]), $before, "$kind: the backup is the target as it was before the backfill") if @$b;
 	is(psql_ok("SELECT uncovered::text || '|' || status FROM dpwin.health WHERE route_name = '$r'"), '{}|stale',
@@ -255,7 +238,7 @@ is(psql_ok("SELECT state FROM dpwin.invocation WHERE invocation_id = '$inv2'"), 
 multiset_is(ch_rows('tgt_resume'), [ @$kept, @{ pg_rows("w >= '$FROM' AND w < '$TO'") } ],
 	'after a cancel, a crash and a resume the target is the source over [from, to) and its own rows outside');
 ok(coordinators_gone(), 'the coordinators are gone');
-my $b = backups($rr);
+my $b = backup_tables($db, $rr);
 is(scalar(@$b), 1, 'one backup for the whole backfill across three calls') or diag("@$b");
 multiset_is(ch_rows($b->[0]), $before, 'the backup is the target as it was before the backfill') if @$b;
 

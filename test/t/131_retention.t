@@ -9,7 +9,8 @@ use strict;
 use warnings;
 use Test::More;
 use DpwinTest;
-use DpwinFixture qw(fresh_fixture drop_fixture drop_routes ch_rows pg_rows multiset_is fault);
+use DpwinFixture qw(fresh_fixture drop_fixture drop_routes ch_rows pg_rows multiset_is fault
+  backup_tables coordinators_gone);
 use DpwinEndpoint qw(release wait_running);
 
 my $db = "t131_$$";
@@ -47,23 +48,12 @@ like(psql_err("SELECT dpwin.alter_route('$r', keep_backups => -1)"), qr/^22023: 
 is(scalar(ch_log_since($seq)), 0, 'none of this sent a statement to ClickHouse');
 my $rid = psql_ok("SELECT route_id FROM dpwin.route WHERE route_name = '$r'");
 
-sub backups
-{
-	return [ sort grep { length } split /\n/, ch_ok("SELECT name FROM system.tables WHERE database = '$db'"
-			  . " AND startsWith(name, '_dpwin_backup_${rid}_') FORMAT TSVRaw") ];
-}
-
 # The journal's backups of the route, newest publication first.
 sub journal_backups
 {
 	my ($where) = @_;
 	return [ split /\n/, psql_ok("SELECT p.backup_table FROM dpwin.publication p JOIN dpwin.invocation i USING (invocation_id)"
 			  . " WHERE i.route_id = $rid AND p.outcome = 'published' $where ORDER BY p.intent_at DESC") ];
-}
-
-sub coordinators_gone
-{
-	return wait_until(sub { psql_ok("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'dpwin coordinator'") == 0 }, 60);
 }
 
 sub hour { my ($h) = @_; return psql_ok("SELECT timestamptz '2026-09-08 00:00:00+00' + $h * interval '1 hour'"); }
@@ -75,11 +65,11 @@ for my $h (1 .. 8)
 {
 	is(psql_ok("SELECT state FROM dpwin_refresh('$r', '" . hour($h) . "')"), 'completed', "hour $h published");
 	coordinators_gone() or BAIL_OUT('a coordinator did not exit');
-	my $n = scalar(@{ backups() });
+	my $n = scalar(@{ backup_tables($db, $r) });
 	$max = $n if $n > $max;
 }
 is($max, 2, 'under an hourly schedule the database never held more than keep_backups = 2 backups');
-is_deeply(backups(), [ sort @{ journal_backups('')}[0, 1] ], 'the two kept are the two newest publications');
+is_deeply(backup_tables($db, $r), [ sort @{ journal_backups('')}[0, 1] ], 'the two kept are the two newest publications');
 is(psql_ok("SELECT count(*) FROM dpwin.publication p JOIN dpwin.invocation i USING (invocation_id)"
 	  . " WHERE i.route_id = $rid AND p.backup_dropped_at IS NOT NULL"), 6, 'the journal records the six dropped');
 is(psql_ok("SELECT backups_kept FROM dpwin.health WHERE route_name = '$r'"), 2, 'dpwin.health counts two backups');
@@ -91,10 +81,10 @@ is(psql_ok("SELECT state FROM dpwin_refresh('$r', '" . hour(9) . "')"), 'complet
 	'hour 9 returns while the retention\'s DROP is held in the server');
 ok(wait_running(qr/^DROP TABLE IF EXISTS `\Q$db\E`\.`_dpwin_backup_${rid}_/, 1, phase => 'holding'),
 	'the DROP was sent after the result, and is held');
-is(scalar(@{ backups() }), 3, 'three backups until the DROP runs');
+is(scalar(@{ backup_tables($db, $r) }), 3, 'three backups until the DROP runs');
 release("_dpwin_backup_${rid}_");
 ok(coordinators_gone(), 'the coordinator exits once the DROP ran');
-is(scalar(@{ backups() }), 2, 'then two');
+is(scalar(@{ backup_tables($db, $r) }), 2, 'then two');
 
 # --- an unfinished publication's backup survives ----------------------------
 
@@ -109,12 +99,12 @@ for my $h (10, 11)
 	is(psql_ok("SELECT state FROM dpwin_refresh('$r', '" . hour($h) . "')"), 'completed', "hour $h published");
 	ok(coordinators_gone(), "hour $h: the coordinator is gone");
 }
-ok((grep { $_ eq $b9 } @{ backups() }), 'the backup that the unfinished publication names is kept beyond keep_backups');
-is(scalar(@{ backups() }), 3, 'it and the two newest');
+ok((grep { $_ eq $b9 } @{ backup_tables($db, $r) }), 'the backup that the unfinished publication names is kept beyond keep_backups');
+is(scalar(@{ backup_tables($db, $r) }), 3, 'it and the two newest');
 is(psql_ok("SELECT state FROM dpwin.recover('$inv9')"), 'completed', 'recover() settles that publication');
 ok(coordinators_gone(), 'the recovery\'s coordinator is gone');
-ok(!(grep { $_ eq $b9 } @{ backups() }), 'and its retention drops that backup now');
-is(scalar(@{ backups() }), 2, 'two backups again');
+ok(!(grep { $_ eq $b9 } @{ backup_tables($db, $r) }), 'and its retention drops that backup now');
+is(scalar(@{ backup_tables($db, $r) }), 2, 'two backups again');
 
 # A publication in flight that names a kept backup as the table it puts in
 # place (as a rollback's intent does) and has not settled: that backup is
@@ -133,29 +123,29 @@ psql_ok("INSERT INTO dpwin.invocation (invocation_id, route_id, target_id, inter
 	  . " lease_epoch, 'published' FROM dpwin.invocation WHERE invocation_id = '$x'");
 is(psql_ok("SELECT state FROM dpwin_refresh('$r', '" . hour(12) . "')"), 'completed', 'hour 12 published');
 ok(coordinators_gone(), 'hour 12: the coordinator is gone');
-ok((grep { $_ eq $oldest } @{ backups() }), 'the backup that a publication in flight names is kept beyond keep_backups');
-is(scalar(@{ backups() }), 3, 'it and the two newest');
+ok((grep { $_ eq $oldest } @{ backup_tables($db, $r) }), 'the backup that a publication in flight names is kept beyond keep_backups');
+is(scalar(@{ backup_tables($db, $r) }), 3, 'it and the two newest');
 psql_ok("DELETE FROM dpwin.publication WHERE invocation_id = '$x'; DELETE FROM dpwin.invocation WHERE invocation_id = '$x'");
 is(psql_ok("SELECT state FROM dpwin_refresh('$r', '" . hour(13) . "')"), 'completed', 'hour 13 published, nothing in flight');
 ok(coordinators_gone(), 'hour 13: the coordinator is gone');
-ok(!(grep { $_ eq $oldest } @{ backups() }), 'then that backup is dropped');
-is(scalar(@{ backups() }), 2, 'two backups again');
+ok(!(grep { $_ eq $oldest } @{ backup_tables($db, $r) }), 'then that backup is dropped');
+is(scalar(@{ backup_tables($db, $r) }), 2, 'two backups again');
 
 # --- a backfill keeps one more ------------------------------------------------
 
-my @before = @{ backups() };
+my @before = @{ backup_tables($db, $r) };
 my $target_before = ch_rows('tgt');
 psql_ok("CALL dpwin.backfill('$r', '2026-09-07 00:00:00+00', '2026-09-07 04:00:00+00')");
 ok(coordinators_gone(), 'the backfill\'s coordinators are gone');
 my $bb = psql_ok("SELECT backup_table FROM dpwin.backfills WHERE route_name = '$r'");
-is_deeply(backups(), [ sort(@before, $bb) ], 'after a four-window backfill: keep_backups plus the backfill\'s one');
+is_deeply(backup_tables($db, $r), [ sort(@before, $bb) ], 'after a four-window backfill: keep_backups plus the backfill\'s one');
 multiset_is(ch_rows($bb), $target_before, 'the backfill\'s backup is the target as it was before it');
 is(psql_ok("SELECT count(*) FROM dpwin.publication p JOIN dpwin.invocation i USING (invocation_id)"
 	  . " WHERE i.backfill_id IS NOT NULL AND i.route_id = $rid AND p.backup_dropped_at IS NOT NULL"), 3,
 	'the three later windows dropped the generation they replaced, the backfill\'s own');
 is(psql_ok("SELECT state FROM dpwin_refresh('$r', '" . hour(14) . "')"), 'completed', 'the next hour is published');
 ok(coordinators_gone(), 'its coordinator is gone');
-is(scalar(@{ backups() }), 2, 'once the backfill is completed its backup is one of the kept_backups again');
+is(scalar(@{ backup_tables($db, $r) }), 2, 'once the backfill is completed its backup is one of the kept_backups again');
 multiset_is(ch_rows('tgt'), [ '1|' . psql_ok("SELECT (extract(epoch FROM timestamptz '2026-01-01 00:00:00+00') * 1000000)::bigint") . '|kept',
 		@{ pg_rows("(w >= '2026-09-07 00:00:00+00' AND w < '2026-09-07 04:00:00+00')"
 			  . " OR (w >= '2026-09-08 00:00:00+00' AND w < '" . hour(14) . "')") } ],
@@ -164,7 +154,7 @@ multiset_is(ch_rows('tgt'), [ '1|' . psql_ok("SELECT (extract(epoch FROM timesta
 # --- drop_backups stays -------------------------------------------------------
 
 is(psql_ok("SELECT count(*) FROM dpwin.drop_backups('$r', 1)"), 1, 'drop_backups(route, 1) drops one more');
-is(scalar(@{ backups() }), 1, 'one backup left');
+is(scalar(@{ backup_tables($db, $r) }), 1, 'one backup left');
 is(psql_ok("SELECT backups_kept FROM dpwin.health WHERE route_name = '$r'"), 1, 'dpwin.health counts it');
 
 drop_routes($r);
