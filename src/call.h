@@ -87,7 +87,4 @@ extern Datum dpwin_call_result(FunctionCallInfo fcinfo, const DpwinCallShared *c
 /* A call of the given mode by the current user, in the current database. */
 extern void dpwin_call_init(DpwinCallShared *call, DpwinCallMode mode);
 
-/* The coordinator's entry point (coordinator.c). */
-extern PGDLLEXPORT void dpwin_coordinator_main(Datum main_arg);
-
 #endif							/* DPWIN_CALL_H */

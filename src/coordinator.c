@@ -44,6 +44,7 @@
 
 #include "bgworker.h"
 #include "chprobe.h"
+#include "coordinator.h"
 #include "lease.h"
 #include "names.h"
 #include "progress.h"

@@ -126,7 +126,4 @@ dpwin_extract_types(DpwinExtractShared *sh)
 	return ((char *) sh) + sh->types_offset;
 }
 
-/* Background worker entry point of a chunk worker (worker.c). */
-extern PGDLLEXPORT void dpwin_worker_main(Datum main_arg);
-
 #endif							/* DPWIN_EXTRACT_H */

@@ -53,6 +53,7 @@
 #include "source.h"
 #include "target.h"
 #include "window.h"
+#include "worker.h"
 
 /*
  * The most encoded rows a worker holds before it hands them to the
