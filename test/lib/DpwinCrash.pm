@@ -34,7 +34,7 @@ use DpwinFixture qw(fresh_fixture drop_fixture drop_routes ch_rows uuid_of micro
 our @EXPORT = qw($E1 $E2 crash_setup crash_teardown scenario check_after_fault settle_and_check
   refresh_sql journal state_of chunks_in_state route_state check_route_state leftovers
   hold_locks release_locks pg_up coordinator_pid waits_on_lock sandbox_cmd crash wait_answered
-  crash_in_request start_caller interrupt_caller wait_final);
+  crash_in_request start_caller interrupt_caller wait_final held_evidence_function);
 
 # The two windows of every scenario: E1 published first, E2 faulted.
 our $E1 = '2026-09-08 00:00:00+00';
@@ -48,6 +48,24 @@ my %rs_high;     # route -> highest route_state seen, in microseconds
 # rows every 23 minutes from 09-07 on (through both windows), duplicates, a
 # NULL window and a row at E2 (never extracted); its index src_w is the one
 # DpwinFixture::hold_source() locks.
+# An evidence function in schema $db that waits on the transaction-level
+# advisory lock $key before it logs into $db.ev_log: a session holding that
+# lock (hold_locks) keeps a coordinator inside its evidence step.  Returns
+# the function's signature, for a route's evidence option.
+sub held_evidence_function
+{
+	my ($db, $key) = @_;
+	psql_ok("CREATE TABLE $db.ev_log (invocation_id uuid NOT NULL, metrics jsonb NOT NULL);
+		CREATE FUNCTION $db.record_evidence(inv uuid, metrics jsonb) RETURNS void
+			LANGUAGE plpgsql AS \$\$
+			BEGIN
+				PERFORM pg_advisory_xact_lock($key);
+				INSERT INTO $db.ev_log VALUES (inv, metrics);
+			END
+			\$\$;");
+	return "$db.record_evidence(uuid,jsonb)";
+}
+
 sub crash_setup
 {
 	($db) = @_;

@@ -1095,14 +1095,7 @@ sub setup
 	($db) = @_;
 	crash_setup($db);
 	$evkey = 200_000 + $$ % 100_000;
-	psql_ok("CREATE TABLE $db.ev_log (invocation_id uuid NOT NULL, metrics jsonb NOT NULL);
-		CREATE FUNCTION $db.record_evidence(inv uuid, metrics jsonb) RETURNS void
-			LANGUAGE plpgsql AS \$\$
-			BEGIN
-				PERFORM pg_advisory_xact_lock($evkey);
-				INSERT INTO $db.ev_log VALUES (inv, metrics);
-			END
-			\$\$;");
+	held_evidence_function($db, $evkey);
 	# a request_timeout that no statement but a held one outlasts
 	$slow = "${db}_slow";
 	psql_ok("CREATE SERVER $slow FOREIGN DATA WRAPPER dpwin_clickhouse"

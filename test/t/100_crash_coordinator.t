@@ -33,14 +33,7 @@ my $db = "t100_$$";
 # The checks (a) to (e) after each fault: test/lib/DpwinCrash.pm.
 crash_setup($db);
 my $evkey = 100_000 + $$ % 100_000;
-psql_ok("CREATE TABLE $db.ev_log (invocation_id uuid NOT NULL, metrics jsonb NOT NULL);
-	CREATE FUNCTION $db.record_evidence(inv uuid, metrics jsonb) RETURNS void
-		LANGUAGE plpgsql AS \$\$
-		BEGIN
-			PERFORM pg_advisory_xact_lock($evkey);
-			INSERT INTO $db.ev_log VALUES (inv, metrics);
-		END
-		\$\$;");
+held_evidence_function($db, $evkey);
 
 # Start the E2 refresh of scenario $s in the background.
 sub start_e2

@@ -404,14 +404,7 @@ for my $shape (qw(day month flat))
 # function) is finished before a rollback may replace its generation.
 {
 	my $evkey = 135_000 + $$ % 100_000;
-	psql_ok("CREATE TABLE $db.ev_log (invocation_id uuid NOT NULL, metrics jsonb NOT NULL);
-		CREATE FUNCTION $db.record_evidence(inv uuid, metrics jsonb) RETURNS void
-			LANGUAGE plpgsql AS \$\$
-			BEGIN
-				PERFORM pg_advisory_xact_lock($evkey);
-				INSERT INTO $db.ev_log VALUES (inv, metrics);
-			END
-			\$\$;");
+	held_evidence_function($db, $evkey);
 	my $s = scenario('rb_unfinished', engine => $ENGINE{day}, evidence => "$db.record_evidence(uuid,jsonb)");
 	my $lk = hold_locks("SELECT pg_advisory_xact_lock($evkey)");
 	my $h = bg_psql(refresh_sql($s->{route}, $E2, $s->{inv}));
