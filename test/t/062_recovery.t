@@ -271,7 +271,13 @@ for my $case ([ 'rows', "INSERT INTO `$db`.`%s` VALUES (88, '2026-07-01 00:00:00
 	like($err, qr/^55000: invocation \Q$inv\E cannot be recovered: its snapshot expired before publication/,
 		'killed extracting: recover says the snapshot expired');
 	is(state_of($inv), 'snapshot_expired', 'killed extracting: snapshot_expired');
-	ok(wait_until(sub { !@{ own_tables($route, $inv) } }, 10), 'killed extracting: its staging tables are dropped');
+	# The workers, released from the barrier, notice their coordinator's
+	# end and fence their chunks; once none of them runs, nothing of the
+	# invocation is left.
+	ok(wait_until(sub { psql_ok("SELECT count(*) FROM pg_stat_activity a JOIN dpwin.chunk c ON a.pid = c.worker_pid"
+					  . " WHERE c.invocation_id = '$inv' AND a.backend_type = 'dpwin chunk worker'") == 0 }, 120),
+		'killed extracting: its workers end');
+	ok(wait_until(sub { !@{ own_tables($route, $inv) } }, 60), 'killed extracting: its staging tables are dropped');
 	is_deeply(ch_rows($t), $pre, 'killed extracting: target untouched');
 	is(psql_ok("SELECT state FROM dpwin_refresh('$route', '$E')"), 'completed',
 		'killed extracting: a new invocation re-extracts and completes');
