@@ -172,7 +172,7 @@ spec_from_spi(RouteSpec *spec, MemoryContext mcxt)
 	spec->owner = DatumGetObjectId(dpwin_catalog_not_null(Anum_route_owner, "route"));
 	spec->config_fingerprint = route_text(Anum_route_config_fingerprint);
 	spec->skip_unchanged = DatumGetBool(dpwin_catalog_not_null(Anum_route_skip_unchanged, "route"));
-	/* the evidence function is stored by signature (docs/guide.md) */
+	/* the evidence function is stored by signature (docs/design.md, "The catalog") */
 	d = dpwin_catalog_value(0, Anum_route_evidence_function, &isnull);
 	if (!isnull && !OidIsValid(spec->evidence_function))
 		spec->evidence_missing = TextDatumGetCString(d);

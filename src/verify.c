@@ -2,8 +2,8 @@
  *
  * verify.c
  *	  The coordinator's side of dpwin.verify(): is the target's copy of a
- *	  window still what the source holds?  (docs/guide.md, "Verifying a
- *	  window"; docs/design.md, "Verification".)
+ *	  window still what the source holds?  (docs/design.md,
+ *	  "Verification".)
  *
  *	  The window is planned exactly as a refresh plans it and read under
  *	  one exported snapshot by the same chunk workers and encoders, which

@@ -10,7 +10,7 @@
  *	  that catalog with SQL written for its own version, so every call
  *	  checks the installed version first and refuses a version it was not
  *	  built for, before any I/O, rather than failing half-way on a column
- *	  of another type (docs/guide.md, "Installing and upgrading").
+ *	  of another type (docs/design.md, "The catalog").
  *
  *-------------------------------------------------------------------------
  */

@@ -78,7 +78,7 @@ sub fail_
 
 # ---- setup --------------------------------------------------------------------
 
-sub setup
+sub setup_chaos
 {
 	$db = "chaos_$$";
 	ch_control('POST', '/faults/clear');
@@ -646,7 +646,7 @@ sub main
 	$| = 1;
 	say_("chaos: seed $o{seed}, $trials trials" . (defined $o{length} ? ", at most $o{length} s" : ''));
 	my $start = time;
-	setup();
+	setup_chaos();
 	my $dir = "/tmp/dpwin_chaos_$$";
 	mkdir $dir;
 	spawn(sub { reader("$dir/reader") });

@@ -60,7 +60,7 @@ my %hedged;      # "case branch" -> times taken
 
 # Register an endpoint fault (DpwinFixture::fault), remembered so that the
 # end of the case can check that it fired.
-sub fault
+sub fault_checked
 {
 	my (%f) = @_;
 	push @registered, {%f};
@@ -98,7 +98,7 @@ sub check_fired
 
 # A case whose branch depends on timing: recorded (DpwinEndpoint::hedge)
 # and counted for the summary line.
-sub hedge
+sub hedge_counted
 {
 	my ($case, $branch) = @_;
 	$hedged{"$case $branch"}++;
@@ -185,7 +185,7 @@ sub restart_pg_while_staging
 {
 	my ($s, $hold, $n, $what) = @_;
 	local $Test::Builder::Level = $Test::Builder::Level + 1;
-	fault(pattern => stg_pat($s), mode => 'hold', count => $hold);
+	fault_checked(pattern => stg_pat($s), mode => 'hold', count => $hold);
 	my $h = start_e2($s);
 	ok(wait_running(stg_re($s), $n, phase => 'holding'), "$s->{tag}: $what");
 	restart_pg_lost($h, $s->{tag});
@@ -204,7 +204,7 @@ sub kill_while_extracting
 	my ($s, $pat, $re, $what, $before) = @_;
 	local $Test::Builder::Level = $Test::Builder::Level + 1;
 	my $seq = ch_log_seq();
-	fault(pattern => $pat, mode => 'hold', count => 1);
+	fault_checked(pattern => $pat, mode => 'hold', count => 1);
 	my $h = start_e2($s);
 	ok(wait_running($re, 1, phase => 'holding'), "$s->{tag}: $what");
 	$before->() if $before;
@@ -226,7 +226,7 @@ sub x_committed_then
 {
 	my ($s, $out, $err, $seq, $restarted) = @_;
 	local $Test::Builder::Level = $Test::Builder::Level + 1;
-	hedge("x_lost_restart/$mode", $out eq 'completed' ? 'completed' : 'server_late') if $restarted;
+	hedge_counted("x_lost_restart/$mode", $out eq 'completed' ? 'completed' : 'server_late') if $restarted;
 	if ($out eq 'completed' || !$restarted)
 	{
 		is($out, 'completed', "$s->{tag}: the refresh completes") or diag($err);
@@ -277,7 +277,7 @@ sub after_restart_published
 {
 	my ($s, $out, $err) = @_;
 	local $Test::Builder::Level = $Test::Builder::Level + 1;
-	hedge("x_stubborn_restart/$mode", $out eq 'completed' ? 'completed' : 'server_down');
+	hedge_counted("x_stubborn_restart/$mode", $out eq 'completed' ? 'completed' : 'server_down');
 	if ($out eq 'completed')
 	{
 		check_after_fault($s, which => 'new', state => 'completed', outcome => 'published');
@@ -330,7 +330,7 @@ our @CASES = (
 
 	[ planned => sub {
 		my $s = new_s('planned');
-		fault(pattern => "FROM system.databases WHERE name = '$db'", mode => 'hold', count => 1);
+		fault_checked(pattern => "FROM system.databases WHERE name = '$db'", mode => 'hold', count => 1);
 		my $h = start_e2($s);
 		wait_state($s, 'planned');
 		ok(wait_running(qr/FROM system\.databases WHERE name = '\Q$db\E'/, 1, phase => 'holding'),
@@ -346,7 +346,7 @@ our @CASES = (
 		my $seq = ch_log_seq();
 		my $gen = "$s->{prefix}gen";
 		# the clone's count: each staging digest also counts, with countIf(
-		fault(pattern => "SELECT countIf(", mode => 'hold', count => 1);
+		fault_checked(pattern => "SELECT countIf(", mode => 'hold', count => 1);
 		my $h = start_e2($s);
 		ok(wait_answered($seq, qr/^ALTER TABLE `\Q$db\E`\.`\Q$gen\E(_del)?` ATTACH .* FROM `\Q$db\E`\.`\Q$s->{t}\E`/s),
 			"$s->{tag}: the target was cloned");
@@ -365,7 +365,7 @@ our @CASES = (
 		my $s = new_s('delete');
 		my $seq = ch_log_seq();
 		my $del = "DELETE FROM `$db`.`$s->{prefix}gen_del`";
-		fault(pattern => $del, mode => 'hold', count => 1);
+		fault_checked(pattern => $del, mode => 'hold', count => 1);
 		my $h = start_e2($s);
 		ok(wait_running(qr/^\Q$del\E/, 1, phase => 'holding'), "$s->{tag}: the DELETE waits on the server");
 		crash([ coordinator_pid($s->{inv}) ], $h, $s->{tag});
@@ -377,7 +377,7 @@ our @CASES = (
 
 	[ kill_extracting => sub {
 		my $s = new_s('kxtr');
-		fault(pattern => stg_pat($s), mode => 'hold', count => 4);
+		fault_checked(pattern => stg_pat($s), mode => 'hold', count => 4);
 		my $h = start_e2($s);
 		ok(wait_running(stg_re($s), 2, phase => 'holding'), "$s->{tag}: two staging INSERTs are on the server");
 		crash([ coordinator_pid($s->{inv}) ], $h, $s->{tag});
@@ -389,7 +389,7 @@ our @CASES = (
 	[ kill_verified => sub {
 		my $s = new_s('kver');
 		my $seq = ch_log_seq();
-		fault(pattern => staged_attach_pattern($s), mode => 'hold', count => 1);
+		fault_checked(pattern => staged_attach_pattern($s), mode => 'hold', count => 1);
 		my $h = start_e2($s);
 		wait_state($s, 'verified');
 		ok(wait_running(staged_attach_re($s), 1, phase => 'holding'),
@@ -406,7 +406,7 @@ our @CASES = (
 
 	[ kill_intent => sub {
 		my $s = new_s('kint');
-		fault(pattern => xpat($s), mode => 'hold', count => 1);
+		fault_checked(pattern => xpat($s), mode => 'hold', count => 1);
 		my $h = start_e2($s);
 		wait_state($s, 'publishing');
 		ok(wait_running(exchange_re($s->{t}), 1, phase => 'holding'), "$s->{tag}: the EXCHANGE waits on the server");
@@ -423,7 +423,7 @@ our @CASES = (
 		# the held EXCHANGE runs on the server after its coordinator died
 		my $s = new_s('kxch');
 		my $seq = ch_log_seq();
-		fault(pattern => xpat($s), mode => 'hold', count => 1);
+		fault_checked(pattern => xpat($s), mode => 'hold', count => 1);
 		my $h = start_e2($s);
 		wait_state($s, 'publishing');
 		ok(wait_running(exchange_re($s->{t}), 1, phase => 'holding'), "$s->{tag}: the EXCHANGE waits on the server");
@@ -439,7 +439,7 @@ our @CASES = (
 	[ kill_exchanged => sub {
 		my $s = new_s('kxd');
 		my $seq = ch_log_seq();
-		fault(pattern => xpat($s), mode => 'hold', count => 1);
+		fault_checked(pattern => xpat($s), mode => 'hold', count => 1);
 		my $h = start_e2($s);
 		wait_state($s, 'publishing');
 		my $lk = hold_locks("SELECT 1 FROM dpwin.publication WHERE invocation_id = '$s->{inv}' FOR UPDATE");
@@ -489,7 +489,7 @@ our @CASES = (
 	[ kill_completed => sub {
 		my $s = new_s('kcmp');
 		my $stg = "$s->{prefix}stg_0_0";
-		fault(pattern => "DROP TABLE IF EXISTS `$db`.`$stg`", mode => 'hold', count => 1);
+		fault_checked(pattern => "DROP TABLE IF EXISTS `$db`.`$stg`", mode => 'hold', count => 1);
 		my $h = start_e2($s);
 		wait_state($s, 'completed');
 		ok(wait_running(qr/^DROP TABLE IF EXISTS `\Q$db\E`\.`\Q$stg\E`/, 1, phase => 'holding'),
@@ -507,7 +507,7 @@ our @CASES = (
 		# fail on the server: nothing was read from the source yet
 		my $s = new_skip_s('skdg', "(9, '2026-09-08 01:00:00', 'added behind dpwin')");
 		my $pat = "GROUP BY __dpwin_chunk ORDER BY __dpwin_chunk";
-		fault(pattern => $pat, mode => 'error', code => 241, count => 1);
+		fault_checked(pattern => $pat, mode => 'error', code => 241, count => 1);
 		my $seq = ch_log_seq();
 		my ($rc, $out, $err) = run_e2($s);
 		like($err, qr/ERROR:\s+\w{5}: ClickHouse error 241 /, "$s->{tag}: the refresh fails with the server's error")
@@ -589,7 +589,7 @@ our @CASES = (
 
 	[ worker_error => sub {
 		my $s = new_s('werr');
-		fault(pattern => "INSERT INTO `$db`.`$s->{prefix}stg_0_0` (", mode => 'error', code => 53, count => 1);
+		fault_checked(pattern => "INSERT INTO `$db`.`$s->{prefix}stg_0_0` (", mode => 'error', code => 53, count => 1);
 		my ($rc, $out, $err) = run_e2($s);
 		like($err, qr/ERROR:\s+HV000: ClickHouse error 53 while inserting rows of chunk 0/,
 			"$s->{tag}: the refresh fails with the worker's error") or diag($err);
@@ -606,7 +606,7 @@ our @CASES = (
 	[ pgr_verified => sub {
 		my $s = new_s('pgrv');
 		my $seq = ch_log_seq();
-		fault(pattern => staged_attach_pattern($s), mode => 'hold', count => 1);
+		fault_checked(pattern => staged_attach_pattern($s), mode => 'hold', count => 1);
 		my $h = start_e2($s);
 		ok(wait_running(staged_attach_re($s), 1, phase => 'holding'),
 			"$s->{tag}: the attach of the staged parts waits on the server");
@@ -620,7 +620,7 @@ our @CASES = (
 	[ pgr_intent => sub {
 		my $s = new_s('pgri');
 		my $seq = ch_log_seq();
-		fault(pattern => xpat($s), mode => 'hold', count => 1);
+		fault_checked(pattern => xpat($s), mode => 'hold', count => 1);
 		my $h = start_e2($s);
 		wait_state($s, 'publishing');
 		ok(wait_running(exchange_re($s->{t}), 1, phase => 'holding'), "$s->{tag}: the EXCHANGE waits on the server");
@@ -637,7 +637,7 @@ our @CASES = (
 
 	[ refused => sub {
 		my $s = new_s('refu');
-		fault(mode => 'refuse', count => 1000);
+		fault_checked(mode => 'refuse', count => 1000);
 		my ($rc, $out, $err) = run_e2($s);
 		ch_control('POST', '/faults/clear');
 		like($err, qr/ERROR:\s+08006: lost the connection to ClickHouse server /,
@@ -648,7 +648,7 @@ our @CASES = (
 
 	[ chr_extracting => sub {
 		my $s = new_s('chrx');
-		fault(pattern => stg_pat($s), mode => 'hold', count => 2);
+		fault_checked(pattern => stg_pat($s), mode => 'hold', count => 2);
 		my $h = start_e2($s);
 		ok(wait_running(stg_re($s), 2, phase => 'holding'), "$s->{tag}: two staging INSERTs are held on the server");
 		sandbox_cmd('restart-ch');
@@ -656,7 +656,7 @@ our @CASES = (
 		# The interrupted chunks are retried with backoff; the refresh fails
 		# if the endpoint is not back before the retries run out (on a
 		# loaded machine its restart can take that long): recorded.
-		hedge("chr_extracting/$mode", $out eq 'completed' ? 'completed' : 'retries_out');
+		hedge_counted("chr_extracting/$mode", $out eq 'completed' ? 'completed' : 'retries_out');
 		if ($out eq 'completed')
 		{
 			check_after_fault($s, which => 'new', state => 'completed', outcome => 'published');
@@ -677,7 +677,7 @@ our @CASES = (
 		# the endpoint restarts while the staged parts are attached: the
 		# attach is lost before the intent, nothing is published
 		my $s = new_s('chrv');
-		fault(pattern => staged_attach_pattern($s), mode => 'hold', count => 1);
+		fault_checked(pattern => staged_attach_pattern($s), mode => 'hold', count => 1);
 		my $h = start_e2($s);
 		ok(wait_running(staged_attach_re($s), 1, phase => 'holding'),
 			"$s->{tag}: the attach of the staged parts waits on the server");
@@ -686,7 +686,7 @@ our @CASES = (
 		# either dpwin builds again and completes, or it fails before the intent
 		my $state = state_of($s->{inv});
 		ok($state =~ /^(completed|failed)$/, "$s->{tag}: the refresh ended ($state)") or diag($err);
-		hedge("chr_verified/$mode", $state);
+		hedge_counted("chr_verified/$mode", $state);
 		if ($state eq 'completed')
 		{
 			check_after_fault($s, which => 'new', state => 'completed', outcome => 'published');
@@ -701,7 +701,7 @@ our @CASES = (
 
 	[ chr_publishing => sub {
 		my $s = new_s('chrp');
-		fault(pattern => xpat($s), mode => 'hold', count => 1);
+		fault_checked(pattern => xpat($s), mode => 'hold', count => 1);
 		my $h = start_e2($s);
 		ok(wait_running(exchange_re($s->{t}), 1, phase => 'holding'), "$s->{tag}: the EXCHANGE is held on the server");
 		sandbox_cmd('restart-ch');
@@ -710,7 +710,7 @@ our @CASES = (
 		# runs and exchanges once more -- unless that question itself gets
 		# no answer in time (a loaded machine), when it leaves the
 		# invocation publishing for recover(), as in the hidden mode.
-		hedge("chr_publishing/$mode", $out eq 'completed' ? 'completed'
+		hedge_counted("chr_publishing/$mode", $out eq 'completed' ? 'completed'
 			: $err =~ /while settling query/ ? 'unsettled' : 'left_to_recover');
 		if ($mode eq 'visible' && $out eq 'completed')
 		{
@@ -738,7 +738,7 @@ our @CASES = (
 		my $seq = ch_log_seq();
 		my $stg = "$s->{prefix}stg_0_0";
 		my $re = qr/^INSERT INTO `\Q$db\E`\.`\Q$stg\E`/;
-		fault(pattern => "INSERT INTO `$db`.`$stg`", mode => 'hold', count => 1);
+		fault_checked(pattern => "INSERT INTO `$db`.`$stg`", mode => 'hold', count => 1);
 		my ($rc, $out, $err) = run_e2($s);
 		is($out, 'completed', "$s->{tag}: the refresh completes") or diag($err);
 		if ($mode eq 'visible')
@@ -759,7 +759,7 @@ our @CASES = (
 	[ x_late => sub {
 		my $s = new_s('xlat', server => $slow);
 		my $seq = ch_log_seq();
-		fault(pattern => xpat($s), mode => 'hold', count => 1);
+		fault_checked(pattern => xpat($s), mode => 'hold', count => 1);
 		if ($mode eq 'visible')
 		{
 			my ($rc, $out, $err) = run_e2($s);
@@ -788,7 +788,7 @@ our @CASES = (
 		# arrives on it: the EXCHANGE is dropped unrun, its reply lost
 		my $s = new_s('idlx');
 		my $seq = ch_log_seq();
-		fault(pattern => xpat($s), mode => 'idle_close', ms => 0, count => 1);
+		fault_checked(pattern => xpat($s), mode => 'idle_close', ms => 0, count => 1);
 		my ($rc, $out, $err) = run_e2($s);
 		my @x = exchanges($seq, $s->{t});
 		is($x[0]{status}, 'idle-closed', "$s->{tag}: the EXCHANGE reached the server on a connection it closed");
@@ -822,7 +822,7 @@ our @CASES = (
 		# without a reply
 		my $s = new_s('xlst');
 		my $seq = ch_log_seq();
-		fault(pattern => xpat($s), mode => 'lost', count => 1);
+		fault_checked(pattern => xpat($s), mode => 'lost', count => 1);
 		my ($rc, $out, $err) = run_e2($s);
 		my @x = exchanges($seq, $s->{t});
 		is(join(',', map { $_->{status} } @x), 'lost', "$s->{tag}: one EXCHANGE, run, its reply lost; no second one");
@@ -834,7 +834,7 @@ our @CASES = (
 		# it replies
 		my $s = new_s('xlrs');
 		my $seq = ch_log_seq();
-		fault(pattern => xpat($s), mode => 'hold_reply', count => 1);
+		fault_checked(pattern => xpat($s), mode => 'hold_reply', count => 1);
 		my $h = start_e2($s);
 		ok(wait_until(sub { grep { $_->{query} =~ exchange_re($s->{t}) } holds() }, 60),
 			"$s->{tag}: the EXCHANGE ran; its reply is held");
@@ -851,7 +851,7 @@ our @CASES = (
 		# the EXCHANGE ignores KILL QUERY and outlasts request_timeout
 		my $s = new_s('xstb', server => $slow);
 		my $seq = ch_log_seq();
-		fault(pattern => xpat($s), mode => 'stubborn', count => 1);
+		fault_checked(pattern => xpat($s), mode => 'stubborn', count => 1);
 		my ($rc, $out, $err) = run_e2($s);
 		ok(wait_running(exchange_re($s->{t}), 1, phase => 'holding'), "$s->{tag}: the EXCHANGE still runs on the server");
 		only_held_timed_out($s, $seq, qr/^(EXCHANGE TABLES|KILL QUERY)/);
@@ -874,7 +874,7 @@ our @CASES = (
 		my $seq0 = $seq;
 		my $pat = "RENAME TABLE `$db`.`$s->{prefix}gen` TO";
 		my $re = qr/^\Q$pat\E/;
-		fault(pattern => $pat, mode => 'stubborn', count => 1);
+		fault_checked(pattern => $pat, mode => 'stubborn', count => 1);
 		my ($rc, $out, $err) = run_e2($s);
 		ok(wait_running($re, 1, phase => 'holding'), "$s->{tag}: the RENAME still runs on the server");
 		only_held_timed_out($s, $seq, qr/^(RENAME TABLE|KILL QUERY)/);
@@ -908,7 +908,7 @@ our @CASES = (
 		my $seq = ch_log_seq();
 		my $stg = "$s->{prefix}stg_0_0";
 		my $re = qr/^INSERT INTO `\Q$db\E`\.`\Q$stg\E`/;
-		fault(pattern => "INSERT INTO `$db`.`$stg`", mode => 'stubborn', count => 1);
+		fault_checked(pattern => "INSERT INTO `$db`.`$stg`", mode => 'stubborn', count => 1);
 		my $h = start_e2($s);
 		ok(wait_running($re, 1, phase => 'holding'), "$s->{tag}: the INSERT has its rows and is held on the server");
 		my ($qid) = map { $_->{query_id} } grep { $_->{query} =~ $re } running();
@@ -940,7 +940,7 @@ our @CASES = (
 		# ClickHouse restarts while the EXCHANGE, which ignores KILL QUERY,
 		# runs: the server lets it finish and answers it before it stops
 		my $s = new_s('xsrs');
-		fault(pattern => xpat($s), mode => 'stubborn', count => 1);
+		fault_checked(pattern => xpat($s), mode => 'stubborn', count => 1);
 		my $h = start_e2($s);
 		ok(wait_running(exchange_re($s->{t}), 1, phase => 'holding'), "$s->{tag}: the EXCHANGE runs on the server");
 		sandbox_cmd('restart-ch');
@@ -957,7 +957,7 @@ our @CASES = (
 		my $s = new_s('isrs');
 		my $stg = "$s->{prefix}stg_0_0";
 		my $re = qr/^INSERT INTO `\Q$db\E`\.`\Q$stg\E`/;
-		fault(pattern => "INSERT INTO `$db`.`$stg`", mode => 'stubborn', count => 1);
+		fault_checked(pattern => "INSERT INTO `$db`.`$stg`", mode => 'stubborn', count => 1);
 		my $h = start_e2($s);
 		ok(wait_running($re, 1, phase => 'holding'), "$s->{tag}: the INSERT has its rows and runs on the server");
 		# the other chunks staged first, so that the restart meets this one only
@@ -969,7 +969,7 @@ our @CASES = (
 		is($st[0], '200', "$s->{tag}: the INSERT committed in the restart and was answered");
 		# the chunk's verification, right after, meets the server down
 		# (or, if it is back by then, the refresh completes): recorded
-		hedge("ins_stubborn_restart/$mode", $out eq 'completed' ? 'completed' : 'server_down');
+		hedge_counted("ins_stubborn_restart/$mode", $out eq 'completed' ? 'completed' : 'server_down');
 		if ($out eq 'completed')
 		{
 			check_after_fault($s, which => 'new', state => 'completed', outcome => 'published');
@@ -991,8 +991,8 @@ our @CASES = (
 		return if $mode eq 'hidden';
 		my $s = new_s('xuna', server => $slow);
 		my $seq = ch_log_seq();
-		fault(pattern => xpat($s), mode => 'stubborn', count => 1);
-		fault(pattern => "FROM system.processes WHERE query_id = 'dpwin-$s->{inv}-exchange-", mode => 'lost',
+		fault_checked(pattern => xpat($s), mode => 'stubborn', count => 1);
+		fault_checked(pattern => "FROM system.processes WHERE query_id = 'dpwin-$s->{inv}-exchange-", mode => 'lost',
 			count => 1000);
 		my ($rc, $out, $err) = run_e2($s);
 		like($err, qr/ERROR:\s+08006: lost the connection to ClickHouse server .*while settling query dpwin-\Q$s->{inv}\E-exchange-/,
@@ -1019,7 +1019,7 @@ our @CASES = (
 		(
 			[ "${how}_extracting" => sub {
 				my $s = new_s("${h3}x");
-				fault(pattern => stg_pat($s), mode => 'hold', count => 4);
+				fault_checked(pattern => stg_pat($s), mode => 'hold', count => 4);
 				my ($h, $pid) = matrix_caller($s);
 				ok(wait_running(stg_re($s), 2, phase => 'holding'), "$s->{tag}: two staging INSERTs are on the server");
 				interrupt_caller($s, $how, $h, $pid);
@@ -1030,7 +1030,7 @@ our @CASES = (
 			} ],
 			[ "${how}_building" => sub {
 				my $s = new_s("${h3}b");
-				fault(pattern => staged_attach_pattern($s), mode => 'hold', count => 1);
+				fault_checked(pattern => staged_attach_pattern($s), mode => 'hold', count => 1);
 				my ($h, $pid) = matrix_caller($s);
 				ok(wait_running(staged_attach_re($s), 1, phase => 'holding'),
 					"$s->{tag}: the attach of the staged parts is on the server");
@@ -1042,7 +1042,7 @@ our @CASES = (
 			} ],
 			[ "${how}_publishing" => sub {
 				my $s = new_s("${h3}p");
-				fault(pattern => xpat($s), mode => 'hold', count => 1);
+				fault_checked(pattern => xpat($s), mode => 'hold', count => 1);
 				my ($h, $pid) = matrix_caller($s);
 				wait_state($s, 'publishing');
 				ok(wait_running(exchange_re($s->{t}), 1, phase => 'holding'), "$s->{tag}: the EXCHANGE is on the server");
@@ -1062,7 +1062,7 @@ our @CASES = (
 		# server then denies the attach of the staged parts
 		my $s = new_s('lpd', server => $lp);
 		my $seq = ch_log_seq();
-		fault(pattern => staged_attach_pattern($s), mode => 'error', code => 497, count => 1);
+		fault_checked(pattern => staged_attach_pattern($s), mode => 'error', code => 497, count => 1);
 		my ($rc, $out, $err) = run_e2($s);
 		like($err, qr/ERROR:\s+42501: /, "$s->{tag}: the refresh fails with the denial") or diag($err);
 		my %users = map { $_->{user} => 1 } grep { index($_->{query}, $db) >= 0 } log_entries($seq);
@@ -1077,7 +1077,7 @@ our @CASES = (
 		my $s = new_s('idle');
 		my $seq = ch_log_seq();
 		my $pat = staged_attach_pattern($s);
-		fault(pattern => $pat, mode => 'idle_close', ms => 0, count => 1);
+		fault_checked(pattern => $pat, mode => 'idle_close', ms => 0, count => 1);
 		my ($rc, $out, $err) = run_e2($s);
 		like($err, qr/ERROR:\s+08006: lost the connection to ClickHouse server/, "$s->{tag}: the refresh fails with a lost reply")
 		  or diag($err);
@@ -1090,7 +1090,7 @@ our @CASES = (
 	} ],
 );
 
-sub setup
+sub setup_matrix
 {
 	($db) = @_;
 	crash_setup($db);
@@ -1139,7 +1139,7 @@ sub run_matrix
 	my $chosen = $shape_no;
 	die "the fault matrix needs an odd number of cases to share them out so\n" unless @CASES % 2;
 	my $t0 = time;
-	setup($database);
+	setup_matrix($database);
 	for my $md ('visible', 'hidden')
 	{
 		($mode, $m) = ($md, substr($md, 0, 1));
