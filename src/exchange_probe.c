@@ -21,6 +21,7 @@
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
+#include "utils/snapmgr.h"
 
 #include "catalog.h"
 #include "exchange_probe.h"
@@ -101,7 +102,10 @@ catalog_statement(const char *sql, const char *server_name,
 	args[1] = CStringGetTextDatum(database);
 	args[2] = uuid != NULL ? CStringGetTextDatum(uuid) : (Datum) 0;
 	SPI_connect();
+	/* a refresh's steps run outside a portal: SPI needs a snapshot */
+	PushActiveSnapshot(GetTransactionSnapshot());
 	n = dpwin_catalog_exec(sql, uuid != NULL ? 3 : 2, types, args, NULL, false);
+	PopActiveSnapshot();
 	SPI_finish();
 	if (own)
 		CommitTransactionCommand();

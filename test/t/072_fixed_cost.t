@@ -1,0 +1,152 @@
+# The fixed cost of a refresh before its rows (docs/admission.md): the
+# EXCHANGE probe is asked of ClickHouse once per database, whose answer
+# dpwin.exchange_probe keeps by the database's UUID, and the first
+# admission reads the server's facts and the target's at once.
+#   - the first refresh in a database probes, and its row names the
+#     database's UUID; the refresh of another fresh target in the same
+#     database (a new coordinator) sends no probe statement;
+#   - a database dropped and created again (another UUID) is probed again;
+#     deleting the row forces a new probe;
+#   - a refresh sends one statement of the server's facts and one of the
+#     target's per admission, and the first two run at the same time: the
+#     server's facts are answered while the target's are held on the
+#     server.
+use strict;
+use warnings;
+use Test::More;
+use DpwinTest;
+use DpwinFixture qw(fault fresh_fixture drop_fixture create_event_source new_event_route new_uuid route_id
+  invocation_prefix refresh_row_sql bg_psql bg_finish ch_rows after_refresh);
+use DpwinEndpoint qw(release wait_running wait_logged running);
+
+my $db = "t072_$$";
+my $E = '2026-09-09 00:00:00+00';
+
+ch_control('POST', '/faults/clear');
+fresh_fixture($db, $db);
+create_event_source();
+
+sub db_uuid
+{
+	my $u = ch_ok("SELECT toString(uuid) FROM system.databases WHERE name = '$db'");
+	chomp $u;
+	return $u;
+}
+
+# The rows of dpwin.exchange_probe for the fixture's database, as uuid
+# lines, sorted.
+sub probe_rows
+{
+	return psql_ok("SELECT string_agg(database_uuid::text, ' ' ORDER BY database_uuid) FROM dpwin.exchange_probe"
+		  . " WHERE server_name = 'sandbox_ch' AND database_name = '$db'");
+}
+
+# Refresh a new route to a fresh target; returns (state, the invocation's
+# table prefix, the query log of the refresh).
+sub refresh_fresh_target
+{
+	my ($tag) = @_;
+	my ($route, $t) = new_event_route($tag);
+	my $pre = ch_rows($t);
+	my $inv = new_uuid();
+	my $prefix = invocation_prefix(route_id($route), $inv);
+	my $seq = ch_log_seq();
+	my (undef, $state) = split /\|/, psql_ok(refresh_row_sql($route, $E, $inv));
+	my @log = ch_log_since($seq);
+	is_deeply(ch_rows($t), after_refresh($pre, $E), "$tag: the target holds the new window");
+	return ($state, $prefix, @log);
+}
+
+# The probe's statements in a refresh's log: its scratch tables' CREATE,
+# EXCHANGE and DROP, and a read of the database of its own.
+sub probe_statements
+{
+	my ($prefix, @log) = @_;
+	return grep {
+		$_->{query} =~ /\Q${prefix}\Eprobe_/
+		  || $_->{query} =~ /^SELECT engine, toString\(uuid\) FROM system\.databases/
+	} @log;
+}
+
+# ---- the first refresh in a database probes, the next one does not ----------
+
+my $uuid1 = db_uuid();
+{
+	is(probe_rows(), '', 'a new database: dpwin.exchange_probe has no row for it');
+	my ($state, $prefix, @log) = refresh_fresh_target('first');
+	is($state, 'completed', 'first: the refresh of a fresh target completes');
+	my @probe = probe_statements($prefix, @log);
+	is(scalar(grep { $_->{query} =~ /^CREATE TABLE `\Q$db\E`\.`\Q${prefix}\Eprobe_[0-9a-f]{16}_[ab]`/ } @probe), 2,
+		'first: the probe creates its two scratch tables');
+	is(scalar(grep { $_->{query} =~ /^EXCHANGE TABLES `\Q$db\E`\.`\Q${prefix}\Eprobe_/ } @probe), 1,
+		'first: ... and exchanges them');
+	is(probe_rows(), $uuid1, 'first: the probe\'s answer is kept under the database\'s UUID');
+}
+
+{
+	my ($state, $prefix, @log) = refresh_fresh_target('second');
+	is($state, 'completed', 'second: the refresh of another fresh target in the database completes');
+	is(scalar(probe_statements($prefix, @log)), 0, 'second: it sends no probe statement');
+	is(probe_rows(), $uuid1, 'second: the row is the one the first probe wrote');
+}
+
+# ---- a database created again is probed again; a deleted row forces a probe --
+
+{
+	ch_ok("DROP DATABASE `$db` SYNC");
+	ch_ok("CREATE DATABASE `$db` ENGINE = Atomic");
+	my $uuid2 = db_uuid();
+	isnt($uuid2, $uuid1, 'the database created again has another UUID');
+	my ($state, $prefix, @log) = refresh_fresh_target('recreated');
+	is($state, 'completed', 'recreated: the refresh completes');
+	is(scalar(grep { $_->{query} =~ /^EXCHANGE TABLES `\Q$db\E`\.`\Q${prefix}\Eprobe_/ } @log), 1,
+		'recreated: the database is probed again');
+	like(probe_rows(), qr/\Q$uuid2\E/, 'recreated: its answer is kept under the new UUID');
+
+	is(psql_ok("WITH d AS (DELETE FROM dpwin.exchange_probe WHERE database_name = '$db' RETURNING 1) SELECT count(*) FROM d"),
+		2, 'a DBA deletes the rows of the database');
+	($state, $prefix, @log) = refresh_fresh_target('forced');
+	is($state, 'completed', 'forced: the refresh completes');
+	is(scalar(grep { $_->{query} =~ /^EXCHANGE TABLES `\Q$db\E`\.`\Q${prefix}\Eprobe_/ } @log), 1,
+		'forced: without its row the database is probed again');
+	is(probe_rows(), $uuid2, 'forced: and its row is back');
+}
+
+# ---- admission's statements ----------------------------------------------------
+
+{
+	my ($state, $prefix, @log) = refresh_fresh_target('admission');
+	is($state, 'completed', 'admission: the refresh completes');
+	my @version = grep { $_->{query} =~ /^SELECT version\(\)/ } @log;
+	my @target = grep { $_->{query} =~ /^SELECT 'D', engine/ } @log;
+	is(scalar(@version), 1, 'admission: the server\'s facts are read once');
+	is(scalar(@target), 2, 'admission: the target\'s facts once per admission: at the start and before the build');
+	is(scalar(grep { $_->{query} =~ /system\.(databases|functions|row_policies|projections)/ } @log),
+		scalar(@target), 'admission: no other statement reads what admission reads');
+	like($target[0]{query} // '', qr/\nUNION ALL SELECT 'U', toString\(uuid\), '', '', '', '', '' FROM system\.databases WHERE name = '\Q$db\E'\n/,
+		'admission: the target\'s statement reads the database\'s UUID');
+}
+
+# The first two at the same time: hold the target's statement on the
+# server; the server's facts are read and answered meanwhile.
+{
+	my ($route) = new_event_route('overlap');
+	my $inv = new_uuid();
+	my $facts = "SELECT 'D', engine, '', '', '', '', '' FROM system.databases WHERE name = '$db'";
+	fault(pattern => $facts, mode => 'hold', count => 1);
+	my $seq = ch_log_seq();
+	my $h = bg_psql(refresh_row_sql($route, $E, $inv));
+	ok(wait_running(qr/^\Q$facts\E/, 1, phase => 'holding'), 'overlap: the target\'s facts wait on the server');
+	ok(wait_logged($seq, qr/^SELECT version\(\)/, answered => 1), 'overlap: the server\'s facts are answered');
+	is(scalar(grep { $_->{phase} eq 'holding' && $_->{query} =~ /^\Q$facts\E/ } running()), 1,
+		'overlap: ... while the target\'s facts are still held');
+	is(release($facts), 1, 'overlap: the target\'s facts are released');
+	my ($rc, $out, $err) = bg_finish($h);
+	is($rc, 0, 'overlap: the refresh completes') or diag($err);
+	like($out, qr/\|completed\|/, 'overlap: completed');
+}
+
+ch_control('POST', '/faults/clear');
+drop_fixture();
+
+done_testing();
