@@ -8,9 +8,8 @@
 #   - a database dropped and created again (another UUID) is probed again;
 #     deleting the row forces a new probe;
 #   - a refresh sends one statement of the server's facts and one of the
-#     target's per admission, and the first two run at the same time: the
-#     server's facts are answered while the target's are held on the
-#     server.
+#     target's per admission, and the first two run at the same time:
+#     either is answered while the other is held on the server.
 use strict;
 use warnings;
 use Test::More;
@@ -127,20 +126,24 @@ my $uuid1 = db_uuid();
 		'admission: the target\'s statement reads the database\'s UUID');
 }
 
-# The first two at the same time: hold the target's statement on the
-# server; the server's facts are read and answered meanwhile.
+# The first two at the same time: hold either on the server, and the
+# other is answered meanwhile (one after the other, the second would not
+# be sent while the first is held).
+for my $held (qw(target server))
 {
-	my ($route) = new_event_route('overlap');
+	my ($route) = new_event_route("overlap_$held");
 	my $inv = new_uuid();
-	my $facts = "SELECT 'D', engine, '', '', '', '', '' FROM system.databases WHERE name = '$db'";
-	fault(pattern => $facts, mode => 'hold', count => 1);
+	my $target = "SELECT 'D', engine, '', '', '', '', '' FROM system.databases WHERE name = '$db'";
+	my $server = "SELECT version(), (SELECT count() FROM system.tables WHERE database = 'system' AND name = 'projections')";
+	my ($hold, $other) = $held eq 'target' ? ($target, $server) : ($server, $target);
+	fault(pattern => $hold, mode => 'hold', count => 1);
 	my $seq = ch_log_seq();
 	my $h = bg_psql(refresh_row_sql($route, $E, $inv));
-	ok(wait_running(qr/^\Q$facts\E/, 1, phase => 'holding'), 'overlap: the target\'s facts wait on the server');
-	ok(wait_logged($seq, qr/^SELECT version\(\)/, answered => 1), 'overlap: the server\'s facts are answered');
-	is(scalar(grep { $_->{phase} eq 'holding' && $_->{query} =~ /^\Q$facts\E/ } running()), 1,
-		'overlap: ... while the target\'s facts are still held');
-	is(release($facts), 1, 'overlap: the target\'s facts are released');
+	ok(wait_running(qr/^\Q$hold\E/, 1, phase => 'holding'), "overlap: the $held facts wait on the server");
+	ok(wait_logged($seq, qr/^\Q$other\E/, answered => 1, timeout => 30), "overlap: ... while the other statement is answered");
+	is(scalar(grep { $_->{phase} eq 'holding' && $_->{query} =~ /^\Q$hold\E/ } running()), 1,
+		"overlap: ... the $held facts still held");
+	is(release($hold), 1, "overlap: the $held facts are released");
 	my ($rc, $out, $err) = bg_finish($h);
 	is($rc, 0, 'overlap: the refresh completes') or diag($err);
 	like($out, qr/\|completed\|/, 'overlap: completed');
