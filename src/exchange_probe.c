@@ -18,7 +18,9 @@
 #include "dpwin.h"
 
 #include "access/xact.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_type.h"
+#include "utils/lsyscache.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
@@ -98,6 +100,19 @@ catalog_statement(const char *sql, const char *server_name,
 
 	if (own)
 		StartTransactionCommand();
+
+	/*
+	 * A catalog of an older version, which a library of this one reads only
+	 * while the update is tested, has no such table: nothing is kept.
+	 */
+	if (!OidIsValid(get_relname_relid("exchange_probe",
+									  get_namespace_oid("dpwin", false))))
+	{
+		if (own)
+			CommitTransactionCommand();
+		MemoryContextSwitchTo(cxt);
+		return 0;
+	}
 	args[0] = CStringGetTextDatum(server_name);
 	args[1] = CStringGetTextDatum(database);
 	args[2] = uuid != NULL ? CStringGetTextDatum(uuid) : (Datum) 0;
