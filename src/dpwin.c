@@ -14,6 +14,7 @@
 
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "learned.h"
 #include "progress.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
@@ -69,6 +70,8 @@ _PG_init(void)
 
 	/* the shared memory that dpwin.max_invocations sizes */
 	dpwin_progress_init(dpwin_max_invocations);
+	/* what the processes learn about servers, for every later one */
+	dpwin_learned_init();
 
 	MarkGUCPrefixReserved("dpwin");
 }
