@@ -78,8 +78,8 @@ extern DpwinRefusal *dpwin_admission_check_like_target(const DpwinTargetInfo *ta
 
 /*
  * Does EXCHANGE TABLES work in the target database?  Asked of ClickHouse
- * only once per database (exchange_probe.c, which keeps the answer in
- * dpwin.exchange_probe by the database's UUID); a clear error when it does
+ * only once per database and UUID while PostgreSQL runs (exchange_probe.c);
+ * a clear error when it does
  * not, or when the server is too old for Atomic/EXCHANGE/DateTime64.  The
  * probe's two scratch tables are named name_prefix + "probe_<random>_a/_b":
  * a refresh passes its invocation's table prefix, so that recovery drops

@@ -2,146 +2,35 @@
  *
  * exchange_probe.c
  *	  The EXCHANGE probe: does EXCHANGE TABLES work in a ClickHouse
- *	  database?  Two scratch tables are created, exchanged and dropped; a
- *	  database where that worked is kept in dpwin.exchange_probe by its
- *	  server, its name and the UUID the server gives it, so that no later
- *	  refresh asks again (docs/admission.md, "The EXCHANGE probe").  A
+ *	  database?  Two scratch tables are created, exchanged and dropped.  A
+ *	  database where that worked is remembered in shared memory
+ *	  (learned.c) by its server's URL, its name and the UUID the server
+ *	  gives it, so that no later refresh asks again until PostgreSQL
+ *	  restarts (docs/design.md, "The conversation with ClickHouse").  A
  *	  database dropped and created again has another UUID and is probed
  *	  again.
  *
  *	  Admission (admission.c) checks the server and the database's engine
- *	  and reads the database's UUID first; this file owns only the probe's
- *	  statements and its catalog row.
+ *	  and reads the database's UUID first; this file owns only the probe.
  *
  *-------------------------------------------------------------------------
  */
 #include "dpwin.h"
 
-#include "access/xact.h"
-#include "catalog/namespace.h"
-#include "catalog/pg_type.h"
-#include "utils/lsyscache.h"
 #include "utils/builtins.h"
-#include "utils/memutils.h"
-#include "utils/snapmgr.h"
 
-#include "catalog.h"
 #include "exchange_probe.h"
+#include "learned.h"
 #include "target.h"
-
-/*
- * Databases whose EXCHANGE worked, or that dpwin.exchange_probe named, in
- * this backend; recorded: the catalog holds the row (a probe run in a
- * read-only transaction writes it at the next call).
- */
-typedef struct ProbedDatabase
-{
-	char	   *server_name;
-	char	   *database;
-	char	   *uuid;
-	bool		recorded;
-} ProbedDatabase;
-
-static List *probed = NIL;
 
 static void probe_cleanup(ChClient *client, const char *qa, const char *qb,
 						  MemoryContext cxt);
 
-/* The backend's entry for the database, or NULL. */
-static ProbedDatabase *
-probed_find(const char *server_name, const char *database, const char *uuid)
+/* What a probe of database on the server at url is remembered under. */
+static char *
+probe_key(const char *url, const char *database)
 {
-	ListCell   *lc;
-
-	foreach(lc, probed)
-	{
-		ProbedDatabase *p = lfirst(lc);
-
-		if (strcmp(p->server_name, server_name) == 0 &&
-			strcmp(p->database, database) == 0 &&
-			strcmp(p->uuid, uuid) == 0)
-			return p;
-	}
-	return NULL;
-}
-
-/* Remember a database for the life of the backend. */
-static ProbedDatabase *
-probed_add(const char *server_name, const char *database, const char *uuid,
-		   bool recorded)
-{
-	MemoryContext cxt = MemoryContextSwitchTo(TopMemoryContext);
-	ProbedDatabase *p = palloc(sizeof(ProbedDatabase));
-
-	p->server_name = pstrdup(server_name);
-	p->database = pstrdup(database);
-	p->uuid = pstrdup(uuid);
-	p->recorded = recorded;
-	probed = lappend(probed, p);
-	MemoryContextSwitchTo(cxt);
-	return p;
-}
-
-/*
- * Run one statement on dpwin.exchange_probe with $1 server, $2 database
- * and, when uuid is not NULL, $3 its UUID; in the caller's transaction
- * when there is one, else in one of its own.  Returns the rows it
- * touched.
- */
-static uint64
-catalog_statement(const char *sql, const char *server_name,
-				  const char *database, const char *uuid)
-{
-	MemoryContext cxt = CurrentMemoryContext;
-	bool		own = !IsTransactionState();
-	Oid			types[3] = {TEXTOID, TEXTOID, TEXTOID};
-	Datum		args[3];
-	uint64		n;
-
-	if (own)
-		StartTransactionCommand();
-
-	/*
-	 * A catalog of an older version, which a library of this one reads only
-	 * while the update is tested, has no such table: nothing is kept.
-	 */
-	if (!OidIsValid(get_relname_relid("exchange_probe",
-									  get_namespace_oid("dpwin", false))))
-	{
-		if (own)
-			CommitTransactionCommand();
-		MemoryContextSwitchTo(cxt);
-		return 0;
-	}
-	args[0] = CStringGetTextDatum(server_name);
-	args[1] = CStringGetTextDatum(database);
-	args[2] = uuid != NULL ? CStringGetTextDatum(uuid) : (Datum) 0;
-	SPI_connect();
-	/* a refresh's steps run outside a portal: SPI needs a snapshot */
-	PushActiveSnapshot(GetTransactionSnapshot());
-	n = dpwin_catalog_exec(sql, uuid != NULL ? 3 : 2, types, args, NULL, false);
-	PopActiveSnapshot();
-	SPI_finish();
-	if (own)
-		CommitTransactionCommand();
-	MemoryContextSwitchTo(cxt);
-	return n;
-}
-
-/*
- * Write the probe's answer, unless the transaction is read-only (a
- * refresh's snapshot, which a write would not fit in): then false, and a
- * later call writes it.
- */
-static bool
-record_probe(ProbedDatabase *p)
-{
-	if (IsTransactionState() && XactReadOnly)
-		return false;
-	(void) catalog_statement("INSERT INTO dpwin.exchange_probe (server_name, database_name, database_uuid)"
-							 " VALUES ($1::name, $2, $3::uuid) ON CONFLICT DO NOTHING",
-							 p->server_name, p->database, p->uuid);
-	return true;
+	return psprintf("exchange probe\n%s\n%s", url, database);
 }
 
 /* Create, exchange and drop the two scratch tables; ereports on failure. */
@@ -247,42 +136,16 @@ void
 dpwin_exchange_probe(ChClient *client, const char *database,
 					 const char *database_uuid, const char *name_prefix)
 {
-	const char *server_name = client->conf->server_name;
-	ProbedDatabase *p = probed_find(server_name, database, database_uuid);
+	char	   *key = probe_key(client->conf->url, database);
 
-	if (p != NULL)
-	{
-		if (!p->recorded)
-			p->recorded = record_probe(p);
+	if (dpwin_learned_known(key, database_uuid))
 		return;
-	}
-	if (catalog_statement("SELECT 1 FROM dpwin.exchange_probe WHERE server_name = $1::name"
-						  " AND database_name = $2 AND database_uuid = $3::uuid",
-						  server_name, database, database_uuid) > 0)
-	{
-		(void) probed_add(server_name, database, database_uuid, true);
-		return;
-	}
-
 	run_probe(client, database, name_prefix);
-	p = probed_add(server_name, database, database_uuid, false);
-	p->recorded = record_probe(p);
+	dpwin_learned_remember(key, database_uuid);
 }
 
 void
-dpwin_exchange_probe_forget(const char *server_name, const char *database)
+dpwin_exchange_probe_forget(const char *url, const char *database)
 {
-	ListCell   *lc;
-
-	foreach(lc, probed)
-	{
-		ProbedDatabase *p = lfirst(lc);
-
-		if (strcmp(p->server_name, server_name) == 0 &&
-			strcmp(p->database, database) == 0)
-			probed = foreach_delete_current(probed, lc);
-	}
-	(void) catalog_statement("DELETE FROM dpwin.exchange_probe WHERE server_name = $1::name"
-							 " AND database_name = $2",
-							 server_name, database, NULL);
+	dpwin_learned_forget(probe_key(url, database));
 }

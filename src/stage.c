@@ -122,10 +122,7 @@ prepare_skipping(Coordinator *c)
  * target is admitted and before anything is published: a refresh asks
  * while its workers read the source (off their critical path), and fails
  * with the probe's error if the answer is no.  ClickHouse is asked once
- * per database: dpwin.exchange_probe keeps the answer by the database's
- * UUID (exchange_probe.c), and the row of a probe that ran during the
- * extraction, in the snapshot's read-only transaction, is written by the
- * call after it.
+ * per database and UUID while PostgreSQL runs (exchange_probe.c).
  *
  * Not asked at all while the target is the generation that the route's last
  * publication exchanged into its place: EXCHANGE TABLES has worked on

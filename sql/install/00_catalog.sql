@@ -165,32 +165,15 @@ CREATE TABLE dpwin.route_state (
 	updated_at			timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 
-/*
- * Where EXCHANGE TABLES has worked (docs/admission.md, "The EXCHANGE
- * probe"): one row per ClickHouse database, by the UUID the server gives
- * it, written once a probe succeeded and read before probing.  A cache,
- * not history: a database dropped and created again has another UUID and
- * is probed again, and deleting a row forces a new probe.
- */
-CREATE TABLE dpwin.exchange_probe (
-	server_name			name NOT NULL,
-	database_name		text NOT NULL,
-	database_uuid		uuid NOT NULL,
-	probed_at			timestamptz NOT NULL DEFAULT clock_timestamp(),
-	PRIMARY KEY (server_name, database_name, database_uuid)
-);
-
 REVOKE ALL ON ALL TABLES IN SCHEMA dpwin FROM PUBLIC;
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA dpwin FROM PUBLIC;
 GRANT USAGE ON SCHEMA dpwin TO PUBLIC;
 
 /*
- * Every table but dpwin.exchange_probe is history or fencing state that a
- * dump must carry whole, so none has a filter: a restored lease epoch must
- * never go backwards, and recovery reads the journal of unfinished
- * invocations.  dpwin.verification registers itself in its own part.
- * dpwin.exchange_probe is not registered: it is a cache of what a server
- * answered, and a restored cluster probes once more.
+ * Every table is history or fencing state that a dump must carry whole, so
+ * none has a filter: a restored lease epoch must never go backwards, and
+ * recovery reads the journal of unfinished invocations.  dpwin.verification
+ * registers itself in its own part.
  */
 SELECT pg_catalog.pg_extension_config_dump('dpwin.route', '');
 SELECT pg_catalog.pg_extension_config_dump('dpwin.route_route_id_seq', '');

@@ -5,8 +5,7 @@
  * signature (text), since pg_upgrade refuses regprocedure columns;
  * dpwin.verification is registered for pg_dump; dpwin.server_conf(),
  * which only tests called, is dropped (the test module has its own);
- * invocations have a kind, and dpwin.rollback() puts a kept backup back;
- * dpwin.exchange_probe keeps where EXCHANGE TABLES has worked.
+ * invocations have a kind, and dpwin.rollback() puts a kept backup back.
  */
 
 \echo Use "ALTER EXTENSION dpwin UPDATE TO '0.2.0'" to load this file. \quit
@@ -819,13 +818,3 @@ COMMENT ON FUNCTION dpwin.rollback(text, text) IS
 
 REVOKE ALL ON FUNCTION dpwin.rollback(text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dpwin.rollback(text, text) TO dpwin_operator;
-
-/* dpwin.exchange_probe (sql/install/00_catalog.sql): not registered for dump */
-CREATE TABLE dpwin.exchange_probe (
-	server_name			name NOT NULL,
-	database_name		text NOT NULL,
-	database_uuid		uuid NOT NULL,
-	probed_at			timestamptz NOT NULL DEFAULT clock_timestamp(),
-	PRIMARY KEY (server_name, database_name, database_uuid)
-);
-REVOKE ALL ON dpwin.exchange_probe FROM PUBLIC;

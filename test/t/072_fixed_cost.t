@@ -1,12 +1,14 @@
 # The fixed cost of a refresh before its rows (docs/admission.md): the
-# EXCHANGE probe is asked of ClickHouse once per database, whose answer
-# dpwin.exchange_probe keeps by the database's UUID, and the first
+# EXCHANGE probe is asked of ClickHouse once per database while PostgreSQL
+# runs, remembered in shared memory by the database's UUID, and the first
 # admission reads the server's facts and the target's at once.
-#   - the first refresh in a database probes, and its row names the
-#     database's UUID; the refresh of another fresh target in the same
-#     database (a new coordinator) sends no probe statement;
-#   - a database dropped and created again (another UUID) is probed again;
-#     deleting the row forces a new probe;
+#   - the first refresh in a database probes; the refresh of another fresh
+#     target in the same database (a new coordinator) sends no probe
+#     statement;
+#   - a database dropped and created again (another UUID) is probed again,
+#     and so is one whose probe was forgotten (as a restart forgets it);
+#   - an EXCHANGE that the server refuses as unsupported fails the refresh
+#     and makes the next one probe again;
 #   - a refresh sends one statement of the server's facts and one of the
 #     target's per admission, and the first two run at the same time:
 #     either is answered while the other is held on the server.
@@ -30,14 +32,6 @@ sub db_uuid
 	my $u = ch_ok("SELECT toString(uuid) FROM system.databases WHERE name = '$db'");
 	chomp $u;
 	return $u;
-}
-
-# The rows of dpwin.exchange_probe for the fixture's database, as uuid
-# lines, sorted.
-sub probe_rows
-{
-	return psql_ok("SELECT string_agg(database_uuid::text, ' ' ORDER BY database_uuid) FROM dpwin.exchange_probe"
-		  . " WHERE server_name = 'sandbox_ch' AND database_name = '$db'");
 }
 
 # Refresh a new route to a fresh target; returns (state, the invocation's
@@ -67,29 +61,32 @@ sub probe_statements
 	} @log;
 }
 
+# The probe's EXCHANGE statements in a refresh's log.
+sub probe_exchanges
+{
+	my ($prefix, @log) = @_;
+	return scalar(grep { $_->{query} =~ /^EXCHANGE TABLES `\Q$db\E`\.`\Q${prefix}\Eprobe_/ } @log);
+}
+
 # ---- the first refresh in a database probes, the next one does not ----------
 
 my $uuid1 = db_uuid();
 {
-	is(probe_rows(), '', 'a new database: dpwin.exchange_probe has no row for it');
 	my ($state, $prefix, @log) = refresh_fresh_target('first');
 	is($state, 'completed', 'first: the refresh of a fresh target completes');
 	my @probe = probe_statements($prefix, @log);
 	is(scalar(grep { $_->{query} =~ /^CREATE TABLE `\Q$db\E`\.`\Q${prefix}\Eprobe_[0-9a-f]{16}_[ab]`/ } @probe), 2,
 		'first: the probe creates its two scratch tables');
-	is(scalar(grep { $_->{query} =~ /^EXCHANGE TABLES `\Q$db\E`\.`\Q${prefix}\Eprobe_/ } @probe), 1,
-		'first: ... and exchanges them');
-	is(probe_rows(), $uuid1, 'first: the probe\'s answer is kept under the database\'s UUID');
+	is(probe_exchanges($prefix, @log), 1, 'first: ... and exchanges them');
 }
 
 {
 	my ($state, $prefix, @log) = refresh_fresh_target('second');
 	is($state, 'completed', 'second: the refresh of another fresh target in the database completes');
 	is(scalar(probe_statements($prefix, @log)), 0, 'second: it sends no probe statement');
-	is(probe_rows(), $uuid1, 'second: the row is the one the first probe wrote');
 }
 
-# ---- a database created again is probed again; a deleted row forces a probe --
+# ---- a database created again is probed again, and a forgotten one ----------
 
 {
 	ch_ok("DROP DATABASE `$db` SYNC");
@@ -98,17 +95,29 @@ my $uuid1 = db_uuid();
 	isnt($uuid2, $uuid1, 'the database created again has another UUID');
 	my ($state, $prefix, @log) = refresh_fresh_target('recreated');
 	is($state, 'completed', 'recreated: the refresh completes');
-	is(scalar(grep { $_->{query} =~ /^EXCHANGE TABLES `\Q$db\E`\.`\Q${prefix}\Eprobe_/ } @log), 1,
-		'recreated: the database is probed again');
-	like(probe_rows(), qr/\Q$uuid2\E/, 'recreated: its answer is kept under the new UUID');
+	is(probe_exchanges($prefix, @log), 1, 'recreated: the database is probed again');
+	($state, $prefix, @log) = refresh_fresh_target('recreated_again');
+	is(probe_exchanges($prefix, @log), 0, 'recreated: ... once');
 
-	is(psql_ok("WITH d AS (DELETE FROM dpwin.exchange_probe WHERE database_name = '$db' RETURNING 1) SELECT count(*) FROM d"),
-		2, 'a DBA deletes the rows of the database');
-	($state, $prefix, @log) = refresh_fresh_target('forced');
-	is($state, 'completed', 'forced: the refresh completes');
-	is(scalar(grep { $_->{query} =~ /^EXCHANGE TABLES `\Q$db\E`\.`\Q${prefix}\Eprobe_/ } @log), 1,
-		'forced: without its row the database is probed again');
-	is(probe_rows(), $uuid2, 'forced: and its row is back');
+	psql_ok("SELECT dpwin_test.forget_exchange_probe('sandbox_ch', '$db')");
+	($state, $prefix, @log) = refresh_fresh_target('forgotten');
+	is($state, 'completed', 'forgotten: the refresh completes');
+	is(probe_exchanges($prefix, @log), 1, 'forgotten: the database is probed again');
+}
+
+# ---- an EXCHANGE refused as unsupported: the next refresh probes again -------
+
+{
+	my ($route, $t) = new_event_route('refused');
+	my $pre = ch_rows($t);
+	my $inv = new_uuid();
+	fault(pattern => "EXCHANGE TABLES `$db`.`$t` AND", mode => 'error', code => 48, count => 1);
+	my $err = psql_err(refresh_row_sql($route, $E, $inv));
+	like($err // '', qr/^\w{5}: /, 'refused: the refresh whose EXCHANGE is refused fails');
+	is_deeply(ch_rows($t), $pre, 'refused: the target is the old generation');
+	my ($state, $prefix, @log) = refresh_fresh_target('after_refused');
+	is($state, 'completed', 'refused: the next refresh completes');
+	is(probe_exchanges($prefix, @log), 1, 'refused: ... and probes the database again');
 }
 
 # ---- admission's statements ----------------------------------------------------
