@@ -4,9 +4,9 @@
  *	  Admission of a ClickHouse target before any data moves: the server's
  *	  version and functions, the database engine, the table's engine,
  *	  columns and type parity, TTL, projections, dependent views, computed
- *	  columns, active mutations and row policies, and the probe that
- *	  EXCHANGE TABLES works.  Reads system tables only; writes nothing but
- *	  the probe's two scratch tables.
+ *	  columns, active mutations and row policies; and, before the EXCHANGE
+ *	  probe (exchange_probe.c), the same checks of the target's database.
+ *	  Reads system tables only.
  *
  *	  Every statement goes through chclient; every identifier is quoted
  *	  with dpwin_ch_quote_ident() and every string with dpwin_ch_quote_literal(), so
@@ -26,6 +26,7 @@
 #include "chtype.h"
 #include "ctq.h"
 #include "digest.h"
+#include "exchange_probe.h"
 
 /*
  * Oldest server dpwin admits.  23.3 (LTS) has Atomic databases by default,
@@ -35,6 +36,9 @@
  */
 #define DPWIN_CH_MIN_MAJOR	23
 #define DPWIN_CH_MIN_MINOR	3
+
+/* ClickHouse's UNKNOWN_TABLE: a system table this server does not have. */
+#define CH_UNKNOWN_TABLE	60
 
 /*
  * Functions the refresh needs, with what needs them (for messages) and a
@@ -84,12 +88,24 @@ typedef struct TargetFacts
 	List	   *row_policies;	/* names of the policies found there */
 } TargetFacts;
 
-/* Servers (url + database) whose EXCHANGE already worked in this backend. */
-static List *probed_exchange = NIL;
+/*
+ * The UUID of each database admission read in this backend, as
+ * system.databases gives it, for the EXCHANGE probe that follows the
+ * admission of a target there (dpwin_admission_probe_exchange()).
+ */
+typedef struct SeenDatabase
+{
+	char	   *server_name;
+	char	   *database;
+	char	   *uuid;
+} SeenDatabase;
+
+static List *seen_databases = NIL;
 
 static DpwinRefusal *refuse(int sqlerrcode, char *message, char *detail,
 							char *hint);
-static DpwinRefusal *check_server(ChClient *client, ServerFacts *facts);
+static DpwinRefusal *check_server(ChClient *client, ChClient *via,
+								  ServerFacts *facts);
 static char *mv_target_condition(const char *database, const char *table);
 static DpwinRefusal *check_ttl(ChClient *client, const char *qname,
 							   const char *create_query);
@@ -102,9 +118,6 @@ static char *schema_fingerprint(int ncolumns, char **names, char **types,
 								const char *create_query);
 static int	compare_columns_by_position(const ListCell *a, const ListCell *b);
 static char *names_list(List *names);
-static void probe_cleanup(ChClient *client, const char *qa, const char *qb,
-						  MemoryContext cxt);
-static void probe_remember(const char *key);
 static DpwinRefusal *check_database(const char *database, const char *engine,
 									const char *qname);
 
@@ -243,10 +256,12 @@ server_facts_sql(bool from_catalog)
 /*
  * First round trip: version, functions the refresh relies on, and whether
  * system.projections exists.  Refuses a server that is too old before
- * anything is written.
+ * anything is written.  The statements go over `via`, and `client`
+ * remembers the answer (they are one client but on a first admission,
+ * admit_first()).
  */
 static DpwinRefusal *
-check_server(ChClient *client, ServerFacts *facts)
+check_server(ChClient *client, ChClient *via, ServerFacts *facts)
 {
 	ChHttpReply reply;
 	ChHttpStatus status;
@@ -273,13 +288,13 @@ check_server(ChClient *client, ServerFacts *facts)
 	 * the call with UNKNOWN_FUNCTION, and only then is system.functions
 	 * asked which ones are there.
 	 */
-	status = dpwin_ch_try(client, server_facts_sql(false),
-						  dpwin_ch_next_query_id(client, "admit-version"),
+	status = dpwin_ch_try(via, server_facts_sql(false),
+						  dpwin_ch_next_query_id(via, "admit-version"),
 						  NULL, NULL, &reply);
 	if (status == CHHTTP_SERVER_ERROR &&
 		reply.exception_code == CH_UNKNOWN_FUNCTION)
-		status = dpwin_ch_try(client, server_facts_sql(true),
-							  dpwin_ch_next_query_id(client, "admit-version"),
+		status = dpwin_ch_try(via, server_facts_sql(true),
+							  dpwin_ch_next_query_id(via, "admit-version"),
 							  NULL, NULL, &reply);
 
 	/*
@@ -601,26 +616,24 @@ compare_columns_by_position(const ListCell *a, const ListCell *b)
 
 /*
  * Everything system tables can tell about the target in one statement,
- * one tagged row per fact: D database, T table, C column, R materialized
- * view reading from the table, W materialized view writing into it, X
- * unfinished mutation, P projection, Y row policy.
+ * one tagged row per fact: D database, U the database's UUID, T table, C
+ * column, R materialized view reading from the table, W materialized view
+ * writing into it, X unfinished mutation, P projection (with projections:
+ * from system.projections), Y row policy (with policies: from
+ * system.row_policies).
  */
-static void
-read_target_facts(ChClient *client, const char *db, const char *tb,
-				  const ServerFacts *server, const char *qname,
-				  TargetFacts *f)
+static char *
+target_facts_sql(const char *db, const char *tb, bool projections,
+				 bool policies)
 {
 	char	   *ldb = dpwin_ch_quote_literal(db);
 	char	   *ltb = dpwin_ch_quote_literal(tb);
 	StringInfoData sql;
-	ListCell   *lc;
-	ChHttpReply reply;
-	ChHttpStatus status;
 
-	memset(f, 0, sizeof(*f));
 	initStringInfo(&sql);
 	appendStringInfo(&sql,
 					 "SELECT 'D', engine, '', '', '', '', '' FROM system.databases WHERE name = %s\n"
+					 "UNION ALL SELECT 'U', toString(uuid), '', '', '', '', '' FROM system.databases WHERE name = %s\n"
 					 "UNION ALL SELECT 'T', engine, engine_full, partition_key, sorting_key, toString(uuid), create_table_query "
 					 "FROM system.tables WHERE database = %s AND name = %s\n"
 					 "UNION ALL SELECT 'C', name, type, default_kind, toString(position), '', '' "
@@ -632,36 +645,101 @@ read_target_facts(ChClient *client, const char *db, const char *tb,
 					 "FROM system.tables WHERE engine = 'MaterializedView' AND %s\n"
 					 "UNION ALL SELECT 'X', mutation_id, substring(command, 1, 200), '', '', '', '' "
 					 "FROM system.mutations WHERE database = %s AND `table` = %s AND is_done = 0",
-					 ldb, ldb, ltb, ldb, ltb, ldb, ltb,
+					 ldb, ldb, ldb, ltb, ldb, ltb, ldb, ltb,
 					 mv_target_condition(db, tb), ldb, ltb);
-	if (server->has_projections_table)
+	if (projections)
 		appendStringInfo(&sql,
 						 "\nUNION ALL SELECT 'P', name, '', '', '', '', '' "
 						 "FROM system.projections WHERE database = %s AND `table` = %s",
 						 ldb, ltb);
+	if (policies)
+		appendStringInfo(&sql,
+						 "\nUNION ALL SELECT 'Y', name, '', '', '', '', '' "
+						 "FROM system.row_policies "
+						 "WHERE database = %s AND (`table` = %s OR `table` = '')",
+						 ldb, ltb);
+	return sql.data;
+}
+
+/* Note the database's UUID for the EXCHANGE probe (seen_databases). */
+static void
+note_database_uuid(ChClient *client, const char *db, const char *uuid)
+{
+	MemoryContext cxt;
+	SeenDatabase *seen = NULL;
+	ListCell   *lc;
+
+	foreach(lc, seen_databases)
+	{
+		SeenDatabase *d = lfirst(lc);
+
+		if (strcmp(d->server_name, client->conf->server_name) == 0 &&
+			strcmp(d->database, db) == 0)
+			seen = d;
+	}
+	if (seen != NULL && strcmp(seen->uuid, uuid) == 0)
+		return;
+	cxt = MemoryContextSwitchTo(TopMemoryContext);
+	if (seen == NULL)
+	{
+		seen = palloc(sizeof(SeenDatabase));
+		seen->server_name = pstrdup(client->conf->server_name);
+		seen->database = pstrdup(db);
+		seen_databases = lappend(seen_databases, seen);
+	}
+	else
+		pfree(seen->uuid);
+	seen->uuid = pstrdup(uuid);
+	MemoryContextSwitchTo(cxt);
+}
+
+/*
+ * Read the target's facts (target_facts_sql()) into f.  started: the
+ * statement was started on the client already (admit_first()), with the
+ * projections whether or not the server has system.projections.  A
+ * statement refused for a system table the user may not read
+ * (system.row_policies) or the server does not have (system.projections)
+ * is asked again without it.
+ */
+static void
+read_target_facts(ChClient *client, const char *db, const char *tb,
+				  const ServerFacts *server, bool started, const char *qname,
+				  TargetFacts *f)
+{
+	bool		projections = started || server->has_projections_table;
+	ListCell   *lc;
+	ChHttpReply reply;
+	ChHttpStatus status;
+
+	memset(f, 0, sizeof(*f));
 
 	/*
 	 * Rule 14's row policies in the same statement, unless this run already
-	 * learned that the user may not read system.row_policies.  A refusal of
-	 * the whole statement for that reason is asked again without them.
+	 * learned that the user may not read system.row_policies.
 	 */
 	f->policies_read = !client->row_policies_denied;
 	for (;;)
 	{
-		char	   *query = f->policies_read ?
-			psprintf("%s\nUNION ALL SELECT 'Y', name, '', '', '', '', '' "
-					 "FROM system.row_policies "
-					 "WHERE database = %s AND (`table` = %s OR `table` = '')",
-					 sql.data, ldb, ltb) : sql.data;
-
-		status = dpwin_ch_try(client, query,
-							  dpwin_ch_next_query_id(client, "admit"),
-							  NULL, NULL, &reply);
+		if (started)
+			status = dpwin_ch_finish_status(client, &reply);
+		else
+			status = dpwin_ch_try(client,
+								  target_facts_sql(db, tb, projections, f->policies_read),
+								  dpwin_ch_next_query_id(client, "admit"),
+								  NULL, NULL, &reply);
+		started = false;
 		if (status == CHHTTP_SERVER_ERROR &&
 			reply.exception_code == CH_ACCESS_DENIED && f->policies_read)
 		{
 			client->row_policies_denied = true;
 			f->policies_read = false;
+			continue;
+		}
+		if (status == CHHTTP_SERVER_ERROR &&
+			reply.exception_code == CH_UNKNOWN_TABLE && projections &&
+			!server->has_projections_table)
+		{
+			projections = false;
 			continue;
 		}
 		if (status != CHHTTP_OK)
@@ -680,6 +758,9 @@ read_target_facts(ChClient *client, const char *db, const char *tb,
 		{
 			case 'D':
 				f->db_engine = pstrdup(dpwin_ch_row_field(row, 1));
+				break;
+			case 'U':
+				note_database_uuid(client, db, dpwin_ch_row_field(row, 1));
 				break;
 			case 'T':
 				f->table_row = row;
@@ -928,6 +1009,53 @@ fill_target_info(DpwinTargetInfo *info, const char *db, const char *tb,
 						   dpwin_ch_row_field(f->table_row, TROW_CREATE_QUERY));
 }
 
+/*
+ * The first admission on a client asks for the server's facts and the
+ * target's at once, on two connections, so that they cost one round trip
+ * in sequence: the target's statement starts on the client, reading
+ * system.projections as if the server had it, and the server's facts are
+ * read meanwhile on a connection of their own.  Rule 1 decides first: a
+ * server it refuses refuses the target, whatever the other statement
+ * answered.  A server without system.projections answers the target's
+ * statement with UNKNOWN_TABLE, and it is asked again without them.
+ */
+static DpwinRefusal *
+admit_first(ChClient *client, const char *db, const char *tb,
+			const char *qname, ServerFacts *server, TargetFacts *facts)
+{
+	ChClient   *side;
+	DpwinRefusal *r;
+
+	dpwin_ch_start(client,
+				   target_facts_sql(db, tb, true, !client->row_policies_denied),
+				   "admit");
+	side = dpwin_ch_client_open(client->conf,
+								psprintf("%sv-", client->query_id_prefix));
+	PG_TRY();
+	{
+		r = check_server(client, side, server);
+	}
+	PG_CATCH();
+	{
+		dpwin_ch_client_close(side);
+		dpwin_ch_abandon(client);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	dpwin_ch_client_close(side);
+
+	if (r != NULL)
+	{
+		ChHttpReply reply;
+
+		/* the answer is not needed, but the client must be free again */
+		(void) dpwin_ch_finish_status(client, &reply);
+		return r;
+	}
+	read_target_facts(client, db, tb, server, true, qname, facts);
+	return NULL;
+}
+
 DpwinTargetInfo *
 dpwin_admission_try_admit(ChClient *client, const DpwinRoute *route,
 						  DpwinRefusal **refusal)
@@ -940,15 +1068,20 @@ dpwin_admission_try_admit(ChClient *client, const DpwinRoute *route,
 	DpwinTargetInfo *info = palloc0(sizeof(DpwinTargetInfo));
 	DpwinRefusal *r;
 
-	/* 1: is the server new enough for anything below? */
-	r = check_server(client, &server);
-
-	/* One statement for the facts of rules 2-13. */
-	if (r == NULL)
+	/*
+	 * 1: is the server new enough for anything below?  One statement for
+	 * the facts of rules 2-13, at the same time on a first admission.
+	 */
+	if (client->server_version == NULL)
+		r = admit_first(client, db, tb, qname, &server, &facts);
+	else
 	{
-		read_target_facts(client, db, tb, &server, qname, &facts);
-		r = check_database(db, facts.db_engine, qname);
+		r = check_server(client, client, &server);
+		if (r == NULL)
+			read_target_facts(client, db, tb, &server, false, qname, &facts);
 	}
+	if (r == NULL)
+		r = check_database(db, facts.db_engine, qname);
 	if (r == NULL)
 		r = check_table(&facts, qname);
 	if (r == NULL)
@@ -1056,146 +1189,56 @@ dpwin_admission_check_like_target(const DpwinTargetInfo *target,
 	return NULL;
 }
 
+
 /* ----------------------------------------------------------------------
- * EXCHANGE probe
+ * Before the EXCHANGE probe
  * ----------------------------------------------------------------------
  */
+
+/* The UUID admission last read of the database in this backend, or NULL. */
+static const char *
+seen_database_uuid(ChClient *client, const char *database)
+{
+	ListCell   *lc;
+
+	foreach(lc, seen_databases)
+	{
+		SeenDatabase *d = lfirst(lc);
+
+		if (strcmp(d->server_name, client->conf->server_name) == 0 &&
+			strcmp(d->database, database) == 0)
+			return d->uuid;
+	}
+	return NULL;
+}
 
 void
 dpwin_admission_probe_exchange(ChClient *client, const char *database,
 							   const char *name_prefix, bool admitted)
 {
-	ServerFacts facts;
-	DpwinRefusal *refusal;
-	char	   *key;
-	ListCell   *lc;
-	List	   *rows;
-	uint8		rnd[8];
-	char		suffix[17];
-	char	   *name_a;
-	char	   *name_b;
-	char	   *qa;
-	char	   *qb;
-	MemoryContext oldcxt = CurrentMemoryContext;
-	volatile bool dropped = false;
-
-	key = psprintf("%s\n%s", client->conf->url, database);
-	foreach(lc, probed_exchange)
-	{
-		if (strcmp((const char *) lfirst(lc), key) == 0)
-			return;
-	}
+	const char *uuid = admitted ? seen_database_uuid(client, database) : NULL;
 
 	/* the same refusals as admission, before anything is created */
-	if (!admitted)
+	if (uuid == NULL)
 	{
-		refusal = check_server(client, &facts);
+		ServerFacts facts;
+		DpwinRefusal *refusal;
+		List	   *rows;
+		List	   *row;
+
+		refusal = check_server(client, client, &facts);
 		if (refusal != NULL)
 			dpwin_admission_raise(refusal);
 		rows = dpwin_ch_parse_tsv(dpwin_ch_exec(client,
-												psprintf("SELECT engine FROM system.databases WHERE name = %s",
+												psprintf("SELECT engine, toString(uuid) FROM system.databases WHERE name = %s",
 														 dpwin_ch_quote_literal(database))));
+		row = rows != NIL ? (List *) linitial(rows) : NIL;
 		refusal = check_database(database,
-								 rows != NIL ? dpwin_ch_row_field((List *) linitial(rows), 0) : NULL,
+								 row != NIL ? dpwin_ch_row_field(row, 0) : NULL,
 								 NULL);
 		if (refusal != NULL)
 			dpwin_admission_raise(refusal);
+		uuid = dpwin_ch_row_field(row, 1);
 	}
-
-	if (!pg_strong_random(rnd, sizeof(rnd)))
-		elog(ERROR, "could not generate a random name for the EXCHANGE probe");
-	hex_encode((const char *) rnd, sizeof(rnd), suffix);
-	suffix[16] = '\0';
-	name_a = psprintf("%sprobe_%s_a", name_prefix, suffix);
-	name_b = psprintf("%sprobe_%s_b", name_prefix, suffix);
-	qa = dpwin_ch_qualified_name(database, name_a);
-	qb = dpwin_ch_qualified_name(database, name_b);
-
-	PG_TRY();
-	{
-		ChHttpReply reply;
-		ChHttpStatus status;
-		char	   *uuid_a;
-		char	   *uuid_b;
-		char	   *after_a;
-		char	   *after_b;
-
-		dpwin_ch_exec(client, psprintf("CREATE TABLE %s (x UInt8) ENGINE = MergeTree ORDER BY tuple()", qa));
-		dpwin_ch_exec(client, psprintf("CREATE TABLE %s (x UInt8) ENGINE = MergeTree ORDER BY tuple()", qb));
-		dpwin_target_table_uuids(client, database, name_a, name_b, &uuid_a, &uuid_b);
-		if (uuid_a == NULL || uuid_b == NULL)
-			ereport(ERROR,
-					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-					 errmsg("ClickHouse server \"%s\" does not show the probe tables in system.tables",
-							client->conf->server_name)));
-
-		status = dpwin_ch_try(client,
-							  psprintf("EXCHANGE TABLES %s AND %s", qa, qb),
-							  dpwin_ch_next_query_id(client, "probe-exchange"),
-							  NULL, NULL, &reply);
-		if (status == CHHTTP_SERVER_ERROR &&
-			reply.exception_code != CH_ACCESS_DENIED)
-			ereport(ERROR,
-					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-					 errmsg("ClickHouse database %s on server \"%s\" does not support EXCHANGE TABLES",
-							dpwin_ch_quote_ident(database), client->conf->server_name),
-					 errdetail("The server answered: %s", reply.body.data),
-					 errhint("EXCHANGE TABLES needs an Atomic database on a file system with renameat2(RENAME_EXCHANGE).")));
-		else if (status != CHHTTP_OK)
-			dpwin_ch_report(status, &reply, "probing EXCHANGE TABLES");
-
-		dpwin_target_table_uuids(client, database, name_a, name_b, &after_a, &after_b);
-		if (after_a == NULL || after_b == NULL ||
-			strcmp(after_a, uuid_b) != 0 || strcmp(after_b, uuid_a) != 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-					 errmsg("EXCHANGE TABLES on ClickHouse server \"%s\" did not swap the tables",
-							client->conf->server_name),
-					 errdetail("Before: %s %s, %s %s.  After: %s %s, %s %s.",
-							   name_a, uuid_a, name_b, uuid_b,
-							   name_a, after_a ? after_a : "(missing)",
-							   name_b, after_b ? after_b : "(missing)")));
-
-		dpwin_target_drop_tables(client, database, list_make2(name_a, name_b));
-		dropped = true;
-	}
-	PG_CATCH();
-	{
-		if (!dropped)
-			probe_cleanup(client, qa, qb, oldcxt);
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
-
-	probe_remember(key);
-}
-
-/*
- * Drop the probe tables after an error.  Best effort: dpwin_ch_try never raises,
- * so the original error is what the caller sees.  Tables a killed process
- * leaves carry the caller's prefix (a refresh's: its invocation's, which
- * recovery drops) and hold no data.
- */
-static void
-probe_cleanup(ChClient *client, const char *qa, const char *qb,
-			  MemoryContext cxt)
-{
-	MemoryContext ecxt = MemoryContextSwitchTo(cxt);
-	ChHttpReply reply;
-
-	(void) dpwin_ch_try(client, psprintf("DROP TABLE IF EXISTS %s", qa),
-						dpwin_ch_next_query_id(client, "probe-drop"), NULL, NULL, &reply);
-	(void) dpwin_ch_try(client, psprintf("DROP TABLE IF EXISTS %s", qb),
-						dpwin_ch_next_query_id(client, "probe-drop"), NULL, NULL, &reply);
-	MemoryContextSwitchTo(ecxt);
-}
-
-/* Remember a successful probe for the life of the backend. */
-static void
-probe_remember(const char *key)
-{
-	MemoryContext cxt = MemoryContextSwitchTo(TopMemoryContext);
-
-	probed_exchange = lappend(probed_exchange, pstrdup(key));
-	MemoryContextSwitchTo(cxt);
+	dpwin_exchange_probe(client, database, uuid, name_prefix);
 }

@@ -38,7 +38,9 @@ pg_noreturn extern void dpwin_admission_raise(const DpwinRefusal *refusal);
  * ALIAS columns, active mutations or row policies; the route's columns in
  * the same order with parity of types (rowbinary.c); window column
  * DateTime64(p, 'UTC') with p <= 6 (optionally Nullable).  Reads only,
- * before anything is written.
+ * before anything is written.  The first admission on a client reads the
+ * server's facts and the target's at once, on a second connection that
+ * it closes again: one round trip in sequence.
  *
  * dpwin_admission_try_admit() returns the target, or NULL with the first
  * refusal in *refusal; what is not a verdict (a failed request, a target
@@ -75,14 +77,16 @@ extern DpwinRefusal *dpwin_admission_check_like_target(const DpwinTargetInfo *ta
 													   const char *what);
 
 /*
- * Probe once per server that EXCHANGE TABLES works (two scratch tables in
- * the target database, named name_prefix + "probe_<random>_a/_b", dropped
- * afterwards); a clear error when it does not, or when the server is too
- * old for Atomic/EXCHANGE/DateTime64.  A refresh passes its invocation's
- * table prefix, so that recovery drops the tables of a probe cut short.
- * admitted: the caller has just admitted a target in this database on
- * this client (dpwin_admission_admit), which checked the server and the
- * database's engine; the probe then does not ask again.
+ * Does EXCHANGE TABLES work in the target database?  Asked of ClickHouse
+ * only once per database and UUID while PostgreSQL runs (exchange_probe.c);
+ * a clear error when it does
+ * not, or when the server is too old for Atomic/EXCHANGE/DateTime64.  The
+ * probe's two scratch tables are named name_prefix + "probe_<random>_a/_b":
+ * a refresh passes its invocation's table prefix, so that recovery drops
+ * the tables of a probe cut short.
+ * admitted: the caller has just admitted a target in this database
+ * (dpwin_admission_admit), which checked the server and the database's
+ * engine and read the database's UUID; the probe then does not ask again.
  */
 extern PGDLLEXPORT void dpwin_admission_probe_exchange(ChClient *client, const char *database,
 													   const char *name_prefix,

@@ -7,14 +7,15 @@
  *	  A refresh runs in a new coordinator process, so what one process
  *	  learned by asking a server (that EXCHANGE TABLES works in a database,
  *	  say) would be asked again by every refresh.  A fact is remembered
- *	  under a key that names what it depends on (the server, the database
- *	  and the database's UUID, say), so that a changed object is a new key
- *	  and is asked about again.  Only facts whose loss is harmless belong
- *	  here: the table is small, an entry may be replaced by a newer one, a
- *	  restart forgets them all, and each is asked again then
+ *	  under a key (the server and the database) with a value that names
+ *	  what it depends on (the database's UUID), so that a changed object
+ *	  does not match and is asked about again.  Only facts whose loss is
+ *	  harmless belong here: the table is small, an entry may be replaced by
+ *	  a newer one, a restart forgets them all, and each is asked again then
  *	  (docs/design.md, "The conversation with ClickHouse").
  *
- *	  A key is kept as two 64-bit hashes of its text with different seeds.
+ *	  Keys and values are kept as two 64-bit hashes of their text with
+ *	  different seeds.
  *
  *-------------------------------------------------------------------------
  */
@@ -31,19 +32,25 @@
 
 #define LEARNED_ENTRIES 256
 
-typedef struct LearnedKey
+typedef struct LearnedHash
 {
 	uint64		h1;
 	uint64		h2;
+} LearnedHash;
+
+typedef struct LearnedEntry
+{
 	bool		valid;
-} LearnedKey;
+	LearnedHash key;
+	LearnedHash value;
+} LearnedEntry;
 
 typedef struct LearnedShared
 {
 	slock_t		mutex;
 	int			next;			/* the entry the next new fact replaces */
 	int			used;
-	LearnedKey	keys[LEARNED_ENTRIES];
+	LearnedEntry entries[LEARNED_ENTRIES];
 } LearnedShared;
 
 static LearnedShared *learned = NULL;
@@ -86,66 +93,81 @@ dpwin_learned_init(void)
 	shmem_startup_hook = learned_shmem_startup;
 }
 
-static LearnedKey
-learned_key(const char *key)
+static LearnedHash
+learned_hash(const char *text)
 {
-	LearnedKey	k;
-	size_t		len = strlen(key);
+	LearnedHash h;
+	size_t		len = strlen(text);
 
-	k.h1 = hash_bytes_extended((const unsigned char *) key, (int) len, 0);
-	k.h2 = hash_bytes_extended((const unsigned char *) key, (int) len,
+	h.h1 = hash_bytes_extended((const unsigned char *) text, (int) len, 0);
+	h.h2 = hash_bytes_extended((const unsigned char *) text, (int) len,
 							   UINT64CONST(0x9e3779b97f4a7c15));
-	k.valid = true;
-	return k;
+	return h;
 }
 
-/* The entry holding k, or -1; the caller holds the mutex. */
+static bool
+learned_equal(LearnedHash a, LearnedHash b)
+{
+	return a.h1 == b.h1 && a.h2 == b.h2;
+}
+
+/* The entry of key, or -1; the caller holds the mutex. */
 static int
-learned_find(LearnedKey k)
+learned_find(LearnedHash key)
 {
 	for (int i = 0; i < learned->used; i++)
-		if (learned->keys[i].valid &&
-			learned->keys[i].h1 == k.h1 && learned->keys[i].h2 == k.h2)
+		if (learned->entries[i].valid && learned_equal(learned->entries[i].key, key))
 			return i;
 	return -1;
 }
 
+/* Is the fact named by key remembered, with this value? */
 bool
-dpwin_learned_known(const char *key)
+dpwin_learned_known(const char *key, const char *value)
 {
-	LearnedKey	k = learned_key(key);
+	LearnedHash k = learned_hash(key);
+	LearnedHash v = learned_hash(value);
 	bool		known;
+	int			i;
 
 	if (learned == NULL)
 		return false;
 	SpinLockAcquire(&learned->mutex);
-	known = learned_find(k) >= 0;
+	i = learned_find(k);
+	known = i >= 0 && learned_equal(learned->entries[i].value, v);
 	SpinLockRelease(&learned->mutex);
 	return known;
 }
 
+/* Remember key's value, in place of what it had. */
 void
-dpwin_learned_remember(const char *key)
+dpwin_learned_remember(const char *key, const char *value)
 {
-	LearnedKey	k = learned_key(key);
+	LearnedHash k = learned_hash(key);
+	LearnedHash v = learned_hash(value);
+	int			i;
 
 	if (learned == NULL)
 		return;
 	SpinLockAcquire(&learned->mutex);
-	if (learned_find(k) < 0)
+	i = learned_find(k);
+	if (i < 0)
 	{
-		learned->keys[learned->next] = k;
+		i = learned->next;
 		learned->next = (learned->next + 1) % LEARNED_ENTRIES;
 		if (learned->used < LEARNED_ENTRIES)
 			learned->used++;
 	}
+	learned->entries[i].valid = true;
+	learned->entries[i].key = k;
+	learned->entries[i].value = v;
 	SpinLockRelease(&learned->mutex);
 }
 
 void
 dpwin_learned_forget(const char *key)
 {
-	LearnedKey	k = learned_key(key);
+	LearnedHash k = learned_hash(key);
 	int			i;
 
 	if (learned == NULL)
@@ -153,6 +175,6 @@ dpwin_learned_forget(const char *key)
 	SpinLockAcquire(&learned->mutex);
 	i = learned_find(k);
 	if (i >= 0)
-		learned->keys[i].valid = false;
+		learned->entries[i].valid = false;
 	SpinLockRelease(&learned->mutex);
 }

@@ -121,9 +121,10 @@ prepare_skipping(Coordinator *c)
  * Does EXCHANGE TABLES work in the target's database?  Asked once the
  * target is admitted and before anything is published: a refresh asks
  * while its workers read the source (off their critical path), and fails
- * with the probe's error if the answer is no.
+ * with the probe's error if the answer is no.  ClickHouse is asked once
+ * per database and UUID while PostgreSQL runs (exchange_probe.c).
  *
- * Not asked while the target is the generation that the route's last
+ * Not asked at all while the target is the generation that the route's last
  * publication exchanged into its place: EXCHANGE TABLES has worked on
  * this very table, and asking would create, swap and drop two tables on
  * every scheduled refresh.  Should the table have moved since to a

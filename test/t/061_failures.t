@@ -347,6 +347,8 @@ for my $case ([ 'ddl', 'ADD COLUMN extra Nullable(Int32)' ],
 	my ($route, $t) = new_event_route('probe');
 	my $pre = ch_rows($t);
 	my ($inv, $prefix) = new_invocation($route);
+	# earlier refreshes probed the database: forget it, as a restart would
+	psql_ok("SELECT dpwin_test.forget_exchange_probe('sandbox_ch', '$db')");
 	my $seq = ch_log_seq();
 	# A failure that may pass: the probe is asked again once the workers
 	# are done, and the refresh completes.
@@ -369,8 +371,10 @@ for my $case ([ 'ddl', 'ADD COLUMN extra Nullable(Int32)' ],
 	my @probed = grep { $_->{query} =~ /^(CREATE|EXCHANGE) TABLES? `\Q$db\E`\.`\Q${prefix_again}\Eprobe_/ } ch_log_since($seq);
 	is(scalar(@probed), 0, 'published generation in place: EXCHANGE TABLES is not probed');
 
-	# Replaced behind dpwin's back (same rows, another table): probed again.
+	# Replaced behind dpwin's back (same rows, another table), in a
+	# database whose probe is forgotten: probed again.
 	replace_by_copy($t);
+	psql_ok("SELECT dpwin_test.forget_exchange_probe('sandbox_ch', '$db')");
 
 	# EXCHANGE TABLES does not work: the refresh fails at once, before any
 	# chunk is verified.

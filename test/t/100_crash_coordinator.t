@@ -71,6 +71,8 @@ sub wait_state
 {
 	my $s = scenario('probe');
 	replace_by_copy($s->{t});
+	# earlier refreshes probed the database: forget it, as a restart would
+	psql_ok("SELECT dpwin_test.forget_exchange_probe('sandbox_ch', '$db')");
 	$s->{pre_uuid} = uuid_of($s->{t});
 	my $pat = "EXCHANGE TABLES `$db`.`$s->{prefix}probe_";
 	fault(pattern => $pat, mode => 'hold', count => 1);

@@ -115,8 +115,18 @@ CREATE FUNCTION dpwin_test.probe_exchange(route text) RETURNS void
 	LANGUAGE C STRICT VOLATILE PARALLEL UNSAFE
 	AS 'MODULE_PATHNAME', 'dpwin__probe_exchange';
 
+/*
+ * Forget that EXCHANGE TABLES worked in a database of the server, so that
+ * the next refresh there probes again (a restart of PostgreSQL does the
+ * same for every database).
+ */
+CREATE FUNCTION dpwin_test.forget_exchange_probe(server name, database text) RETURNS void
+	LANGUAGE C STRICT VOLATILE PARALLEL UNSAFE
+	AS 'MODULE_PATHNAME', 'dpwin__forget_exchange_probe';
+
 REVOKE ALL ON FUNCTION dpwin_test.admit_target(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION dpwin_test.probe_exchange(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION dpwin_test.forget_exchange_probe(name, text) FROM PUBLIC;
 
 /* dpwin — test-only access to the lease's fence (dpwin_test.c)
  *

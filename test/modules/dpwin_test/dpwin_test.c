@@ -31,6 +31,7 @@
 #include "chclient.h"
 #include "chtype.h"
 #include "digest.h"
+#include "exchange_probe.h"
 #include "fdw.h"
 #include "lease.h"
 #include "route.h"
@@ -418,6 +419,18 @@ dpwin__probe_exchange(PG_FUNCTION_ARGS)
 
 	dpwin_admission_probe_exchange(client, route->target_database, "_dpwin_", false);
 	dpwin_ch_client_close(client);
+	PG_RETURN_VOID();
+}
+
+PG_FUNCTION_INFO_V1(dpwin__forget_exchange_probe);
+
+/* dpwin_test.forget_exchange_probe(server name, database text) RETURNS void */
+Datum
+dpwin__forget_exchange_probe(PG_FUNCTION_ARGS)
+{
+	DpwinServerConf *conf = dpwin_server_conf(NameStr(*PG_GETARG_NAME(0)), GetUserId());
+
+	dpwin_exchange_probe_forget(conf->url, text_to_cstring(PG_GETARG_TEXT_PP(1)));
 	PG_RETURN_VOID();
 }
 
