@@ -28,6 +28,7 @@
 #include "bgworker.h"
 #include "build.h"
 #include "chprobe.h"
+#include "exchange_probe.h"
 #include "facts.h"
 #include "names.h"
 #include "steps.h"
@@ -462,6 +463,14 @@ dpwin_step_publishing(Coordinator *c)
 			 */
 			c->build.outcome = DPWIN_OUTCOME_NOT_PUBLISHED;
 			RESUME_CANCEL_INTERRUPTS();
+
+			/*
+			 * The server refused the EXCHANGE itself: the next refresh asks
+			 * again whether EXCHANGE TABLES works in the database, rather
+			 * than trust what an earlier probe learned.
+			 */
+			if (status == CHHTTP_SERVER_ERROR && reply.exception_code != CH_ACCESS_DENIED)
+				dpwin_exchange_probe_forget(c->client->conf->url, c->route->target_database);
 			if (status != CHHTTP_OK)
 				dpwin_ch_report(status, &reply, c->recovering ? "retrying the exchange" :
 								"exchanging the target with its new generation");

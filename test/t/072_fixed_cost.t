@@ -113,7 +113,8 @@ my $uuid1 = db_uuid();
 	my $inv = new_uuid();
 	fault(pattern => "EXCHANGE TABLES `$db`.`$t` AND", mode => 'error', code => 48, count => 1);
 	my $err = psql_err(refresh_row_sql($route, $E, $inv));
-	like($err // '', qr/^\w{5}: /, 'refused: the refresh whose EXCHANGE is refused fails');
+	like($err // '', qr/^HV000: ClickHouse error 48 while exchanging the target with its new generation/,
+		'refused: the refresh whose EXCHANGE is refused fails with the server\'s error');
 	is_deeply(ch_rows($t), $pre, 'refused: the target is the old generation');
 	my ($state, $prefix, @log) = refresh_fresh_target('after_refused');
 	is($state, 'completed', 'refused: the next refresh completes');
