@@ -565,6 +565,19 @@ read_parts(ChClient *client, const char *database, List *tables, char **layout)
 						 layout);
 }
 
+/* The rows of parts_rows() of every table but `table`. */
+static List *
+rows_except(List *rows, const char *table)
+{
+	List	   *result = NIL;
+	ListCell   *lc;
+
+	foreach(lc, rows)
+		if (strcmp(dpwin_ch_row_field((List *) lfirst(lc), 3), table) != 0)
+			result = lappend(result, lfirst(lc));
+	return result;
+}
+
 /* The parts of parts_rows() (of `table` alone, unless NULL) as PartLines. */
 static List *
 part_lines(List *rows, const char *table)
@@ -908,6 +921,7 @@ dpwin_generation_clone(ChClient *client, const DpwinTargetInfo *target,
 	List	   *clone_tables = list_make1((char *) name);
 	List	   *clone_parts;
 	List	   *differ;
+	List	   *rows;
 	ListCell   *lc;
 	int64		inside;
 
@@ -985,10 +999,14 @@ dpwin_generation_clone(ChClient *client, const DpwinTargetInfo *target,
 	/*
 	 * The clone is the target, file for file, if their parts are equal now;
 	 * where a merge on either side has already changed them, the rows are.
+	 * Both are read in one statement: one snapshot of system.parts.
 	 */
-	gen->target_lines = read_target_lines(client, target);
+	rows = parts_rows(client, target->database,
+					  lappend(list_copy(clone_tables), target->table));
+	gen->target_lines = part_lines(rows, target->table);
 	gen->target_parts = part_entries(gen->target_lines);
-	clone_parts = read_parts(client, target->database, clone_tables, NULL);
+	clone_parts = parts_of_rows(rows_except(rows, target->table), NULL, NULL,
+								NULL, NULL);
 	differ = string_values(parts_differ(parts_of(gen->target_parts, cloned),
 										clone_parts, false));
 	if (differ == NIL && gen->mixed == NIL)
