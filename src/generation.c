@@ -812,69 +812,96 @@ digest_partitions(ChClient *client, const DpwinTargetInfo *target,
 }
 
 /*
- * Rows of db.table inside and outside the ranges, on the window column,
- * leaving out the partitions in `skip` (NIL: none).
+ * The target's rows outside the ranges, in one statement: per partition,
+ * without reading a column (the server answers from its parts' metadata),
+ * in the partitions of gen->outside, which hold no row inside the ranges;
+ * counted on the window column in the others; rows a lightweight DELETE
+ * removed are not counted.  With baseline, where the clone is the
+ * generation before the attach (no DELETE follows), the same statement
+ * counts the clone as dpwin_generation_read_baseline() does, and records
+ * it with the clone's parts read just before.
  */
 static void
-count_ranges(ChClient *client, const char *database, const char *table,
-			 const char *ranges_sql, List *skip, int64 *inside, int64 *outside)
+count_kept(ChClient *client, const DpwinTargetInfo *target, DpwinGeneration *gen,
+		   bool baseline, List *clone_parts)
 {
+	char	   *tbl = dpwin_ch_qualified_name(target->database, target->table);
+	char	   *gtbl = dpwin_ch_qualified_name(target->database, gen->table);
+	char	   *ranges_sql = window_ranges_sql(gen->window_column, gen->ranges);
+	char	   *in = gen->outside != NIL ? dpwin_ch_quote_literal_list(gen->outside) : NULL;
+	StringInfoData sql;
 	List	   *rows;
-	List	   *row;
-
-	rows = dpwin_ch_parse_tsv(dpwin_ch_exec(client,
-											psprintf("SELECT countIf(%s), count() - countIf(%s) FROM %s%s%s"
-													 " SETTINGS " DPWIN_TARGET_SCAN_SETTINGS,
-													 ranges_sql, ranges_sql,
-													 dpwin_ch_qualified_name(database, table),
-													 skip != NIL ? " WHERE _partition_id NOT IN " : "",
-													 skip != NIL ? dpwin_ch_quote_literal_list(skip) : "")));
-	row = rows != NIL ? (List *) linitial(rows) : NIL;
-	if (list_length(row) != 2)
-		ereport(ERROR,
-				(errcode(ERRCODE_PROTOCOL_VIOLATION),
-				 errmsg("unexpected answer from ClickHouse counting the rows of %s",
-						dpwin_ch_qualified_name(database, table))));
-	*inside = pg_strtoint64(dpwin_ch_row_field(row, 0));
-	*outside = pg_strtoint64(dpwin_ch_row_field(row, 1));
-}
-
-/*
- * Rows of each partition in `only` of db.table (PartitionMeta, rows set),
- * without reading a column where the server can answer from its parts'
- * metadata; rows a lightweight DELETE removed are not counted.
- */
-static List *
-count_partitions(ChClient *client, const char *database, const char *table,
-				 List *only)
-{
-	List	   *rows;
-	List	   *result = NIL;
 	ListCell   *lc;
+	bool		found = false;
+	int64		gen_inside = 0;
+	int64		gen_rows = 0;
 
-	if (only == NIL)
-		return NIL;
-	rows = dpwin_ch_parse_tsv(dpwin_ch_exec(client,
-											psprintf("SELECT _partition_id, count() FROM %s"
-													 " WHERE _partition_id IN %s GROUP BY _partition_id"
-													 " SETTINGS " DPWIN_TARGET_SCAN_SETTINGS,
-													 dpwin_ch_qualified_name(database, table),
-													 dpwin_ch_quote_literal_list(only))));
+	/*
+	 * The range count first: the first branch's row is the one whose
+	 * partition is '' (no partition id is empty); the others are the
+	 * partitions of gen->outside.
+	 */
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "SELECT countIf(%s), count(), ''", ranges_sql);
+	if (baseline)
+		appendStringInfo(&sql, ", (SELECT count() FROM %s PREWHERE %s),"
+						 " (SELECT count() FROM %s PREWHERE isNull(%s)), (SELECT count() FROM %s)",
+						 gtbl, ranges_filter_sql(gen->window_column, gen->ranges),
+						 gtbl, dpwin_ch_quote_ident(gen->window_column), gtbl);
+	else
+		appendStringInfoString(&sql, ", 0, 0, 0");
+	appendStringInfo(&sql, " FROM %s", tbl);
+	if (in != NULL)
+		appendStringInfo(&sql, " WHERE _partition_id NOT IN %s"
+						 "\nUNION ALL SELECT count(), count(), _partition_id, 0, 0, 0 FROM %s"
+						 " WHERE _partition_id IN %s GROUP BY _partition_id",
+						 in, tbl, in);
+	appendStringInfoString(&sql, " SETTINGS " DPWIN_TARGET_SCAN_SETTINGS);
+	rows = dpwin_ch_parse_tsv(dpwin_ch_exec(client, sql.data));
+
+	gen->outside_rows = NIL;
+	gen->target_kept_rows = 0;
 	foreach(lc, rows)
 	{
 		List	   *row = (List *) lfirst(lc);
-		PartitionMeta *p = palloc0(sizeof(PartitionMeta));
+		PartitionMeta *p;
 
-		if (list_length(row) != 2)
+		if (list_length(row) != 6)
 			ereport(ERROR,
 					(errcode(ERRCODE_PROTOCOL_VIOLATION),
-					 errmsg("unexpected answer from ClickHouse counting the partitions of %s",
-							dpwin_ch_qualified_name(database, table))));
-		p->id = pstrdup(dpwin_ch_row_field(row, 0));
-		p->rows = pg_strtoint64(dpwin_ch_row_field(row, 1));
-		result = lappend(result, p);
+					 errmsg("unexpected answer from ClickHouse counting the rows of %s", tbl)));
+		if (dpwin_ch_row_field(row, 2)[0] != '\0')
+		{
+			p = palloc0(sizeof(PartitionMeta));
+			p->id = pstrdup(dpwin_ch_row_field(row, 2));
+			p->rows = pg_strtoint64(dpwin_ch_row_field(row, 1));
+			gen->outside_rows = lappend(gen->outside_rows, p);
+			gen->target_kept_rows += p->rows;
+			continue;
+		}
+		if (found)
+			ereport(ERROR,
+					(errcode(ERRCODE_PROTOCOL_VIOLATION),
+					 errmsg("unexpected answer from ClickHouse counting the rows of %s", tbl)));
+		found = true;
+		gen->target_kept_rows += pg_strtoint64(dpwin_ch_row_field(row, 1)) -
+			pg_strtoint64(dpwin_ch_row_field(row, 0));
+		gen_inside = pg_strtoint64(dpwin_ch_row_field(row, 3));
+		gen->baseline_null_rows = pg_strtoint64(dpwin_ch_row_field(row, 4));
+		gen_rows = pg_strtoint64(dpwin_ch_row_field(row, 5));
 	}
-	return result;
+	if (!found)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROTOCOL_VIOLATION),
+				 errmsg("unexpected answer from ClickHouse counting the rows of %s", tbl)));
+
+	/* as dpwin_generation_read_baseline() judges them */
+	if (baseline)
+	{
+		gen->baseline_parts = clone_parts;
+		gen->baseline_counted = true;
+		gen->baseline_counted_ok = gen_inside == 0 && gen_rows == gen->target_kept_rows;
+	}
 }
 
 /* Is id one of the strings of ids? */
@@ -923,7 +950,6 @@ dpwin_generation_clone(ChClient *client, const DpwinTargetInfo *target,
 	List	   *differ;
 	List	   *rows;
 	ListCell   *lc;
-	int64		inside;
 
 	gen->table = pstrdup(name);
 	gen->window_column = window_column;
@@ -1044,13 +1070,7 @@ dpwin_generation_clone(ChClient *client, const DpwinTargetInfo *target,
 	 * without reading the column, in those that do not.
 	 */
 	gen->outside = outside;
-	gen->outside_rows = count_partitions(client, target->database, target->table,
-										 outside);
-	count_ranges(client, target->database, target->table,
-				 window_ranges_sql(window_column, ranges), outside,
-				 &inside, &gen->target_kept_rows);
-	foreach(lc, gen->outside_rows)
-		gen->target_kept_rows += ((PartitionMeta *) lfirst(lc))->rows;
+	count_kept(client, target, gen, ranges != NIL && gen->mixed == NIL, clone_parts);
 	return gen;
 }
 
@@ -1102,6 +1122,7 @@ dpwin_generation_narrow(ChClient *client, const DpwinTargetInfo *target,
 											dpwin_ch_quote_literal((const char *) lfirst(lc))));
 	alter_in_batches(client, target->database, gen->table, clauses,
 					 "dropping partitions of");
+	gen->baseline_counted = false;
 
 	/* What the clone now keeps: the target's partitions outside the ranges. */
 	gen->ranges = ranges;
@@ -1148,6 +1169,7 @@ dpwin_generation_remove_ranges(ChClient *client, const DpwinTargetInfo *target,
 	/* Every cloned partition lies outside the ranges: nothing to remove. */
 	if (!gen->deleted)
 		return;
+	gen->baseline_counted = false;
 
 	/*
 	 * Where the cut partitions are a small part of a partitioned target, one
@@ -1279,6 +1301,12 @@ dpwin_generation_read_baseline(ChClient *client, const DpwinTargetInfo *target,
 	List	   *rows;
 	List	   *row;
 
+	/* counted with the target, right after the clone: nothing changed it */
+	if (gen->baseline_counted)
+	{
+		gen->baseline_known = gen->baseline_counted_ok;
+		return;
+	}
 	gen->baseline_known = false;
 	gen->baseline_parts = read_parts(client, target->database,
 									 list_make1(gen->table), NULL);

@@ -85,6 +85,13 @@ typedef struct DpwinGeneration
 	List	   *baseline_parts;
 	int64		baseline_null_rows;
 
+	/*
+	 * The same counted by the clone's own statement, where no DELETE follows
+	 * it: dpwin_generation_read_baseline() then takes them without a read
+	 */
+	bool		baseline_counted;
+	bool		baseline_counted_ok;
+
 	/* once attached: the staged parts, and the generation's parts then */
 	List	   *staged_parts;
 	List	   *attached_parts_now;
