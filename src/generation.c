@@ -198,10 +198,7 @@ classify_sql(const DpwinTargetInfo *target, const char *window_column,
 					implicit_setting ? ", optimize_use_implicit_projections = 1" : "");
 }
 
-/*
- * The first statement of classify_partitions(), started on `aside` while
- * the caller's client works; classify_partitions() takes its answer.
- */
+/* classify_partitions()'s first statement, started on aside, which takes it. */
 static void
 classify_start(ChClient *aside, const DpwinTargetInfo *target,
 			   const char *window_column)
@@ -751,12 +748,12 @@ digest_partitions(ChClient *client, const DpwinTargetInfo *target,
  * counted on the window column in the others; rows a lightweight DELETE
  * removed are not counted.  With baseline, where the clone is the
  * generation before the attach (no DELETE follows), the same statement
- * counts the clone as dpwin_generation_read_baseline() does, and records
- * it with the clone's parts read just before.
+ * counts the clone as dpwin_generation_read_baseline() does; the caller
+ * records the clone's parts, read with the target's, with it.
  */
 static void
 count_kept(ChClient *client, const DpwinTargetInfo *target, DpwinGeneration *gen,
-		   bool baseline, List *clone_parts)
+		   bool baseline)
 {
 	char	   *tbl = dpwin_ch_qualified_name(target->database, target->table);
 	char	   *gtbl = dpwin_ch_qualified_name(target->database, gen->table);
@@ -831,10 +828,28 @@ count_kept(ChClient *client, const DpwinTargetInfo *target, DpwinGeneration *gen
 	/* as dpwin_generation_read_baseline() judges them */
 	if (baseline)
 	{
-		gen->baseline_parts = clone_parts;
 		gen->baseline_counted = true;
 		gen->baseline_counted_ok = gen_inside == 0 && gen_rows == gen->target_kept_rows;
 	}
+}
+
+/* count_kept(); a failure gives up the statement started on aside first. */
+static void
+count_aside(ChClient *client, ChClient *started, const DpwinTargetInfo *target,
+			DpwinGeneration *gen, bool baseline)
+{
+	ChClient   *volatile aside = started;
+
+	PG_TRY();
+	{
+		count_kept(client, target, gen, baseline);
+	}
+	PG_CATCH();
+	{
+		dpwin_ch_abandon(aside);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
 }
 
 /* Is id one of the strings of ids? */
@@ -931,10 +946,7 @@ create_generation(ChClient *client, ChClient *aside, const DpwinTargetInfo *targ
 	return partitions;
 }
 
-/*
- * attach_partitions(); a failure gives up the statement started on aside
- * first.
- */
+/* attach_partitions(); a failure gives up the statement on aside first. */
 static void
 attach_aside(ChClient *client, ChClient *started, const char *database,
 			 List *ids, List *sources, const char *generation)
@@ -992,6 +1004,8 @@ dpwin_generation_clone(ChClient *client, ChClient *aside,
 	List	   *clone_parts;
 	List	   *differ;
 	List	   *rows;
+	List	   *parts_tables;
+	bool		baseline;
 	ListCell   *lc;
 
 	gen->table = pstrdup(name);
@@ -1049,10 +1063,25 @@ dpwin_generation_clone(ChClient *client, ChClient *aside,
 	/*
 	 * The clone is the target, file for file, if their parts are equal now;
 	 * where a merge on either side has already changed them, the rows are.
-	 * Both are read in one statement: one snapshot of system.parts.
+	 * Both are read in one statement: one snapshot of system.parts.  With
+	 * aside, it runs there while the first connection counts the rows: the
+	 * two reads depend on nothing of each other.
 	 */
-	rows = parts_rows(client, target->database,
-					  lappend(list_copy(clone_tables), target->table));
+	gen->outside = outside;
+	baseline = ranges != NIL && gen->mixed == NIL;
+	parts_tables = lappend(list_copy(clone_tables), target->table);
+	if (aside != NULL)
+	{
+		dpwin_ch_start(aside, dpwin_target_parts_sql(target->database, parts_tables),
+					   "parts");
+		count_aside(client, aside, target, gen, baseline);
+		rows = dpwin_ch_parse_tsv(dpwin_ch_finish(aside));
+	}
+	else
+	{
+		rows = parts_rows(client, target->database, parts_tables);
+		count_kept(client, target, gen, baseline);
+	}
 	gen->target_lines = part_lines(rows, target->table);
 	gen->target_parts = part_entries(gen->target_lines);
 	clone_parts = parts_of_rows(rows_except(rows, target->table), NULL, NULL,
@@ -1087,14 +1116,8 @@ dpwin_generation_clone(ChClient *client, ChClient *aside,
 					 errhint("Hold dpwin.lock_target() in other writers of the target.")));
 	}
 	gen->parts_known = true;
-
-	/*
-	 * The target's rows outside the ranges: counted on the window column in
-	 * the partitions that may hold rows inside them, and per partition,
-	 * without reading the column, in those that do not.
-	 */
-	gen->outside = outside;
-	count_kept(client, target, gen, ranges != NIL && gen->mixed == NIL, clone_parts);
+	if (baseline)
+		gen->baseline_parts = clone_parts;
 	return gen;
 }
 
