@@ -765,6 +765,7 @@ count_kept(ChClient *client, const DpwinTargetInfo *target, DpwinGeneration *gen
 	bool		found = false;
 	int64		gen_inside = 0;
 	int64		gen_rows = 0;
+	int64		null_rows = 0;
 
 	/*
 	 * The range count first: the first branch's row is the one whose
@@ -817,7 +818,7 @@ count_kept(ChClient *client, const DpwinTargetInfo *target, DpwinGeneration *gen
 		gen->target_kept_rows += pg_strtoint64(dpwin_ch_row_field(row, 1)) -
 			pg_strtoint64(dpwin_ch_row_field(row, 0));
 		gen_inside = pg_strtoint64(dpwin_ch_row_field(row, 3));
-		gen->baseline_null_rows = pg_strtoint64(dpwin_ch_row_field(row, 4));
+		null_rows = pg_strtoint64(dpwin_ch_row_field(row, 4));
 		gen_rows = pg_strtoint64(dpwin_ch_row_field(row, 5));
 	}
 	if (!found)
@@ -828,6 +829,7 @@ count_kept(ChClient *client, const DpwinTargetInfo *target, DpwinGeneration *gen
 	/* as dpwin_generation_read_baseline() judges them */
 	if (baseline)
 	{
+		gen->baseline_null_rows = null_rows;
 		gen->baseline_counted = true;
 		gen->baseline_counted_ok = gen_inside == 0 && gen_rows == gen->target_kept_rows;
 	}
