@@ -22,6 +22,34 @@
 #include "names.h"
 #include "window.h"
 
+/*
+ * Merge the chunks (DpwinChunkBounds, in order) into the fewest
+ * contiguous ranges.
+ */
+static List *
+merge_ranges(List *chunks)
+{
+	List	   *ranges = NIL;
+	DpwinChunkBounds *last = NULL;
+	ListCell   *lc;
+
+	foreach(lc, chunks)
+	{
+		DpwinChunkBounds *c = lfirst(lc);
+
+		if (last != NULL && last->hi == c->lo)
+		{
+			last->hi = c->hi;
+			continue;
+		}
+		last = palloc(sizeof(DpwinChunkBounds));
+		*last = *c;
+		last->chunk_no = list_length(ranges);
+		ranges = lappend(ranges, last);
+	}
+	return ranges;
+}
+
 /* The whole window, as the one range a refresh replaces. */
 List *
 dpwin_build_window_ranges(Coordinator *c)
@@ -52,7 +80,7 @@ dpwin_build_staged_ranges(Coordinator *c)
 		b->hi = c->ext.slots[i].hi;
 		staged = lappend(staged, b);
 	}
-	return dpwin_generation_merge_ranges(staged);
+	return merge_ranges(staged);
 }
 
 /*
@@ -106,8 +134,8 @@ dpwin_build_check_skipped_rows(Coordinator *c)
  * recovery, and a run whose generation went with a failed attempt, before
  * the staged parts are attached.
  */
-void
-dpwin_build_prepare_generation(Coordinator *c, List *ranges)
+static void
+prepare_generation(Coordinator *c, List *ranges, ChClient *aside)
 {
 	TimestampTz started = GetCurrentTimestamp();
 	MemoryContext oldcxt;
@@ -117,12 +145,30 @@ dpwin_build_prepare_generation(Coordinator *c, List *ranges)
 
 	c->build.generation = MemoryContextStrdup(c->cxt,
 											  dpwin_generation_name(c->route->route_id, &c->id));
-	dpwin_target_drop_table(c->client, c->route->target_database, c->build.generation);
-	c->build.gen = dpwin_generation_clone(c->client, c->target, c->route->window_column,
-										  ranges, c->build.generation, &c->ext.key);
+	c->build.gen = dpwin_generation_clone(c->client, aside, c->target,
+										  c->route->window_column, ranges,
+										  c->build.generation, &c->ext.key);
 	dpwin_generation_remove_ranges(c->client, c->target, c->build.gen);
 	c->times.build = dpwin_seconds_since(started);
 	MemoryContextSwitchTo(oldcxt);
+}
+
+/*
+ * The second connection is idle here (the extracting step): the reads of
+ * the clone that do not wait for the statement before them run on it
+ * (dpwin_generation_clone()).
+ */
+void
+dpwin_build_prepare_generation(Coordinator *c, List *ranges)
+{
+	prepare_generation(c, ranges, dpwin_invocation_second_client(c));
+}
+
+/* The same on the first connection alone, while the second is busy. */
+void
+dpwin_build_prepare_generation_alone(Coordinator *c, List *ranges)
+{
+	prepare_generation(c, ranges, NULL);
 }
 
 /* Name the generation that an intent journaled (publication, recovery). */

@@ -23,8 +23,12 @@ extern List *dpwin_build_staged_ranges(Coordinator *c);
 /* Do the skipped chunks' rows in the generation still match the source? */
 extern void dpwin_build_check_skipped_rows(Coordinator *c);
 
-/* Clone the target into a fresh generation without the ranges. */
+/*
+ * Clone the target into a fresh generation without the ranges; _alone on
+ * the first connection only, while the second runs a statement.
+ */
 extern void dpwin_build_prepare_generation(Coordinator *c, List *ranges);
+extern void dpwin_build_prepare_generation_alone(Coordinator *c, List *ranges);
 
 /* Narrow the clone made beside the workers to the staged ranges. */
 extern bool dpwin_build_narrow_generation(Coordinator *c, List *ranges);

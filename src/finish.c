@@ -15,6 +15,7 @@
 #include "dpwin.h"
 
 #include "lib/stringinfo.h"
+#include "utils/json.h"
 #include "utils/memutils.h"
 
 #include "bgworker.h"
@@ -24,6 +25,40 @@
 #include "route_state.h"
 #include "steps.h"
 #include "window.h"
+
+/* How the generation was built, as a jsonb object text, for evidence. */
+static char *
+generation_json(const DpwinGeneration *gen)
+{
+	StringInfoData buf;
+
+	if (gen == NULL)
+		return pstrdup("null");
+	initStringInfo(&buf);
+	appendStringInfo(&buf, "{\"partitions\": %d, \"cloned_partitions\": %d"
+					 ", \"dropped_partitions\": %d, \"cloned_parts\": " INT64_FORMAT
+					 ", \"cloned_rows\": " INT64_FORMAT ", \"ranges\": %d"
+					 ", \"deleted\": %s, \"attached_parts\": " INT64_FORMAT
+					 ", \"digest_checks\": %d, \"merged_partitions\": %d"
+					 ", \"minmax\": %s, \"counted_by_parts\": %s",
+					 gen->partitions, gen->cloned_partitions, gen->dropped_partitions,
+					 gen->cloned_parts, gen->cloned_rows, list_length(gen->ranges),
+					 gen->deleted ? "true" : "false", gen->attached_parts,
+					 gen->digest_checks, gen->merged_partitions,
+					 gen->minmax_used ? "true" : "false",
+					 gen->counted_by_parts ? "true" : "false");
+	if (gen->deleted)
+		appendStringInfo(&buf, ", \"rewritten\": %s", gen->rewritten ? "true" : "false");
+	if (gen->minmax_why_not)
+	{
+		appendStringInfoString(&buf, ", \"why_not\": ");
+		escape_json(&buf, gen->minmax_why_not);
+	}
+	if (gen->layout)
+		appendStringInfo(&buf, ", \"layout\": \"%s\"", gen->layout);
+	appendStringInfoChar(&buf, '}');
+	return buf.data;
+}
 
 static void
 json_seconds(StringInfo buf, const char *key, double seconds)
@@ -74,7 +109,7 @@ evidence_metrics(Coordinator *c)
 					 ", \"encoded_bytes\": " INT64_FORMAT,
 					 c->ext.source_rows, c->ext.staged_rows, c->build.final_rows, c->build.kept_rows,
 					 c->ext.encoded_bytes);
-	appendStringInfo(&buf, ", \"generation\": %s", dpwin_generation_json(c->build.gen));
+	appendStringInfo(&buf, ", \"generation\": %s", generation_json(c->build.gen));
 	dpwin_json_text(&buf, "source_digest", dpwin_digest_to_text(&c->ext.source_digest), true);
 	appendStringInfo(&buf, ", \"utc_days\": %s", days);
 	appendStringInfo(&buf, ", \"window_bounds\": %s", bounds);

@@ -144,30 +144,6 @@ window_ranges_sql(const char *window_column, List *ranges)
 	return psprintf("toUInt8(ifNull(%s, 0))", ranges_filter_sql(window_column, ranges));
 }
 
-List *
-dpwin_generation_merge_ranges(List *chunks)
-{
-	List	   *ranges = NIL;
-	DpwinChunkBounds *last = NULL;
-	ListCell   *lc;
-
-	foreach(lc, chunks)
-	{
-		DpwinChunkBounds *c = lfirst(lc);
-
-		if (last != NULL && last->hi == c->lo)
-		{
-			last->hi = c->hi;
-			continue;
-		}
-		last = palloc(sizeof(DpwinChunkBounds));
-		*last = *c;
-		last->chunk_no = list_length(ranges);
-		ranges = lappend(ranges, last);
-	}
-	return ranges;
-}
-
 /* A minmax bound read as Unix microseconds ("" for NULL). */
 static bool
 read_bound(const char *field, TimestampTz *ts)
@@ -201,20 +177,52 @@ classify_part(List *ranges, bool has_min, TimestampTz min,
 	return touches ? PART_MIXED : PART_OUTSIDE;
 }
 
+/* The statement of classify_partitions(), as its attempt needs it. */
+static char *
+classify_sql(const DpwinTargetInfo *target, const char *window_column,
+			 bool force, bool implicit_setting)
+{
+	char	   *w = dpwin_ch_quote_ident(window_column);
+
+	/* Aliases are prefixed so that they cannot shadow a target column. */
+	return psprintf("SELECT __dpwin_p, __dpwin_n, toUnixTimestamp64Micro(__dpwin_min),"
+					" toUnixTimestamp64Micro(__dpwin_max) FROM ("
+					"SELECT _partition_id AS __dpwin_p, _part AS __dpwin_part, count() AS __dpwin_n, "
+					"min(%s) AS __dpwin_min, max(%s) AS __dpwin_max "
+					"FROM %s GROUP BY __dpwin_p, __dpwin_part) "
+					"ORDER BY __dpwin_p "
+					"SETTINGS force_optimize_projection = %d%s "
+					"FORMAT TabSeparated",
+					w, w, dpwin_ch_qualified_name(target->database, target->table),
+					force ? 1 : 0,
+					implicit_setting ? ", optimize_use_implicit_projections = 1" : "");
+}
+
+/* classify_partitions()'s first statement, started on aside, which takes it. */
+static void
+classify_start(ChClient *aside, const DpwinTargetInfo *target,
+			   const char *window_column)
+{
+	dpwin_ch_start(aside, classify_sql(target, window_column, true, true), "parts");
+}
+
 /*
  * The partitions of db.table judged from the minimum and maximum window
  * value of each part's rows (rows a lightweight DELETE removed do not
  * count); *why_not says why the window column had to be read, when it had.
  * Unless may_scan, the column is not read then: NIL is returned, with
  * *why_not set.
+ *
+ * With started (not NULL), the first statement was started on it by
+ * classify_start(): its answer is taken there, and any retry runs on
+ * client.
  */
 static List *
-classify_partitions(ChClient *client, const DpwinTargetInfo *target,
+classify_partitions(ChClient *client, ChClient *started,
+					const DpwinTargetInfo *target,
 					const char *window_column, List *ranges, bool may_scan,
 					char **why_not)
 {
-	char	   *w = dpwin_ch_quote_ident(window_column);
-	char	   *query;
 	List	   *rows;
 	List	   *result = NIL;
 	PartitionMeta *cur = NULL;
@@ -228,23 +236,19 @@ classify_partitions(ChClient *client, const DpwinTargetInfo *target,
 	 * From the parts' minmax indexes (the implicit _minmax_count_projection)
 	 * where the server can answer from them for every part; else, with
 	 * *why_not set, by reading the window column, which is exact as well.
-	 * Aliases are prefixed so that they cannot shadow a target column.
 	 */
 	for (;;)
 	{
-		query = psprintf("SELECT __dpwin_p, __dpwin_n, toUnixTimestamp64Micro(__dpwin_min),"
-						 " toUnixTimestamp64Micro(__dpwin_max) FROM ("
-						 "SELECT _partition_id AS __dpwin_p, _part AS __dpwin_part, count() AS __dpwin_n, "
-						 "min(%s) AS __dpwin_min, max(%s) AS __dpwin_max "
-						 "FROM %s GROUP BY __dpwin_p, __dpwin_part) "
-						 "ORDER BY __dpwin_p "
-						 "SETTINGS force_optimize_projection = %d%s "
-						 "FORMAT TabSeparated",
-						 w, w, dpwin_ch_qualified_name(target->database, target->table),
-						 force ? 1 : 0,
-						 implicit_setting ? ", optimize_use_implicit_projections = 1" : "");
-		status = dpwin_ch_try(client, query, dpwin_ch_next_query_id(client, "parts"),
-							  NULL, NULL, &reply);
+		if (started != NULL)
+		{
+			status = dpwin_ch_finish_status(started, &reply);
+			started = NULL;
+		}
+		else
+			status = dpwin_ch_try(client, classify_sql(target, window_column, force,
+													   implicit_setting),
+								  dpwin_ch_next_query_id(client, "parts"),
+								  NULL, NULL, &reply);
 		if (status == CHHTTP_SERVER_ERROR &&
 			reply.exception_code == CH_UNKNOWN_SETTING && implicit_setting)
 		{
@@ -414,78 +418,16 @@ attach_partitions(ChClient *client, const char *database, List *ids,
 	alter_in_batches(client, database, generation, clauses, "attaching partitions to");
 }
 
-/*
- * The layout of one table's parts (read_parts()): SHA-256 (hex) over each
- * partition's id, rows, lowest and highest block number, and the table's
- * highest block or mutation number.  Within a plain MergeTree table
- * without TTL (what admission admits) a merge changes none of them, and
- * every other change of the rows does: an insert, an attach or a mutation
- * (a lightweight delete or update among them) takes a new number, a
- * dropped or detached part or partition takes rows or a partition away,
- * and a patch part is a partition of its own (docs/design.md, "Skipping
- * unchanged chunks").
- */
-typedef struct PartsLayout
-{
-	StringInfoData text;
-	char	   *partition;		/* the partition being summed */
-	int64		rows;
-	int64		min_block;
-	int64		max_block;
-	int64		top;			/* highest block or mutation number */
-} PartsLayout;
-
-static void
-layout_flush(PartsLayout *l)
-{
-	if (l->partition != NULL)
-		appendStringInfo(&l->text, "%s\t" INT64_FORMAT "\t" INT64_FORMAT "\t" INT64_FORMAT "\n",
-						 l->partition, l->rows, l->min_block, l->max_block);
-	l->partition = NULL;
-}
-
-static void
-layout_add(PartsLayout *l, const char *partition, int64 rows, int64 min_block,
-		   int64 max_block, int64 data_version)
-{
-	if (l->partition == NULL || strcmp(l->partition, partition) != 0)
-	{
-		layout_flush(l);
-		l->partition = pstrdup(partition);
-		l->rows = 0;
-		l->min_block = min_block;
-		l->max_block = max_block;
-	}
-	l->rows += rows;
-	l->min_block = Min(l->min_block, min_block);
-	l->max_block = Max(l->max_block, max_block);
-	l->top = Max(l->top, Max(max_block, data_version));
-}
-
 static int64
 field_int64(List *row, int n)
 {
 	return strtoi64(dpwin_ch_row_field(row, n), NULL, 10);
 }
 
-/*
- * The active parts of the tables, one row each, sorted by partition, rows
- * and hash.
- */
-static char *
-parts_sql(const char *database, List *tables)
-{
-	return psprintf("SELECT partition_id, rows, hash_of_all_files, `table`,"
-					" min_block_number, max_block_number, data_version, level FROM system.parts"
-					" WHERE database = %s AND `table` IN %s AND active"
-					" ORDER BY partition_id, rows, hash_of_all_files, `table`",
-					dpwin_ch_quote_literal(database), dpwin_ch_quote_literal_list(tables));
-}
-
 static List *
 parts_rows(ChClient *client, const char *database, List *tables)
 {
-	return dpwin_ch_parse_tsv(dpwin_ch_exec(client, parts_sql(database, tables)));
+	return dpwin_ch_parse_tsv(dpwin_ch_exec(client, dpwin_target_parts_sql(database, tables)));
 }
 
 /* A part as parts_differ() compares it: "partition\trows\thash". */
@@ -515,10 +457,9 @@ parts_of_rows(List *rows, const char *table, List **sources, List **ids,
 	List	   *result = NIL;
 	List	   *pairs = NIL;
 	ListCell   *lc;
-	PartsLayout l = {0};
 
-	initStringInfo(&l.text);
-	appendStringInfoString(&l.text, "dpwin-layout-v1\n");
+	if (layout != NULL)
+		*layout = dpwin_target_parts_layout(rows, table);
 	foreach(lc, rows)
 	{
 		List	   *row = (List *) lfirst(lc);
@@ -528,9 +469,6 @@ parts_of_rows(List *rows, const char *table, List **sources, List **ids,
 			continue;
 		result = lappend(result, part_entry(dpwin_ch_row_field(row, 0), field_int64(row, 1),
 											dpwin_ch_row_field(row, 2)));
-		if (layout != NULL)
-			layout_add(&l, dpwin_ch_row_field(row, 0), field_int64(row, 1),
-					   field_int64(row, 4), field_int64(row, 5), field_int64(row, 6));
 		if (sources == NULL)
 			continue;
 		pair = psprintf("%s\t%s", dpwin_ch_row_field(row, 3), dpwin_ch_row_field(row, 0));
@@ -541,14 +479,6 @@ parts_of_rows(List *rows, const char *table, List **sources, List **ids,
 			*ids = lappend(*ids, pstrdup(dpwin_ch_row_field(row, 0)));
 		}
 	}
-	if (layout != NULL)
-	{
-		layout_flush(&l);
-		appendStringInfo(&l.text, INT64_FORMAT "\n", l.top);
-		*layout = dpwin_sha256_hex(l.text.data, l.text.len);
-	}
-	pfree(l.text.data);
-
 	/* as strings: the server sorts the rows as numbers */
 	list_sort(result, part_cmp);
 	return result;
@@ -563,6 +493,19 @@ read_parts(ChClient *client, const char *database, List *tables, char **layout)
 {
 	return parts_of_rows(parts_rows(client, database, tables), NULL, NULL, NULL,
 						 layout);
+}
+
+/* The rows of parts_rows() of every table but `table`. */
+static List *
+rows_except(List *rows, const char *table)
+{
+	List	   *result = NIL;
+	ListCell   *lc;
+
+	foreach(lc, rows)
+		if (strcmp(dpwin_ch_row_field((List *) lfirst(lc), 3), table) != 0)
+			result = lappend(result, lfirst(lc));
+	return result;
 }
 
 /* The parts of parts_rows() (of `table` alone, unless NULL) as PartLines. */
@@ -799,69 +742,116 @@ digest_partitions(ChClient *client, const DpwinTargetInfo *target,
 }
 
 /*
- * Rows of db.table inside and outside the ranges, on the window column,
- * leaving out the partitions in `skip` (NIL: none).
+ * The target's rows outside the ranges, in one statement: per partition,
+ * without reading a column (the server answers from its parts' metadata),
+ * in the partitions of gen->outside, which hold no row inside the ranges;
+ * counted on the window column in the others; rows a lightweight DELETE
+ * removed are not counted.  With baseline, where the clone is the
+ * generation before the attach (no DELETE follows), the same statement
+ * counts the clone as dpwin_generation_read_baseline() does; the caller
+ * records the clone's parts, read with the target's, with it.
  */
 static void
-count_ranges(ChClient *client, const char *database, const char *table,
-			 const char *ranges_sql, List *skip, int64 *inside, int64 *outside)
+count_kept(ChClient *client, const DpwinTargetInfo *target, DpwinGeneration *gen,
+		   bool baseline)
 {
+	char	   *tbl = dpwin_ch_qualified_name(target->database, target->table);
+	char	   *gtbl = dpwin_ch_qualified_name(target->database, gen->table);
+	char	   *ranges_sql = window_ranges_sql(gen->window_column, gen->ranges);
+	char	   *in = gen->outside != NIL ? dpwin_ch_quote_literal_list(gen->outside) : NULL;
+	StringInfoData sql;
 	List	   *rows;
-	List	   *row;
-
-	rows = dpwin_ch_parse_tsv(dpwin_ch_exec(client,
-											psprintf("SELECT countIf(%s), count() - countIf(%s) FROM %s%s%s"
-													 " SETTINGS " DPWIN_TARGET_SCAN_SETTINGS,
-													 ranges_sql, ranges_sql,
-													 dpwin_ch_qualified_name(database, table),
-													 skip != NIL ? " WHERE _partition_id NOT IN " : "",
-													 skip != NIL ? dpwin_ch_quote_literal_list(skip) : "")));
-	row = rows != NIL ? (List *) linitial(rows) : NIL;
-	if (list_length(row) != 2)
-		ereport(ERROR,
-				(errcode(ERRCODE_PROTOCOL_VIOLATION),
-				 errmsg("unexpected answer from ClickHouse counting the rows of %s",
-						dpwin_ch_qualified_name(database, table))));
-	*inside = pg_strtoint64(dpwin_ch_row_field(row, 0));
-	*outside = pg_strtoint64(dpwin_ch_row_field(row, 1));
-}
-
-/*
- * Rows of each partition in `only` of db.table (PartitionMeta, rows set),
- * without reading a column where the server can answer from its parts'
- * metadata; rows a lightweight DELETE removed are not counted.
- */
-static List *
-count_partitions(ChClient *client, const char *database, const char *table,
-				 List *only)
-{
-	List	   *rows;
-	List	   *result = NIL;
 	ListCell   *lc;
+	bool		found = false;
+	int64		gen_inside = 0;
+	int64		gen_rows = 0;
+	int64		null_rows = 0;
 
-	if (only == NIL)
-		return NIL;
-	rows = dpwin_ch_parse_tsv(dpwin_ch_exec(client,
-											psprintf("SELECT _partition_id, count() FROM %s"
-													 " WHERE _partition_id IN %s GROUP BY _partition_id"
-													 " SETTINGS " DPWIN_TARGET_SCAN_SETTINGS,
-													 dpwin_ch_qualified_name(database, table),
-													 dpwin_ch_quote_literal_list(only))));
+	/*
+	 * The range count first: the first branch's row is the one whose
+	 * partition is '' (no partition id is empty); the others are the
+	 * partitions of gen->outside.
+	 */
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "SELECT countIf(%s), count(), ''", ranges_sql);
+	if (baseline)
+		appendStringInfo(&sql, ", (SELECT count() FROM %s PREWHERE %s),"
+						 " (SELECT count() FROM %s PREWHERE isNull(%s)), (SELECT count() FROM %s)",
+						 gtbl, ranges_filter_sql(gen->window_column, gen->ranges),
+						 gtbl, dpwin_ch_quote_ident(gen->window_column), gtbl);
+	else
+		appendStringInfoString(&sql, ", 0, 0, 0");
+	appendStringInfo(&sql, " FROM %s", tbl);
+	if (in != NULL)
+		appendStringInfo(&sql, " WHERE _partition_id NOT IN %s"
+						 "\nUNION ALL SELECT count(), count(), _partition_id, 0, 0, 0 FROM %s"
+						 " WHERE _partition_id IN %s GROUP BY _partition_id",
+						 in, tbl, in);
+	appendStringInfoString(&sql, " SETTINGS " DPWIN_TARGET_SCAN_SETTINGS);
+	rows = dpwin_ch_parse_tsv(dpwin_ch_exec(client, sql.data));
+
+	gen->outside_rows = NIL;
+	gen->target_kept_rows = 0;
 	foreach(lc, rows)
 	{
 		List	   *row = (List *) lfirst(lc);
-		PartitionMeta *p = palloc0(sizeof(PartitionMeta));
+		PartitionMeta *p;
 
-		if (list_length(row) != 2)
+		if (list_length(row) != 6)
 			ereport(ERROR,
 					(errcode(ERRCODE_PROTOCOL_VIOLATION),
-					 errmsg("unexpected answer from ClickHouse counting the partitions of %s",
-							dpwin_ch_qualified_name(database, table))));
-		p->id = pstrdup(dpwin_ch_row_field(row, 0));
-		p->rows = pg_strtoint64(dpwin_ch_row_field(row, 1));
-		result = lappend(result, p);
+					 errmsg("unexpected answer from ClickHouse counting the rows of %s", tbl)));
+		if (dpwin_ch_row_field(row, 2)[0] != '\0')
+		{
+			p = palloc0(sizeof(PartitionMeta));
+			p->id = pstrdup(dpwin_ch_row_field(row, 2));
+			p->rows = pg_strtoint64(dpwin_ch_row_field(row, 1));
+			gen->outside_rows = lappend(gen->outside_rows, p);
+			gen->target_kept_rows += p->rows;
+			continue;
+		}
+		if (found)
+			ereport(ERROR,
+					(errcode(ERRCODE_PROTOCOL_VIOLATION),
+					 errmsg("unexpected answer from ClickHouse counting the rows of %s", tbl)));
+		found = true;
+		gen->target_kept_rows += pg_strtoint64(dpwin_ch_row_field(row, 1)) -
+			pg_strtoint64(dpwin_ch_row_field(row, 0));
+		gen_inside = pg_strtoint64(dpwin_ch_row_field(row, 3));
+		null_rows = pg_strtoint64(dpwin_ch_row_field(row, 4));
+		gen_rows = pg_strtoint64(dpwin_ch_row_field(row, 5));
 	}
-	return result;
+	if (!found)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROTOCOL_VIOLATION),
+				 errmsg("unexpected answer from ClickHouse counting the rows of %s", tbl)));
+
+	/* as dpwin_generation_read_baseline() judges them */
+	if (baseline)
+	{
+		gen->baseline_null_rows = null_rows;
+		gen->baseline_counted = true;
+		gen->baseline_counted_ok = gen_inside == 0 && gen_rows == gen->target_kept_rows;
+	}
+}
+
+/* count_kept(); a failure gives up the statement started on aside first. */
+static void
+count_aside(ChClient *client, ChClient *started, const DpwinTargetInfo *target,
+			DpwinGeneration *gen, bool baseline)
+{
+	ChClient   *volatile aside = started;
+
+	PG_TRY();
+	{
+		count_kept(client, target, gen, baseline);
+	}
+	PG_CATCH();
+	{
+		dpwin_ch_abandon(aside);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
 }
 
 /* Is id one of the strings of ids? */
@@ -895,8 +885,115 @@ parts_of(List *parts, List *only)
 	return result;
 }
 
+/*
+ * DROP TABLE IF EXISTS name, then CREATE TABLE name AS the target; a
+ * failure gives up the statement started on `started` (not NULL) first.
+ */
+static void
+create_copy(ChClient *client, ChClient *started, const DpwinTargetInfo *target,
+			const char *name)
+{
+	ChClient   *volatile aside = started;
+
+	PG_TRY();
+	{
+		dpwin_target_drop_table(client, target->database, name);
+		dpwin_target_create_unchecked(client, target, name);
+	}
+	PG_CATCH();
+	{
+		if (aside != NULL)
+			dpwin_ch_abandon(aside);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+}
+
+/*
+ * Create the generation as a copy of the target, any table of its name
+ * dropped first, and judge the target's partitions.  With aside (a client
+ * of its own, idle), the judgement reads the target on it meanwhile: it
+ * depends on the target alone.
+ */
+static List *
+create_generation(ChClient *client, ChClient *aside, const DpwinTargetInfo *target,
+				  DpwinGeneration *gen)
+{
+	bool		judge = target->partition_key[0] != '\0' && gen->ranges != NIL;
+	ChClient   *started = judge ? aside : NULL;
+	List	   *partitions;
+	ListCell   *lc;
+
+	if (started != NULL)
+		classify_start(started, target, gen->window_column);
+	create_copy(client, started, target, gen->table);
+
+	if (target->partition_key[0] == '\0')
+	{
+		partitions = all_partitions(client, target);
+		gen->minmax_why_not = pstrdup("the target has no partition key");
+	}
+	else if (gen->ranges == NIL)
+	{
+		/* nothing is replaced (yet): every partition is cloned, unjudged */
+		partitions = all_partitions(client, target);
+		foreach(lc, partitions)
+			((PartitionMeta *) lfirst(lc))->class = PART_OUTSIDE;
+		gen->minmax_why_not = pstrdup("no range is replaced");
+	}
+	else
+		partitions = classify_partitions(client, started, target, gen->window_column,
+										 gen->ranges, true, &gen->minmax_why_not);
+	gen->minmax_used = gen->minmax_why_not == NULL;
+	return partitions;
+}
+
+/* attach_partitions(); a failure gives up the statement on aside first. */
+static void
+attach_aside(ChClient *client, ChClient *started, const char *database,
+			 List *ids, List *sources, const char *generation)
+{
+	ChClient   *volatile aside = started;
+
+	PG_TRY();
+	{
+		attach_partitions(client, database, ids, sources, generation);
+	}
+	PG_CATCH();
+	{
+		dpwin_ch_abandon(aside);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+}
+
+/*
+ * Clone the partitions `outside` of the target into the generation, which
+ * create_generation() made, and check that it is a copy of the target as
+ * admitted, reading its UUID.  With aside, the check reads the catalog on
+ * it while the clone runs: the clone changes the generation's parts, never
+ * its structure, and a generation that fails the check is dropped as any
+ * failed one is, before anything is published.
+ */
+static void
+clone_outside(ChClient *client, ChClient *aside, const DpwinTargetInfo *target,
+			  DpwinGeneration *gen, List *outside, List *sources)
+{
+	if (aside == NULL || outside == NIL)
+	{
+		gen->uuid = dpwin_target_check_like(client, target, gen->table);
+		if (outside != NIL)
+			attach_partitions(client, target->database, outside, sources, gen->table);
+		return;
+	}
+	dpwin_target_check_like_start(aside, target, gen->table);
+	attach_aside(client, aside, target->database, outside, sources, gen->table);
+	gen->uuid = dpwin_target_check_like_finish(aside, target, gen->table);
+}
+
 DpwinGeneration *
-dpwin_generation_clone(ChClient *client, const DpwinTargetInfo *target,
+dpwin_generation_clone(ChClient *client, ChClient *aside,
+					   const DpwinTargetInfo *target,
 					   const char *window_column, List *ranges,
 					   const char *name, const DpwinDigestKey *key)
 {
@@ -908,31 +1005,15 @@ dpwin_generation_clone(ChClient *client, const DpwinTargetInfo *target,
 	List	   *clone_tables = list_make1((char *) name);
 	List	   *clone_parts;
 	List	   *differ;
+	List	   *rows;
+	List	   *parts_tables;
+	bool		baseline;
 	ListCell   *lc;
-	int64		inside;
 
 	gen->table = pstrdup(name);
 	gen->window_column = window_column;
 	gen->ranges = ranges;
-	gen->uuid = dpwin_target_create_like(client, target, name);
-
-	if (target->partition_key[0] == '\0')
-	{
-		partitions = all_partitions(client, target);
-		gen->minmax_why_not = pstrdup("the target has no partition key");
-	}
-	else if (ranges == NIL)
-	{
-		/* nothing is replaced (yet): every partition is cloned, unjudged */
-		partitions = all_partitions(client, target);
-		foreach(lc, partitions)
-			((PartitionMeta *) lfirst(lc))->class = PART_OUTSIDE;
-		gen->minmax_why_not = pstrdup("no range is replaced");
-	}
-	else
-		partitions = classify_partitions(client, target, window_column, ranges,
-										 true, &gen->minmax_why_not);
-	gen->minmax_used = gen->minmax_why_not == NULL;
+	partitions = create_generation(client, aside, target, gen);
 	gen->partitions = list_length(partitions);
 	foreach(lc, partitions)
 	{
@@ -959,8 +1040,7 @@ dpwin_generation_clone(ChClient *client, const DpwinTargetInfo *target,
 		gen->cloned_rows += p->rows;
 	}
 	gen->cloned_partitions = list_length(cloned);
-	if (outside != NIL)
-		attach_partitions(client, target->database, outside, sources, name);
+	clone_outside(client, aside, target, gen, outside, sources);
 
 	/*
 	 * Partitions that hold rows on both sides of a range are cloned into a
@@ -985,10 +1065,29 @@ dpwin_generation_clone(ChClient *client, const DpwinTargetInfo *target,
 	/*
 	 * The clone is the target, file for file, if their parts are equal now;
 	 * where a merge on either side has already changed them, the rows are.
+	 * Both are read in one statement: one snapshot of system.parts.  With
+	 * aside, it runs there while the first connection counts the rows: the
+	 * two reads depend on nothing of each other.
 	 */
-	gen->target_lines = read_target_lines(client, target);
+	gen->outside = outside;
+	baseline = ranges != NIL && gen->mixed == NIL;
+	parts_tables = lappend(list_copy(clone_tables), target->table);
+	if (aside != NULL)
+	{
+		dpwin_ch_start(aside, dpwin_target_parts_sql(target->database, parts_tables),
+					   "parts");
+		count_aside(client, aside, target, gen, baseline);
+		rows = dpwin_ch_parse_tsv(dpwin_ch_finish(aside));
+	}
+	else
+	{
+		rows = parts_rows(client, target->database, parts_tables);
+		count_kept(client, target, gen, baseline);
+	}
+	gen->target_lines = part_lines(rows, target->table);
 	gen->target_parts = part_entries(gen->target_lines);
-	clone_parts = read_parts(client, target->database, clone_tables, NULL);
+	clone_parts = parts_of_rows(rows_except(rows, target->table), NULL, NULL,
+								NULL, NULL);
 	differ = string_values(parts_differ(parts_of(gen->target_parts, cloned),
 										clone_parts, false));
 	if (differ == NIL && gen->mixed == NIL)
@@ -1019,20 +1118,8 @@ dpwin_generation_clone(ChClient *client, const DpwinTargetInfo *target,
 					 errhint("Hold dpwin.lock_target() in other writers of the target.")));
 	}
 	gen->parts_known = true;
-
-	/*
-	 * The target's rows outside the ranges: counted on the window column in
-	 * the partitions that may hold rows inside them, and per partition,
-	 * without reading the column, in those that do not.
-	 */
-	gen->outside = outside;
-	gen->outside_rows = count_partitions(client, target->database, target->table,
-										 outside);
-	count_ranges(client, target->database, target->table,
-				 window_ranges_sql(window_column, ranges), outside,
-				 &inside, &gen->target_kept_rows);
-	foreach(lc, gen->outside_rows)
-		gen->target_kept_rows += ((PartitionMeta *) lfirst(lc))->rows;
+	if (baseline)
+		gen->baseline_parts = clone_parts;
 	return gen;
 }
 
@@ -1053,7 +1140,7 @@ dpwin_generation_narrow(ChClient *client, const DpwinTargetInfo *target,
 	if (gen->ranges != NIL || gen->mixed != NIL)
 		return false;
 	/* judged from the minmax indexes only: a scan is what a new clone costs */
-	partitions = classify_partitions(client, target, gen->window_column, ranges,
+	partitions = classify_partitions(client, NULL, target, gen->window_column, ranges,
 									 false, &why_not);
 	if (why_not != NULL)
 		return false;
@@ -1084,6 +1171,7 @@ dpwin_generation_narrow(ChClient *client, const DpwinTargetInfo *target,
 											dpwin_ch_quote_literal((const char *) lfirst(lc))));
 	alter_in_batches(client, target->database, gen->table, clauses,
 					 "dropping partitions of");
+	gen->baseline_counted = false;
 
 	/* What the clone now keeps: the target's partitions outside the ranges. */
 	gen->ranges = ranges;
@@ -1130,6 +1218,7 @@ dpwin_generation_remove_ranges(ChClient *client, const DpwinTargetInfo *target,
 	/* Every cloned partition lies outside the ranges: nothing to remove. */
 	if (!gen->deleted)
 		return;
+	gen->baseline_counted = false;
 
 	/*
 	 * Where the cut partitions are a small part of a partitioned target, one
@@ -1189,7 +1278,7 @@ void
 dpwin_generation_staged_parts_start(ChClient *client, const char *database,
 									List *staging_tables)
 {
-	dpwin_ch_start(client, parts_sql(database, staging_tables), "parts");
+	dpwin_ch_start(client, dpwin_target_parts_sql(database, staging_tables), "parts");
 }
 
 void
@@ -1220,7 +1309,7 @@ dpwin_generation_attach_staged(ChClient *client, const DpwinTargetInfo *target,
 	/*
 	 * The generation holds every row it will publish: what the caller reads
 	 * from it meanwhile on another connection (the window's facts and the
-	 * counts of dpwin_generation_check_counts()) is what the checks below
+	 * counts the caller checks) is what the checks below
 	 * verify, or they fail.
 	 */
 	if (attached != NULL)
@@ -1261,6 +1350,12 @@ dpwin_generation_read_baseline(ChClient *client, const DpwinTargetInfo *target,
 	List	   *rows;
 	List	   *row;
 
+	/* counted with the target, right after the clone: nothing changed it */
+	if (gen->baseline_counted)
+	{
+		gen->baseline_known = gen->baseline_counted_ok;
+		return;
+	}
 	gen->baseline_known = false;
 	gen->baseline_parts = read_parts(client, target->database,
 									 list_make1(gen->table), NULL);
@@ -1338,22 +1433,6 @@ dpwin_generation_ranges_sql(const DpwinGeneration *gen)
 	return window_ranges_sql(gen->window_column, gen->ranges);
 }
 
-int64
-dpwin_generation_check_counts(const DpwinGeneration *gen, int64 staged_rows,
-							  int64 ranges_rows, int64 rows)
-{
-	if (ranges_rows != staged_rows || rows - ranges_rows != gen->target_kept_rows)
-		ereport(ERROR,
-				(errcode(ERRCODE_DATA_EXCEPTION),
-				 errmsg("generation %s does not verify", gen->table),
-				 errdetail("It holds " INT64_FORMAT " rows inside the window and " INT64_FORMAT
-						   " outside; expected " INT64_FORMAT " staged and " INT64_FORMAT
-						   " kept from the target.",
-						   ranges_rows, rows - ranges_rows, staged_rows, gen->target_kept_rows),
-				 errhint("The target may have been written to while the generation was built; hold dpwin.lock_target() in other writers of the target.")));
-	return rows;
-}
-
 DpwinRefusal *
 dpwin_generation_check_target(ChClient *client, const DpwinTargetInfo *target,
 							  DpwinGeneration *gen, const DpwinDigestKey *key,
@@ -1415,37 +1494,4 @@ bool
 dpwin_generation_parts_equal(List *a, List *b)
 {
 	return parts_differ(a, b, false) == NIL;
-}
-
-char *
-dpwin_generation_json(const DpwinGeneration *gen)
-{
-	StringInfoData buf;
-
-	if (gen == NULL)
-		return pstrdup("null");
-	initStringInfo(&buf);
-	appendStringInfo(&buf, "{\"partitions\": %d, \"cloned_partitions\": %d"
-					 ", \"dropped_partitions\": %d, \"cloned_parts\": " INT64_FORMAT
-					 ", \"cloned_rows\": " INT64_FORMAT ", \"ranges\": %d"
-					 ", \"deleted\": %s, \"attached_parts\": " INT64_FORMAT
-					 ", \"digest_checks\": %d, \"merged_partitions\": %d"
-					 ", \"minmax\": %s, \"counted_by_parts\": %s",
-					 gen->partitions, gen->cloned_partitions, gen->dropped_partitions,
-					 gen->cloned_parts, gen->cloned_rows, list_length(gen->ranges),
-					 gen->deleted ? "true" : "false", gen->attached_parts,
-					 gen->digest_checks, gen->merged_partitions,
-					 gen->minmax_used ? "true" : "false",
-					 gen->counted_by_parts ? "true" : "false");
-	if (gen->deleted)
-		appendStringInfo(&buf, ", \"rewritten\": %s", gen->rewritten ? "true" : "false");
-	if (gen->minmax_why_not)
-	{
-		appendStringInfoString(&buf, ", \"why_not\": ");
-		escape_json(&buf, gen->minmax_why_not);
-	}
-	if (gen->layout)
-		appendStringInfo(&buf, ", \"layout\": \"%s\"", gen->layout);
-	appendStringInfoChar(&buf, '}');
-	return buf.data;
 }

@@ -85,6 +85,13 @@ typedef struct DpwinGeneration
 	List	   *baseline_parts;
 	int64		baseline_null_rows;
 
+	/*
+	 * The same counted by the clone's own statement, where no DELETE follows
+	 * it: dpwin_generation_read_baseline() then takes them without a read
+	 */
+	bool		baseline_counted;
+	bool		baseline_counted_ok;
+
 	/* once attached: the staged parts, and the generation's parts then */
 	List	   *staged_parts;
 	List	   *attached_parts_now;
@@ -92,15 +99,18 @@ typedef struct DpwinGeneration
 } DpwinGeneration;
 
 /*
- * Create the generation `name` as a copy of the target's structure and
- * clone into it every partition of the target that may hold a row outside
- * `ranges` (the window, or the part of it that is re-staged): partitions
- * whose every part lies inside the ranges are left out.  With no ranges
- * every partition is cloned, none judged.  Verifies that the
- * cloned parts are the target's, file for file, and records them, and
- * counts the target's rows outside the ranges on the window column.
+ * Create the generation `name` (dropping any table of that name first) as
+ * a copy of the target's structure and clone into it every partition of
+ * the target that may hold a row outside `ranges` (the window, or the part
+ * of it that is re-staged): partitions whose every part lies inside the
+ * ranges are left out.  With no ranges every partition is cloned, none
+ * judged.  Verifies that the cloned parts are the target's, file for file,
+ * and records them, and counts the target's rows outside the ranges on
+ * the window column.  With aside, an idle client of its own, the reads that do not depend on
+ * the statement running on client run on it meanwhile.
  */
 extern DpwinGeneration *dpwin_generation_clone(ChClient *client,
+											   ChClient *aside,
 											   const DpwinTargetInfo *target,
 											   const char *window_column,
 											   List *ranges,
@@ -158,7 +168,7 @@ extern void dpwin_generation_staged_parts_start(ChClient *client,
  * own.  attached(arg), when not NULL, is called once the generation holds
  * every row it will publish, before its parts are checked, so that the
  * caller reads it on another connection meanwhile: the window's facts and
- * the counts that dpwin_generation_check_counts() checks.
+ * the counts that the caller checks.
  */
 extern void dpwin_generation_attach_staged(ChClient *client,
 										   const DpwinTargetInfo *target,
@@ -204,16 +214,6 @@ extern bool dpwin_generation_parts_add_up(DpwinGeneration *gen, int64 *rows);
 extern char *dpwin_generation_ranges_sql(const DpwinGeneration *gen);
 
 /*
- * The counts of the built generation, read on the window column inside
- * the window and from the parts for the whole table: the rows inside the
- * ranges are the staged rows, and the rest are the target's kept rows.
- * Returns the generation's rows; ERRCODE_DATA_EXCEPTION when they differ.
- */
-extern int64 dpwin_generation_check_counts(const DpwinGeneration *gen,
-										   int64 staged_rows,
-										   int64 ranges_rows, int64 rows);
-
-/*
  * Right before the exchange, under the lease: is the target still the
  * table that was cloned?  Its parts (read now, or by the attach just
  * before) are compared with those recorded at cloning.  Where they differ
@@ -233,12 +233,6 @@ extern DpwinRefusal *dpwin_generation_check_target(ChClient *client,
 
 
 /*
- * Merge the chunks (DpwinChunkBounds, in order) into the fewest
- * contiguous ranges.
- */
-extern List *dpwin_generation_merge_ranges(List *chunks);
-
-/*
  * The target's active parts now, as dpwin_generation_clone() records them,
  * and whether two such records are the same parts, file for file.  With
  * layout, also the fingerprint of the target's layout, which a merge does
@@ -248,8 +242,5 @@ extern List *dpwin_generation_target_parts(ChClient *client,
 										   const DpwinTargetInfo *target,
 										   char **layout);
 extern bool dpwin_generation_parts_equal(List *a, List *b);
-
-/* How the generation was built, as a jsonb object text, for evidence. */
-extern char *dpwin_generation_json(const DpwinGeneration *gen);
 
 #endif							/* DPWIN_GENERATION_H */

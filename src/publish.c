@@ -85,14 +85,34 @@ start_window_facts(void *arg)
 									 dpwin_generation_ranges_sql(c->build.gen));
 }
 
+/*
+ * The counts of the built generation, read on the window column inside
+ * the window and from the parts for the whole table: the rows inside the
+ * ranges are the staged rows, and the rest are the target's kept rows.
+ * Returns the generation's rows; ERRCODE_DATA_EXCEPTION when they differ.
+ */
+static int64
+check_counts(const DpwinGeneration *gen, int64 staged_rows, int64 ranges_rows,
+			 int64 rows)
+{
+	if (ranges_rows != staged_rows || rows - ranges_rows != gen->target_kept_rows)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_EXCEPTION),
+				 errmsg("generation %s does not verify", gen->table),
+				 errdetail("It holds " INT64_FORMAT " rows inside the window and " INT64_FORMAT
+						   " outside; expected " INT64_FORMAT " staged and " INT64_FORMAT
+						   " kept from the target.",
+						   ranges_rows, rows - ranges_rows, staged_rows, gen->target_kept_rows),
+				 errhint("The target may have been written to while the generation was built; hold dpwin.lock_target() in other writers of the target.")));
+	return rows;
+}
+
 /* Check the generation's counts, and keep the window's facts. */
 static void
 take_window_facts(Coordinator *c, const DpwinWindowFacts *facts)
 {
-	dpwin_build_set_final_rows(c, dpwin_generation_check_counts(c->build.gen,
-																c->ext.staged_rows,
-																facts->ranges_rows,
-																facts->rows));
+	dpwin_build_set_final_rows(c, check_counts(c->build.gen, c->ext.staged_rows,
+											   facts->ranges_rows, facts->rows));
 	c->build.window_days = MemoryContextStrdup(c->cxt, facts->days);
 	c->build.window_bounds = MemoryContextStrdup(c->cxt, facts->bounds);
 }
@@ -167,7 +187,8 @@ dpwin_step_verified(Coordinator *c)
 	dpwin_target_check_copies(c->client, c->target, staged.tables);
 	if (c->build.gen == NULL)
 	{
-		dpwin_build_prepare_generation(c, dpwin_build_staged_ranges(c));
+		/* the second connection lists the staged parts meanwhile */
+		dpwin_build_prepare_generation_alone(c, dpwin_build_staged_ranges(c));
 		if (c->ext.skipped_chunks > 0)
 			dpwin_build_check_skipped_rows(c);
 	}

@@ -73,17 +73,22 @@ dpwin_target_create_unchecked(ChClient *client, const DpwinTargetInfo *target,
  * each (in name order), its row (position 0: 'T', engine_full, its UUID),
  * then its columns (name, type) in position order.
  */
-static List *
-copies_rows(ChClient *client, const DpwinTargetInfo *target, List *names)
+static char *
+copies_sql(const DpwinTargetInfo *target, List *names)
 {
 	char	   *ldb = dpwin_ch_quote_literal(target->database);
 	char	   *in = dpwin_ch_quote_literal_list(names);
 
-	return dpwin_ch_parse_tsv(dpwin_ch_exec(client,
-											psprintf("SELECT * FROM (SELECT name AS t, 'T', engine_full, toUInt64(0) AS pos, toString(uuid) FROM system.tables WHERE database = %s AND name IN %s\n"
-													 "UNION ALL SELECT `table`, name, type, position, '' FROM system.columns WHERE database = %s AND `table` IN %s)"
-													 " ORDER BY t, pos",
-													 ldb, in, ldb, in)));
+	return psprintf("SELECT * FROM (SELECT name AS t, 'T', engine_full, toUInt64(0) AS pos, toString(uuid) FROM system.tables WHERE database = %s AND name IN %s\n"
+					"UNION ALL SELECT `table`, name, type, position, '' FROM system.columns WHERE database = %s AND `table` IN %s)"
+					" ORDER BY t, pos",
+					ldb, in, ldb, in);
+}
+
+static List *
+copies_rows(ChClient *client, const DpwinTargetInfo *target, List *names)
+{
+	return dpwin_ch_parse_tsv(dpwin_ch_exec(client, copies_sql(target, names)));
 }
 
 /*
@@ -140,6 +145,20 @@ dpwin_target_check_like(ChClient *client, const DpwinTargetInfo *target,
 }
 
 void
+dpwin_target_check_like_start(ChClient *client, const DpwinTargetInfo *target,
+							  const char *name)
+{
+	dpwin_ch_start(client, copies_sql(target, list_make1((char *) name)), "q");
+}
+
+char *
+dpwin_target_check_like_finish(ChClient *client, const DpwinTargetInfo *target,
+							   const char *name)
+{
+	return copy_check(target, dpwin_ch_parse_tsv(dpwin_ch_finish(client)), name);
+}
+
+void
 dpwin_target_check_copies(ChClient *client, const DpwinTargetInfo *target,
 						  List *names)
 {
@@ -151,6 +170,89 @@ dpwin_target_check_copies(ChClient *client, const DpwinTargetInfo *target,
 	rows = copies_rows(client, target, names);
 	foreach(lc, names)
 		copy_check(target, rows, (const char *) lfirst(lc));
+}
+
+/*
+ * The layout of one table's parts (dpwin_target_parts_layout()): SHA-256 (hex) over each
+ * partition's id, rows, lowest and highest block number, and the table's
+ * highest block or mutation number.  Within a plain MergeTree table
+ * without TTL (what admission admits) a merge changes none of them, and
+ * every other change of the rows does: an insert, an attach or a mutation
+ * (a lightweight delete or update among them) takes a new number, a
+ * dropped or detached part or partition takes rows or a partition away,
+ * and a patch part is a partition of its own (docs/design.md, "Skipping
+ * unchanged chunks").
+ */
+typedef struct PartsLayout
+{
+	StringInfoData text;
+	char	   *partition;		/* the partition being summed */
+	int64		rows;
+	int64		min_block;
+	int64		max_block;
+	int64		top;			/* highest block or mutation number */
+} PartsLayout;
+
+static void
+layout_flush(PartsLayout *l)
+{
+	if (l->partition != NULL)
+		appendStringInfo(&l->text, "%s\t" INT64_FORMAT "\t" INT64_FORMAT "\t" INT64_FORMAT "\n",
+						 l->partition, l->rows, l->min_block, l->max_block);
+	l->partition = NULL;
+}
+
+static void
+layout_add(PartsLayout *l, const char *partition, int64 rows, int64 min_block,
+		   int64 max_block, int64 data_version)
+{
+	if (l->partition == NULL || strcmp(l->partition, partition) != 0)
+	{
+		layout_flush(l);
+		l->partition = pstrdup(partition);
+		l->rows = 0;
+		l->min_block = min_block;
+		l->max_block = max_block;
+	}
+	l->rows += rows;
+	l->min_block = Min(l->min_block, min_block);
+	l->max_block = Max(l->max_block, max_block);
+	l->top = Max(l->top, Max(max_block, data_version));
+}
+
+char *
+dpwin_target_parts_sql(const char *database, List *tables)
+{
+	return psprintf("SELECT partition_id, rows, hash_of_all_files, `table`,"
+					" min_block_number, max_block_number, data_version, level FROM system.parts"
+					" WHERE database = %s AND `table` IN %s AND active"
+					" ORDER BY partition_id, rows, hash_of_all_files, `table`",
+					dpwin_ch_quote_literal(database), dpwin_ch_quote_literal_list(tables));
+}
+
+char *
+dpwin_target_parts_layout(List *rows, const char *table)
+{
+	PartsLayout l = {0};
+	ListCell   *lc;
+
+	initStringInfo(&l.text);
+	appendStringInfoString(&l.text, "dpwin-layout-v1\n");
+	foreach(lc, rows)
+	{
+		List	   *row = (List *) lfirst(lc);
+
+		if (table != NULL && strcmp(dpwin_ch_row_field(row, 3), table) != 0)
+			continue;
+		layout_add(&l, dpwin_ch_row_field(row, 0),
+				   strtoi64(dpwin_ch_row_field(row, 1), NULL, 10),
+				   strtoi64(dpwin_ch_row_field(row, 4), NULL, 10),
+				   strtoi64(dpwin_ch_row_field(row, 5), NULL, 10),
+				   strtoi64(dpwin_ch_row_field(row, 6), NULL, 10));
+	}
+	layout_flush(&l);
+	appendStringInfo(&l.text, INT64_FORMAT "\n", l.top);
+	return dpwin_sha256_hex(l.text.data, l.text.len);
 }
 
 /*

@@ -68,6 +68,27 @@ extern void dpwin_target_check_copies(ChClient *client,
 									  const DpwinTargetInfo *target,
 									  List *names);
 
+/*
+ * dpwin_target_check_like() started on a client of its own while the
+ * caller's works (dpwin_ch_start()), and its answer checked.
+ */
+extern void dpwin_target_check_like_start(ChClient *client,
+										  const DpwinTargetInfo *target,
+										  const char *name);
+extern char *dpwin_target_check_like_finish(ChClient *client,
+											const DpwinTargetInfo *target,
+											const char *name);
+
+/*
+ * The active parts of the tables, one row each (partition_id, rows,
+ * hash_of_all_files, table, min_block_number, max_block_number,
+ * data_version, level), sorted by partition, rows and hash; and of such
+ * rows, of `table` alone unless NULL, the layout fingerprint: what a merge
+ * does not change and any other change of the rows does (target.c).
+ */
+extern char *dpwin_target_parts_sql(const char *database, List *tables);
+extern char *dpwin_target_parts_layout(List *rows, const char *table);
+
 /* DROP TABLE IF EXISTS db.name (the name is free at once; see target.c). */
 extern void dpwin_target_drop_table(ChClient *client, const char *database,
 									const char *name);

@@ -57,9 +57,9 @@ is($clauses, $partitions - 1, 'that statement attaches every partition but the w
 
 # The count of the generation's rows inside the window, replayed on the
 # backup: its filter reads the window's partition only.
-my ($count) = grep { $_->{query} =~ /^SELECT \(SELECT count\(\) FROM `\Q$db\E`\.`[^`]*_gen` PREWHERE / } @log;
+my ($count) = grep { $_->{query} =~ /\(SELECT count\(\) FROM `\Q$db\E`\.`[^`]*_gen` PREWHERE / } @log;
 ok($count, 'the generation\'s rows inside the window are counted');
-my ($filter) = ($count->{query} // '') =~ /^SELECT \(SELECT count\(\) FROM \S+ PREWHERE (.*?)\), \(SELECT count\(\) FROM \S+ PREWHERE isNull\(/s;
+my ($filter) = ($count->{query} // '') =~ /\(SELECT count\(\) FROM `[^`]*`\.`[^`]*_gen` PREWHERE (.*?)\), \(SELECT count\(\) FROM \S+ PREWHERE isNull\(/s;
 ok(defined $filter, 'the count\'s filter is found');
 my $plan = ch_ok("EXPLAIN indexes = 1 SELECT count() FROM `$db`.`$backup` PREWHERE " . ($filter // '0'));
 my @parts = $plan =~ /Parts: ([0-9]+)\/([0-9]+)/g;
