@@ -393,10 +393,11 @@ open_engine(const struct options *o)
  * Orderly shutdown: stop accepting, refuse new statements, cancel the
  * running ones, wait for connection threads, then close the engine
  * (exiting with open sessions crashes the engine).  As a server's
- * shutdown cancels every query but cannot stop one that ignores
- * cancellation, and waits a while (shutdown_wait_unfinished) for the
- * connections to end, the stubborn statements run to their end and are
- * answered first, for at most SHUTDOWN_WAIT_MS.
+ * shutdown cancels every query (shutdown_wait_unfinished_queries is off
+ * by default) but cannot stop one that ignores cancellation, and waits a
+ * while (shutdown_wait_unfinished) for the connections to end, the
+ * cancelled statements are answered with their error (394), the stubborn
+ * ones run to their end and are answered, for at most SHUTDOWN_WAIT_MS.
  */
 static void
 shut_down(struct MHD_Daemon *main_d, struct MHD_Daemon *control_d)
@@ -417,7 +418,8 @@ shut_down(struct MHD_Daemon *main_d, struct MHD_Daemon *control_d)
 			free(kerr);
 	}
 	holds_release_stubborn();
-	while (atomic_load(&g.finishing) > 0 && mono_ms() < until)
+	while ((atomic_load(&g.finishing) > 0 || atomic_load(&g.inflight) > 0) &&
+	    mono_ms() < until)
 		sleep_ms(20);
 	MHD_stop_daemon(main_d);
 	MHD_stop_daemon(control_d);

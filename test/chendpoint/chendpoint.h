@@ -78,6 +78,7 @@ struct endpoint_state {
 	atomic_int shutting_down;
 	atomic_int executing;	/* statements running in the engine */
 	atomic_int finishing;	/* stubborn requests not yet answered */
+	atomic_int inflight;	/* requests not yet answered and freed */
 	atomic_ulong fifo_seq;
 };
 
@@ -111,7 +112,8 @@ enum fault_mode {
 	FAULT_REFUSE,
 	FAULT_IDLE_CLOSE,
 	FAULT_STUBBORN,		/* a hold that KILL QUERY does not stop */
-	FAULT_HOLD_REPLY	/* the statement runs; its answer is held */
+	FAULT_HOLD_REPLY,	/* the statement runs; its answer is held */
+	FAULT_HOLD_VANISH	/* a hold that a shutdown drops unanswered */
 };
 
 /* Exception block of a failure after "200 OK" (mode=midstream). */
@@ -164,6 +166,8 @@ void holds_release_stubborn(void);
 /* The KILLs a stubborn hold has outlived, for GET /holds. */
 void hold_note_kill(struct hold *h);
 void holds_note_kill_token(unsigned long token);
+/* A copy of the text of hold 'token', or NULL if it has ended. */
+char *hold_text_of(unsigned long token);
 void holds_describe(struct buf *out);
 /* Wait, polling, until the hold is released or the endpoint stops. */
 void hold_wait(struct hold *h);
@@ -201,10 +205,21 @@ void running_set_phase(struct request *r, enum run_phase p);
 void running_describe(struct buf *out);
 /*
  * KILL QUERY WHERE <condition>: the condition's place in text, and whether
- * the KILL is SYNC.  Returns 0 for any other statement.
+ * the KILL is SYNC, ASYNC or TEST.  Returns 0 for any other statement.
  */
+enum kill_kind {
+	KILL_ASYNC = 0,
+	KILL_SYNC,
+	KILL_TEST
+};
 int qid_kill_condition(const char *text, size_t len, size_t *cond_at,
-		       size_t *cond_len, int *sync);
+		       size_t *cond_len, enum kill_kind *kind);
+/*
+ * SELECT query_id, user, query of every statement (stubborn or not) that a
+ * KILL with this condition matches, under the query ids of the current
+ * mode, the statement that asks excepted.
+ */
+char *qid_kill_match_select(const char *cond, size_t len);
 /*
  * SELECT <what> FROM the stubborn statements (STUBBORN_MARK) that a KILL
  * with this condition matches, under the query ids of the current mode.
@@ -297,7 +312,7 @@ struct request {
 	/* Outcome. */
 	struct engine_result res;
 	int failed;
-	int cut_by_shutdown;	/* the endpoint began to stop while it ran */
+	int cut_by_shutdown;	/* a stopping endpoint drops it unanswered */
 	int reply_dropped;	/* hold_reply: it ran; the shutdown dropped it */
 	int err_code;
 	char *err_msg;

@@ -62,6 +62,7 @@ static const char *const mode_names[] = {
 	[FAULT_IDLE_CLOSE] = "idle_close",
 	[FAULT_STUBBORN] = "stubborn",
 	[FAULT_HOLD_REPLY] = "hold_reply",
+	[FAULT_HOLD_VANISH] = "hold_vanish",
 };
 
 void
@@ -111,8 +112,8 @@ fault_add(const char *mode_s, const char *pattern, long count, long code,
 	struct fault *f, **pp;
 
 	if (mode == FAULT_NONE)
-		return "unknown mode (error, lost, delay, hold, stubborn, "
-		    "hold_reply, midstream, refuse, idle_close)\n";
+		return "unknown mode (error, lost, delay, hold, hold_vanish, "
+		    "stubborn, hold_reply, midstream, refuse, idle_close)\n";
 	if (count < 1)
 		return "bad count\n";
 	if ((mode == FAULT_ERROR || mode == FAULT_MIDSTREAM) &&
@@ -241,6 +242,22 @@ holds_note_kill_token(unsigned long token)
 		if (h->token == token)
 			h->kills++;
 	pthread_mutex_unlock(&hold_lock);
+}
+
+char *
+hold_text_of(unsigned long token)
+{
+	struct hold *h;
+	char *text = NULL;
+
+	pthread_mutex_lock(&hold_lock);
+	for (h = holds; h != NULL; h = h->next)
+		if (h->token == token) {
+			text = xstrdup(h->text);
+			break;
+		}
+	pthread_mutex_unlock(&hold_lock);
+	return text;
 }
 
 void

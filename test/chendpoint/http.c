@@ -573,12 +573,12 @@ answer(struct MHD_Connection *c, struct request *r)
 		return MHD_NO;
 	}
 	/*
-	 * A server going down drops its connections, not answering them:
-	 * those of statements that failed meanwhile, and of those that were
-	 * still running when it began to stop (their results may be cut).
+	 * A stopping server closes the connections of requests that arrive
+	 * meanwhile without an answer (it has stopped listening); the
+	 * statements its stop cancelled are answered with their error.  The
+	 * gentle variant (mode=hold_vanish) is dropped too.
 	 */
-	if (r->cut_by_shutdown ||
-	    (r->failed && !r->stubborn && atomic_load(&g.shutting_down))) {
+	if (r->cut_by_shutdown) {
 		engine_result_free(&r->res);
 		log_request(r, "shutdown");
 		r->answered = 1;
@@ -610,6 +610,7 @@ request_free(struct request *r)
 		log_request(r, "aborted");
 	if (r->stubborn)
 		atomic_fetch_sub(&g.finishing, 1);
+	atomic_fetch_sub(&g.inflight, 1);
 	engine_result_free(&r->res);
 	for (i = 0; i < r->n_settings; i++) {
 		free(r->settings[i].key);
@@ -811,6 +812,7 @@ begin_request(struct MHD_Connection *c, struct request *r, const char *url,
 		set_log_text(r, r->qparam.data, r->qparam.len);
 	if (atomic_load(&g.shutting_down)) {
 		set_error_fmt(r, 210, "Server is shutting down");
+		r->cut_by_shutdown = 1;
 		r->mode = BODY_DISCARD;
 		return MHD_YES;
 	}
@@ -887,6 +889,7 @@ main_handler(void *cls, struct MHD_Connection *c, const char *url,
 
 		r = xmalloc(sizeof(*r));
 		memset(r, 0, sizeof(*r));
+		atomic_fetch_add(&g.inflight, 1);
 		r->idle_ms = cs != NULL ? idle_before(cs) : -1;
 		r->fifo_fd = -1;
 		r->received_ms = now_ms();

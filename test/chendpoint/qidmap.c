@@ -67,6 +67,13 @@ static const char stubborn_view_visible[] =
     "system.processes WHERE " IS_STUBBORN ")";
 static const char stubborn_view_hidden[] =
     "(SELECT * FROM system.processes WHERE " IS_STUBBORN ")";
+/* Every statement a KILL's condition can match, stubborn or not. */
+static const char match_view_visible[] =
+    "(SELECT * REPLACE (" CARRIED("query_id") " AS query_id, "
+    CARRIED("initial_query_id") " AS initial_query_id) FROM "
+    "(SELECT *, " ENGINE_ID " FROM system.processes))";
+static const char match_view_hidden[] =
+    "(SELECT *, " ENGINE_ID " FROM system.processes)";
 
 static atomic_int mode = QID_VISIBLE;
 static pthread_mutex_t run_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -327,16 +334,18 @@ map_query_id_call(struct rewrite *w, size_t i, const char *query_id)
 
 /*
  * KILL QUERY [ON CLUSTER c] WHERE <condition> [SYNC|ASYNC|TEST] [FORMAT f]
- * [SETTINGS ...]: the tokens [*where + 1, *end) are the condition.
+ * [SETTINGS ...]: the tokens [*where + 1, *end) are the condition; *kind
+ * says SYNC, TEST or neither (ASYNC).
  */
 static int
-kill_where(const struct rewrite *w, size_t *where, size_t *end, int *sync)
+kill_where(const struct rewrite *w, size_t *where, size_t *end,
+	   enum kill_kind *kind)
 {
 	size_t i;
 	int depth = 0;
 
 	*where = 0;
-	*sync = 0;
+	*kind = KILL_ASYNC;
 	if (!tok_kw(w, 0, "KILL") || !tok_kw(w, 1, "QUERY"))
 		return 0;
 	for (i = 2; i < w->nt && !*where; i++)
@@ -355,7 +364,10 @@ kill_where(const struct rewrite *w, size_t *where, size_t *end, int *sync)
 		    tok_kw(w, *end, "SETTINGS")))
 			break;
 	}
-	*sync = *end < w->nt && tok_kw(w, *end, "SYNC");
+	if (*end < w->nt && tok_kw(w, *end, "SYNC"))
+		*kind = KILL_SYNC;
+	else if (*end < w->nt && tok_kw(w, *end, "TEST"))
+		*kind = KILL_TEST;
 	return *end > *where + 1;
 }
 
@@ -364,9 +376,9 @@ static void
 map_kill(struct rewrite *w)
 {
 	size_t where, end;
-	int sync;
+	enum kill_kind kind;
 
-	if (!kill_where(w, &where, &end, &sync))
+	if (!kill_where(w, &where, &end, &kind))
 		return;
 	add_edit(w, w->t[where].b, w->t[where].b,
 	    xasprintf(" query_id IN (SELECT __chendpoint_engine_query_id "
@@ -404,14 +416,14 @@ tokenize(struct rewrite *w, const char *text, size_t len)
 
 int
 qid_kill_condition(const char *text, size_t len, size_t *cond_at,
-		   size_t *cond_len, int *sync)
+		   size_t *cond_len, enum kill_kind *kind)
 {
 	struct rewrite w = {text, NULL, 0, NULL, 0};
 	size_t where, end;
 	int found;
 
 	tokenize(&w, text, len);
-	found = kill_where(&w, &where, &end, sync);
+	found = kill_where(&w, &where, &end, kind);
 	if (found) {
 		*cond_at = w.t[where + 1].a;
 		*cond_len = w.t[end - 1].b - *cond_at;
@@ -426,6 +438,15 @@ qid_stubborn_select(const char *what, const char *cond, size_t len)
 	return xasprintf("SELECT %s FROM %s WHERE %.*s FORMAT TabSeparated", what,
 	    qid_mode_get() == QID_VISIBLE ? stubborn_view_visible :
 	    stubborn_view_hidden, (int) len, cond);
+}
+
+char *
+qid_kill_match_select(const char *cond, size_t len)
+{
+	return xasprintf("SELECT query_id, user, query FROM %s WHERE "
+	    "__chendpoint_engine_query_id != queryID() AND (%.*s) "
+	    "FORMAT TabSeparated", qid_mode_get() == QID_VISIBLE ?
+	    match_view_visible : match_view_hidden, (int) len, cond);
 }
 
 char *

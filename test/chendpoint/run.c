@@ -251,13 +251,17 @@ name_user(const struct request *r, char *msg)
  * A KILL from a client fails the request (394) without running it, except
  * in a stubborn hold: KILL QUERY passes over it (qidmap.c), and the
  * statement runs once released, or once the endpoint begins to stop, as a
- * server's EXCHANGE already running does.
+ * server's EXCHANGE already running does.  The endpoint's stop cancels
+ * the other holds as a server's shutdown cancels its queries: the request
+ * fails with 394 and is answered, except a hold_vanish, the gentle
+ * variant, whose connection the stop closes without an answer.
  */
 static int
 wait_fault(struct engine_conn *ec, struct request *r)
 {
 	int stubborn = r->fault.mode == FAULT_STUBBORN;
-	int hold = r->fault.mode == FAULT_HOLD || stubborn;
+	int hold = r->fault.mode == FAULT_HOLD ||
+	    r->fault.mode == FAULT_HOLD_VANISH || stubborn;
 	long ms = hold ? HOLD_MAX_MS : r->fault.ms;
 	long rows = ms >= 10 ? ms / 10 : 1;
 	uint64_t until = mono_ms() + (uint64_t) ms;
@@ -300,7 +304,8 @@ wait_fault(struct engine_conn *ec, struct request *r)
 	}
 	if (atomic_load(&g.shutting_down)) {
 		free(err);
-		set_error_fmt(r, 210, "Server is shutting down");
+		set_error_fmt(r, 394, "Query was cancelled");
+		r->cut_by_shutdown = r->fault.mode == FAULT_HOLD_VANISH;
 		return -1;
 	}
 	set_error(r, code, err);
@@ -313,13 +318,13 @@ wait_fault(struct engine_conn *ec, struct request *r)
  */
 static char *
 kill_stubborn(struct engine_conn *ec, const char *query, size_t len,
-	      const char *what, int *sync)
+	      const char *what, enum kill_kind *kind)
 {
 	struct engine_result res = {0};
 	size_t at, n;
 	char *sql, *out = NULL;
 
-	if (!qid_kill_condition(query, len, &at, &n, sync))
+	if (!qid_kill_condition(query, len, &at, &n, kind))
 		return NULL;
 	sql = qid_stubborn_select(what, query + at, n);
 	if (engine_query(ec, sql, strlen(sql), "TabSeparated", &res) == 0)
@@ -342,14 +347,14 @@ kill_outlived(struct engine_conn *ec, const char *query, size_t len)
 	    "extract(query, 'chendpoint-hold-([0-9]+)')";
 	char *tokens, *p, *left, kw[8];
 	size_t n;
-	int sync = 0;
+	enum kill_kind kind = KILL_ASYNC;
 	uint64_t until = mono_ms() + HOLD_MAX_MS;
 
 	sql_first_keyword(query, len, kw, sizeof(kw));
 	if (strcmp(kw, "KILL") != 0)
 		return;
 
-	tokens = kill_stubborn(ec, query, len, token_of, &sync);
+	tokens = kill_stubborn(ec, query, len, token_of, &kind);
 	for (p = tokens; p != NULL && *p != '\0'; p += n + (p[n] == '\n')) {
 		char line[32];
 		long token;
@@ -360,8 +365,8 @@ kill_outlived(struct engine_conn *ec, const char *query, size_t len)
 			holds_note_kill_token((unsigned long) token);
 	}
 	free(tokens);
-	while (sync && mono_ms() < until) {
-		left = kill_stubborn(ec, query, len, "count()", &sync);
+	while (kind == KILL_SYNC && mono_ms() < until) {
+		left = kill_stubborn(ec, query, len, "count()", &kind);
 		if (left == NULL || atoi(left) == 0) {
 			free(left);
 			break;
@@ -371,17 +376,138 @@ kill_outlived(struct engine_conn *ec, const char *query, size_t len)
 	}
 }
 
+/*
+ * One TabSeparated field of a matched statement's query column as the
+ * client's statement: a hold or delay shows its statement's text (its
+ * sleeping SELECT carries the hold number), a released stubborn statement
+ * loses the comment that marks it.
+ */
+static void
+put_matched_query(struct buf *out, const char *f, size_t n)
+{
+	static const char hold_mark[] = "chendpoint-hold-";
+	static const char comment[] = STUBBORN_COMMENT;
+	const char *m = memmem(f, n, hold_mark, sizeof(hold_mark) - 1);
+	char *text = NULL;
+
+	if (m != NULL)
+		text = hold_text_of(strtoul(m + sizeof(hold_mark) - 1, NULL, 10));
+	if (text != NULL) {
+		buf_put_escaped(out, text, strlen(text));
+		free(text);
+		return;
+	}
+	if (n >= sizeof(comment) - 1 &&
+	    memcmp(f, comment, sizeof(comment) - 1) == 0) {
+		f += sizeof(comment) - 1;
+		n -= sizeof(comment) - 1;
+	}
+	buf_append(out, f, n);
+}
+
+/*
+ * The statements a KILL QUERY WHERE matches, stubborn ones included, read
+ * before it runs as the server's KILL reads system.processes first: lines
+ * "query_id\tuser\tquery\n" (TabSeparated); NULL if it is no KILL QUERY
+ * WHERE, it matches nothing, or on failure.
+ */
+static char *
+kill_matches(struct engine_conn *ec, const struct request *r,
+	     const char *query, size_t len, enum kill_kind *kind)
+{
+	struct engine_result res = {0};
+	struct buf out = {0};
+	size_t at, n, mapped_len = 0;
+	const char *p, *end;
+	char *sql, *mapped, kw[8];
+
+	sql_first_keyword(query, len, kw, sizeof(kw));
+	if (strcmp(kw, "KILL") != 0 ||
+	    !qid_kill_condition(query, len, &at, &n, kind))
+		return NULL;
+	/* queryID() in the condition is the client's id (visible mode) */
+	mapped = qid_rewrite(query + at, n, r->query_id, &mapped_len);
+	sql = mapped ? qid_kill_match_select(mapped, mapped_len) :
+	    qid_kill_match_select(query + at, n);
+	free(mapped);
+	if (engine_query(ec, sql, strlen(sql), "TabSeparated", &res) == 0 &&
+	    res.data != NULL) {
+		for (p = res.data, end = res.data + res.len; p < end;) {
+			const char *nl = memchr(p, '\n', (size_t) (end - p));
+			const char *t1, *t2;
+
+			if (nl == NULL)
+				nl = end;
+			t1 = memchr(p, '\t', (size_t) (nl - p));
+			t2 = t1 ? memchr(t1 + 1, '\t', (size_t) (nl - t1 - 1)) : NULL;
+			if (t2 != NULL) {
+				buf_append(&out, p, (size_t) (t2 + 1 - p));
+				put_matched_query(&out, t2 + 1, (size_t) (nl - t2 - 1));
+				buf_puts(&out, "\n");
+			}
+			p = nl + 1;
+		}
+	}
+	engine_result_free(&res);
+	free(sql);
+	return out.data;
+}
+
+/*
+ * The result of a KILL QUERY that matched statements, as the server's:
+ * one row per statement matched, kill_status then query_id, user and
+ * query.  The server's ASYNC KILL says 'waiting' for each (the cancel was
+ * sent; a statement that ignores it goes on), its SYNC KILL 'finished'
+ * once each has ended, TEST 'unknown_status'.  The engine's own result
+ * cannot say that: it lists the statements it killed under the engine's
+ * ids, not those the KILL passed over.
+ */
+static void
+kill_result(struct engine_conn *ec, struct request *r, const char *matches,
+	    enum kill_kind kind)
+{
+	static const char *const status[] = {
+		[KILL_ASYNC] = "waiting", [KILL_SYNC] = "finished",
+		[KILL_TEST] = "unknown_status"
+	};
+	struct engine_result res = {0};
+	struct buf rows = {0}, lit = {0};
+	const char *p;
+	char *sql;
+	size_t n;
+
+	for (p = matches; *p != '\0'; p += n + (p[n] == '\n')) {
+		n = strcspn(p, "\n");
+		buf_printf(&rows, "%s\t%.*s\n", status[kind], (int) n, p);
+	}
+	buf_put_literal(&lit, rows.data, rows.len);
+	sql = xasprintf("SELECT * FROM format(TabSeparated, 'kill_status String, "
+	    "query_id String, user String, query String', %s)", lit.data);
+	if (engine_query(ec, sql, strlen(sql), r->out_format ? r->out_format :
+	    "TabSeparated", &res) == 0) {
+		engine_result_free(&r->res);
+		r->res = res;
+	} else
+		engine_result_free(&res);
+	free(sql);
+	buf_free(&rows);
+	buf_free(&lit);
+}
+
 static void
 execute(struct request *r, const char *query, size_t len)
 {
 	struct engine_conn *ec;
 	struct setup su;
-	char *mapped = NULL, *marked;
+	char *mapped = NULL, *marked, *kill_seen;
 	size_t mapped_len = 0;
+	enum kill_kind kind = KILL_ASYNC;
 	int fresh;
 
+	/* A stopping server takes no new statement (answer() drops it). */
 	if (atomic_load(&g.shutting_down)) {
 		set_error_fmt(r, 210, "Server is shutting down");
+		r->cut_by_shutdown = 1;
 		return;
 	}
 	if (setup_build(r, &su) != 0)
@@ -420,6 +546,7 @@ execute(struct request *r, const char *query, size_t len)
 			mapped = marked;
 			mapped_len = strlen(marked);
 		}
+		kill_seen = kill_matches(ec, r, query, len, &kind);
 		running_set_phase(r, PHASE_RUNNING);
 		if (engine_query(ec, mapped, mapped_len, fmt, &r->res) != 0) {
 			set_error(r, r->res.code, name_user(r, r->res.error));
@@ -427,16 +554,24 @@ execute(struct request *r, const char *query, size_t len)
 			engine_result_free(&r->res);
 		} else {
 			kill_outlived(ec, query, len);
+			if (kill_seen != NULL && kill_seen[0] != '\0')
+				kill_result(ec, r, kill_seen, kind);
 		}
+		free(kill_seen);
 	}
 	/*
 	 * The shutdown cancels what is running, and the engine may hand back
 	 * what a cancelled SELECT had read so far (even nothing) as a result
-	 * without an error: a statement that was still in the engine when the
-	 * endpoint began to stop is never answered (answer() drops it).
+	 * without an error: a statement with a result that was still in the
+	 * engine when the endpoint began to stop is answered as a server
+	 * answers a cancelled query.  One that changes tables and came back
+	 * without an error had finished, and is answered so.
 	 */
-	if (atomic_load(&g.shutting_down) && !r->stubborn)
-		r->cut_by_shutdown = 1;
+	if (atomic_load(&g.shutting_down) && !r->stubborn && !r->failed &&
+	    r->out_format != NULL) {
+		engine_result_free(&r->res);
+		set_error_fmt(r, 394, "Query was cancelled");
+	}
 	atomic_fetch_sub(&g.executing, 1);
 	/* The statement has left system.processes once the engine answered. */
 	if (session_reusable(r, &su, query, len))

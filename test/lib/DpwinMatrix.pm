@@ -20,9 +20,10 @@ package DpwinMatrix;
 #
 # Server-grade faults (docs/endpoint.md, "Fidelity ledger"): the EXCHANGE
 # committed with its reply lost, and the same across a restart;
-# statements that ignore KILL QUERY (mode=stubborn) at the EXCHANGE, the
-# backup RENAME and a staging INSERT, which then completes after its
-# client timed out; a restart that lets such a statement finish; the
+# statements that ignore KILL QUERY (mode=stubborn) at the build's attach
+# of the staged parts, the EXCHANGE, the backup RENAME, the clean-up's
+# DROP of the staging tables and a staging INSERT, which then completes
+# after its client timed out; a restart that lets such a statement finish; the
 # settling question unanswered.  Every case checks at its end that each
 # endpoint fault it registered fired (check_fired); a case whose outcome
 # depends on timing records the branch it took (hedge), and check.sh
@@ -42,7 +43,7 @@ use DpwinFixture qw(bg_psql bg_finish ch_rows uuid_of after_refresh exchange_re 
   hold_source release_source workers_held);
 use DpwinCrash;
 use DpwinEndpoint qw(set_query_ids release running wait_running log_entries faults_pending holds
-  only_held_timed_out);
+  only_held_timed_out wait_logged);
 
 our @EXPORT = qw(run_matrix);
 
@@ -411,7 +412,7 @@ our @CASES = (
 		wait_state($s, 'publishing');
 		ok(wait_running(exchange_re($s->{t}), 1, phase => 'holding'), "$s->{tag}: the EXCHANGE waits on the server");
 		crash([ coordinator_pid($s->{inv}) ], $h, $s->{tag});
-		# the EXCHANGE is still held by the endpoint: a restart drops it unrun
+		# the EXCHANGE is still held by the endpoint: a restart cancels it unrun
 		sandbox_cmd('restart-ch');
 		check_after_fault($s, which => 'old', state => 'publishing', outcome => '');
 		my $seq = ch_log_seq();
@@ -706,13 +707,17 @@ our @CASES = (
 		ok(wait_running(exchange_re($s->{t}), 1, phase => 'holding'), "$s->{tag}: the EXCHANGE is held on the server");
 		sandbox_cmd('restart-ch');
 		my ($rc, $out, $err) = bg_finish($h);
-		# Visible: dpwin asks the restarted server whether the EXCHANGE still
-		# runs and exchanges once more -- unless that question itself gets
-		# no answer in time (a loaded machine), when it leaves the
-		# invocation publishing for recover(), as in the hidden mode.
+		# The stop cancels the held EXCHANGE and answers it 394, as a
+		# server's shutdown does (the scenario's first refresh published
+		# E1 with one EXCHANGE).  dpwin does not take that for "not
+		# exchanged": it reads the target's UUID, which meets the server
+		# still stopping, and leaves the invocation publishing for
+		# recover() -- or, the server back by then, finds the target
+		# unexchanged and exchanges once more: recorded.
+		is((exchanges_in_log_file($s->{t}))[1], '500', "$s->{tag}: the stop cancelled the EXCHANGE and answered it (394)");
 		hedge_counted("chr_publishing/$mode", $out eq 'completed' ? 'completed'
 			: $err =~ /while settling query/ ? 'unsettled' : 'left_to_recover');
-		if ($mode eq 'visible' && $out eq 'completed')
+		if ($out eq 'completed')
 		{
 			is(join(',', map { $_->{status} } exchanges(0, $s->{t})), '200', "$s->{tag}: dpwin exchanged once more");
 			check_after_fault($s, which => 'new', state => 'completed', outcome => 'published');
@@ -720,10 +725,7 @@ our @CASES = (
 		}
 		else
 		{
-			# in either mode, the question that settles the EXCHANGE may get
-			# no answer in time from a server still restarting
-			my $unsettled = qr/ERROR:\s+08006: .*did not answer in time while settling query dpwin-\Q$s->{inv}\E-exchange-/;
-			like($err, $mode eq 'hidden' ? qr/HINT:.*dpwin\.recover\('\Q$s->{inv}\E'\)|$unsettled/ : $unsettled,
+			like($err, qr/ERROR:\s+08006: .*(?:HINT:.*dpwin\.recover\('\Q$s->{inv}\E'\)|while settling query dpwin-\Q$s->{inv}\E-exchange-)/s,
 				"$s->{tag}: the refresh fails, leaving the publication to recover()") or diag($err);
 			check_after_fault($s, which => 'old', state => 'publishing', outcome => '');
 			my $seq = ch_log_seq();
@@ -934,6 +936,81 @@ our @CASES = (
 			"$s->{tag}: chunk 0 was staged again in a table of its own");
 		check_after_fault($s, which => 'new', state => 'completed', outcome => 'published');
 		settle_and_check($s, 'recover');
+	} ],
+
+	[ attach_stubborn => sub {
+		# the build's attach of the staged parts into the generation
+		# ignores KILL QUERY and outlasts request_timeout: the refresh fails
+		# before the intent, the target untouched
+		my $s = new_s('astb', server => $slow);
+		my $seq = ch_log_seq();
+		my $seq0 = $seq;
+		my $pat = staged_attach_pattern($s);
+		my $re = staged_attach_re($s);
+		fault_checked(pattern => $pat, mode => 'stubborn', count => 1);
+		my ($rc, $out, $err) = run_e2($s);
+		ok(wait_running($re, 1, phase => 'holding'), "$s->{tag}: the attach still runs on the server");
+		only_held_timed_out($s, $seq, qr/^(ALTER TABLE|KILL QUERY)/);
+		my ($qid) = map { $_->{query_id} } grep { $_->{query} =~ $re } running();
+		if ($mode eq 'visible')
+		{
+			# (the failed refresh's KILL below may stop dpwin's KILL QUERY
+			# ... SYNC of the attach, as a server's KILL stops a KILL)
+			like($err, qr/ERROR:\s+08006: .*did not answer in time while settling query \Q$qid\E/,
+				"$s->{tag}: the refresh gives up settling its attach") or diag($err);
+			ok(scalar(grep { $_->{query} =~ /^KILL QUERY WHERE query_id = '\Q$qid\E' SYNC/ } log_entries($seq), running()),
+				"$s->{tag}: dpwin sent KILL QUERY ... SYNC for it");
+		}
+		else
+		{
+			like($err, qr/ERROR:\s+08006: .*did not answer in time while attaching partitions to `\Q$db\E`\.`\Q$s->{prefix}gen\E`/,
+				"$s->{tag}: the refresh fails: the attach got no answer") or diag($err);
+			is(scalar(grep { $_->{query} =~ /^KILL QUERY WHERE query_id = / } log_entries($seq), running()), 0,
+				"$s->{tag}: no KILL QUERY by query_id was sent");
+		}
+		# the failed refresh stops whatever of it may still run, by its
+		# query_ids' and its tables' prefix: that KILL QUERY ... SYNC waits
+		# on the attach, as on a server
+		ok(scalar(grep { $_->{query} =~ /^KILL QUERY WHERE .*\Q$s->{prefix}\E.* SYNC/ } running()),
+			"$s->{tag}: the failed refresh's KILL QUERY ... SYNC of its statements waits on the attach");
+		check_after_fault($s, which => 'old', state => 'failed', outcome => '');
+		is(release($pat), 1, "$s->{tag}: released");
+		ok(wait_logged($seq, $re), "$s->{tag}: the attach has ended, after its client gave up");
+		check_after_fault($s, which => 'old', state => 'failed', outcome => '');
+		is(scalar(exchanges($seq0, $s->{t})), 0, "$s->{tag}: no EXCHANGE was sent");
+		settle_and_check($s, 'failed');
+	} ],
+
+	[ cleanup_stubborn => sub {
+		# after the EXCHANGE, the clean-up's DROP of the staging tables
+		# ignores KILL QUERY and outlasts request_timeout, each time it is
+		# sent: the refresh completes with a warning, recover() drops them
+		my $s = new_s('cstb', server => $slow);
+		my $seq = ch_log_seq();
+		my $seq0 = $seq;
+		my $pat = "DROP TABLE IF EXISTS `$db`.`$s->{prefix}stg_0_0`";
+		my $re = qr/^\Q$pat\E/;
+		fault_checked(pattern => $pat, mode => 'stubborn', count => 1000);
+		my ($rc, $out, $err) = run_e2($s);
+		is($out, 'completed', "$s->{tag}: the refresh completes") or diag($err);
+		like($err, qr/WARNING:\s+01000: staging tables of invocation \Q$s->{inv}\E were not dropped: .*did not answer in time while dropping tables.*HINT:\s+SELECT \* FROM dpwin\.recover\('\Q$s->{inv}\E'\) drops them/s,
+			"$s->{tag}: with a warning naming recover()") or diag($err);
+		my $held = scalar(grep { $_->{query} =~ $re } running());
+		ok($held >= 1, "$s->{tag}: its DROPs still run on the server ($held)");
+		is(scalar(grep { $_->{query} =~ $re } log_entries($seq)), 0, "$s->{tag}: none of them was answered");
+		is(scalar(grep { $_->{query} =~ /^KILL QUERY/ } log_entries($seq), running()), 0, "$s->{tag}: no KILL QUERY was sent");
+		check_after_fault($s, which => 'new', state => 'completed', outcome => 'published');
+		is(scalar(exchanges($seq0, $s->{t})), 1, "$s->{tag}: one EXCHANGE");
+		# the DROPs that recover() sends are not held
+		check_fired('cleanup_stubborn', $seq);
+		$seq = ch_log_seq();
+		settle_and_check($s, 'recover');
+		is(scalar(exchanges($seq, $s->{t})), 0, "$s->{tag}: recover sent no EXCHANGE");
+		is(release($pat), $held, "$s->{tag}: the held DROPs are released after recover()");
+		ok(wait_logged($seq0, $re, answered => 1, n => $held), "$s->{tag}: they have ended, after their client gave up");
+		is(join(',', grep { $_ ne '200' } map { $_->{status} } grep { $_->{query} =~ $re } log_entries($seq0)), '',
+			"$s->{tag}: and found nothing left to drop");
+		is_deeply(leftovers(), [], "$s->{tag}: no staging or generation table is left");
 	} ],
 
 	[ x_stubborn_restart => sub {

@@ -4,9 +4,9 @@
 # sees it: queries, RowBinary streaming inserts, errors and their HTTP
 # statuses, authentication and accounts, concurrency, EXCHANGE TABLES,
 # statements under the client's query_id (and hidden from it), and the
-# test-only control port (faults: error, lost, delay, hold, stubborn,
-# hold_reply, midstream, refuse, idle_close; the query log, running
-# statements, connections).
+# test-only control port (faults: error, lost, delay, hold, hold_vanish,
+# stubborn, hold_reply, midstream, refuse, idle_close; the query log,
+# running statements, connections), and what a stop answers.
 #
 # Expects a running endpoint (test/sandbox.sh start) and, in the environment:
 #   DPWIN_CH_URL           e.g. http://127.0.0.1:18123
@@ -566,7 +566,10 @@ sub wait_running_qid {
 	ok(wait_running_qid($qid, 'holding'), 'stubborn: the INSERT, its rows in, still runs on the server');
 	is(chq("SELECT count() FROM system.processes WHERE query_id = '$qid'")->{body}, "1\n",
 		'stubborn: system.processes lists it');
-	is(chq("KILL QUERY WHERE query_id = '$qid' ASYNC")->{status}, 200, 'stubborn: KILL QUERY ... ASYNC answers');
+	my $k = chq("KILL QUERY WHERE query_id = '$qid' ASYNC");
+	is($k->{status}, 200, 'stubborn: KILL QUERY ... ASYNC answers');
+	like($k->{body}, qr/\Awaiting\t\Q$qid\E\t[^\t\n]*\t[^\t\n]*INSERT INTO \Q$db\E\.stb[^\n]*\n\z/,
+		'stubborn: with one row for it, kill_status waiting, as the server\'s (the cancel was sent)');
 	ok(wait_running_qid($qid, 'holding'), 'stubborn: and the INSERT goes on');
 	my ($cmd, $hf, $bf) = curl_cmd(body => "KILL QUERY WHERE query_id = '$qid' SYNC",
 		params => [query_id => "sync-killer-$db"]);
@@ -576,7 +579,10 @@ sub wait_running_qid {
 	is(ctl('/release', pattern => "INSERT INTO $db.stb")->{body}, "1\n", 'stubborn: released');
 	my $code = <$out> // 0;
 	close($out);
-	is(parse_reply($? >> 8, $code, $hf, $bf)->{status}, 200, 'stubborn: then KILL QUERY ... SYNC answers');
+	my $sync = parse_reply($? >> 8, $code, $hf, $bf);
+	is($sync->{status}, 200, 'stubborn: then KILL QUERY ... SYNC answers');
+	like($sync->{body}, qr/\Afinished\t\Q$qid\E\t[^\t\n]*\t[^\t\n]*INSERT INTO \Q$db\E\.stb[^\n]*\n\z/,
+		'stubborn: with one row for it, kill_status finished, as the server\'s');
 	is(chq("SELECT count() FROM $db.stb")->{body}, "3\n",
 		'stubborn: the INSERT completed after its client gave up: its three rows are in');
 	like(ctl('/log')->{body}, qr/\t\Q$qid\E\t\Q$user\E\t200\tINSERT INTO \Q$db\E\.stb FORMAT TSV\n/,
@@ -657,8 +663,8 @@ sub wait_running_qid {
 # A statement held on the server, in the background: returns a function
 # that waits for its answer.
 sub held {
-	my ($marker, $qid) = @_;
-	ctl('/fault', pattern => $marker, mode => 'hold');
+	my ($marker, $qid, $mode) = @_;
+	ctl('/fault', pattern => $marker, mode => $mode // 'hold');
 	my ($cmd, $hf, $bf) = curl_cmd(body => "SELECT '$marker'",
 		params => [query_id => $qid]);
 	my $pid = open(my $out, '-|', @$cmd) // die "fork: $!";
@@ -691,6 +697,8 @@ is(ctl('/query_ids')->{body}, "visible\n", 'query ids: the endpoint starts in th
 	my $kill = chq("KILL QUERY WHERE query_id = '$qid' AND query_id != queryID() SYNC",
 		params => [query_id => "killer-$db"]);
 	is($kill->{status}, 200, 'visible: KILL QUERY WHERE query_id = ... SYNC');
+	is($kill->{body}, "finished\t$qid\tdefault\tSELECT \\'qid_v_$$\\'\n",
+		'visible: its row names the statement by the client\'s query_id and text, finished');
 	my $r = $wait->();
 	is($r->{headers}{'x-clickhouse-exception-code'}, 394, 'visible: the killed statement fails (394)');
 	is(ctl('/release', pattern => "qid_v_$$")->{body}, "0\n", 'visible: it was not left holding');
@@ -795,6 +803,39 @@ http(url => "$ctl/query_ids", params => [mode => 'visible'], post => 1, auth => 
 		'errors end with the version');
 	like(chq('SELECT 1')->{headers}{'x-clickhouse-exception-tag'} // '', qr/^[a-z0-9]{16}$/,
 		'answers carry X-ClickHouse-Exception-Tag');
+}
+
+# ---------------------------------------------------------------------
+# Shutdown (docs/endpoint.md, "Fidelity ledger"): as a server's shutdown
+# cancels every query and answers each with its error (394) while its
+# connections finish, the endpoint's stop answers the statements it
+# cancelled; hold_vanish, the gentle variant, is dropped unanswered.
+# ---------------------------------------------------------------------
+SKIP: {
+	skip 'a restart needs the sandbox (DPWIN_SANDBOX)', 9 unless $ENV{DPWIN_SANDBOX};
+	require DpwinCrash;
+	my ($answered, $vanished) = ("shut_answer_$$", "shut_vanish_$$");
+	my $wait_answered = held($answered, "$answered-q");
+	my $wait_vanished = held($vanished, "$vanished-q", 'hold_vanish');
+	like(ctl('/running')->{body}, qr/\tholding\t\d+\tSELECT '\Q$vanished\E'/,
+		'shutdown: both statements are held on the server');
+	DpwinCrash::sandbox_cmd('restart-ch');
+	my $r = $wait_answered->();
+	is($r->{status}, 500, 'shutdown: the statement the stop cancelled is answered, 500');
+	is($r->{headers}{'x-clickhouse-exception-code'}, 394, 'shutdown: with code 394');
+	like($r->{body}, qr/^Code: 394\. DB::Exception: Query was cancelled\. \(QUERY_WAS_CANCELLED\)/,
+		'shutdown: and the server\'s message');
+	$r = $wait_vanished->();
+	is($r->{status}, 0, 'hold_vanish: the stop closes its connection without an answer');
+	is($r->{rc}, 52, 'hold_vanish: curl sees an empty reply (exit 52)');
+	my %st;
+	for my $l (split /\n/, read_file("$ENV{DPWIN_SANDBOX}/ch_queries.log")) {
+		my @f = split /\t/, $l, 6;
+		$st{ $f[2] } = $f[4] if @f == 6;
+	}
+	is($st{"$answered-q"}, '500', 'shutdown: the query log has it answered 500');
+	is($st{"$vanished-q"}, 'shutdown', 'hold_vanish: the query log has it dropped by the stop');
+	is(chq('SELECT 1')->{body}, "1\n", 'shutdown: the endpoint is back');
 }
 
 ctl('/faults/clear');

@@ -16,8 +16,11 @@
 #                 settles it, reads the name's UUID and renames once more only
 #                 if the first did not;
 #   restart_pub   the endpoint restarts while the EXCHANGE waits on it, so
-#                 the EXCHANGE never runs.  Visible: dpwin sees it has ended
-#                 and exchanges once more.  Hidden: it cannot, and leaves the
+#                 the EXCHANGE never runs, and its connection closes without
+#                 an answer (mode=hold_vanish: a network failure at the
+#                 restart; a server answers it 394, the fault matrix's
+#                 chr_publishing).  Visible: dpwin sees it has ended and
+#                 exchanges once more.  Hidden: it cannot, and leaves the
 #                 invocation publishing for recover();
 #   ins_timeout   a staging INSERT outlives the server's request_timeout: the
 #                 attempt is fenced (visible: the INSERT is killed; hidden:
@@ -192,7 +195,7 @@ both_modes(sub {
 
 	{
 		my $s = scenario("restart_pub_$m");
-		hold_exchange($s);
+		fault(pattern => "EXCHANGE TABLES `$db`.`$s->{t}` AND", mode => 'hold_vanish', count => 1);
 		my $h = bg_psql(refresh_sql($s->{route}, $E2, $s->{inv}));
 		ok(wait_exchange_held($s), "$s->{tag}: the EXCHANGE is held on the server");
 		sandbox_cmd('restart-ch');
@@ -318,7 +321,7 @@ both_modes(sub {
 		}
 		else
 		{
-			# The endpoint still holds the EXCHANGE: a restart drops it unrun.
+			# The endpoint still holds the EXCHANGE: a restart cancels it unrun.
 			sandbox_cmd('restart-ch');
 			check_after_fault($s, which => 'old', state => 'publishing', outcome => '');
 			$seq = ch_log_seq();
