@@ -79,9 +79,17 @@ my $target_mode = $ENV{BENCH_TARGET} // 'fresh';
 die "BENCH_TARGET: unknown choice $target_mode (known: fresh scheduled)\n"
   unless $target_mode =~ /^(fresh|scheduled)$/;
 my $rounds = env_int('BENCH_ROUNDS', 3);
-my @kinds = qw(dpwin naive expert copy sink memory skip);
+my @kinds = qw(dpwin naive expert copy sink memory skip backfill);
 my %only = map { $_ => 1 } split /,/, ($ENV{BENCH_ONLY} // join(',', @kinds));
-my $src_days = env_int('BENCH_SOURCE_DAYS', max(30, $mem_wdays, $skip_days, $wdays + 1));
+# The backfill variants (docs/benchmark.md): CALL dpwin.backfill over this
+# many windows of the lookback, ending at the source's last midnight, and
+# the comparisons: one refresh of their span, and (unless 0) the same
+# windows as single refreshes in one session.
+my $bf_windows = env_int('BENCH_BACKFILL_WINDOWS', 10);
+my $bf_days = $bf_windows * $wdays;
+my $bf_singles = $ENV{BENCH_BACKFILL_SINGLES} // 1;
+my $src_days = env_int('BENCH_SOURCE_DAYS',
+	max(30, $mem_wdays, $skip_days, $wdays + 1, $only{backfill} ? $bf_days : 0));
 # Where the processes run, and the round trip between them
 # (docs/benchmark.md, "Two hosts and round trips").
 my @hosts = split ' ', ($ENV{BENCH_HOSTS} // 'shared');
@@ -103,7 +111,8 @@ die "BENCH_SOURCE_DAYS must exceed the window by a day\n" if $src_days < $wdays 
 # A run with every default is the one whose CSV docs/benchmark.md quotes.
 my $is_default = !grep { defined $ENV{$_} } qw(BENCH_ROWS_PER_DAY BENCH_WINDOW_DAYS BENCH_MEMORY_WINDOW_DAYS
   BENCH_SKIP_DAYS BENCH_SIZES BENCH_SHAPES BENCH_ENDS BENCH_PARALLELISM BENCH_ROUNDS BENCH_ONLY BENCH_SOURCE_DAYS
-  BENCH_HOSTS BENCH_RTT_MS BENCH_SKIP_CHANGED BENCH_CHUNK_DAYS BENCH_TARGET);
+  BENCH_HOSTS BENCH_RTT_MS BENCH_SKIP_CHANGED BENCH_CHUNK_DAYS BENCH_TARGET BENCH_BACKFILL_WINDOWS
+  BENCH_BACKFILL_SINGLES);
 my $csv_path = $ENV{BENCH_CSV} // ($is_default ? "$root/docs/bench/results.csv" : undef);
 
 my $start_epoch = timegm(0, 0, 0, 1, 0, 2026);    # 2026-01-01 00:00:00 UTC
@@ -670,8 +679,11 @@ sub ch_dataset
 		ch("ALTER TABLE $db.meta DELETE WHERE name = 'src'", params => { mutations_sync => 2 });
 		ch("INSERT INTO $db.meta VALUES ('src', '$srcsig')");
 	}
-	my @need = map { my $n = $_; map { [ $_, $n ] } @shapes } @sizes;
-	push @need, [ 'day', max(@sizes) ] if (on('memory') || on('skip')) && !grep { $_ eq 'day' } @shapes;
+	# every shape and size for the variants on targets and the sinks, the
+	# largest day-partitioned one alone for the others
+	my $every = grep { on($_) } qw(dpwin naive expert sink);
+	my @need = $every ? map { my $n = $_; map { [ $_, $n ] } @shapes } @sizes : ();
+	push @need, [ 'day', max(@sizes) ] if (on('memory') || on('skip') || on('backfill')) && !($every && grep { $_ eq 'day' } @shapes);
 	my ($t) = timed(sub { ch_base(@$_) for @need; });
 	logmsg(sprintf("ClickHouse bases ready in %.1f s", $t));
 }
@@ -859,6 +871,62 @@ sub v_dpwin
 		verify => $ph->{verify_seconds}, publish => $ph->{publish_seconds}, mem => $mem,
 		cloned => $part && $part->{cloning} ? $part->{cloned_partitions} : '',
 	};
+}
+
+# The phases, rows and bytes of several refreshes' evidence (JSON, one a
+# line, as dpwin_refresh's details->'evidence'), summed.
+sub evidence_sum
+{
+	my (@json) = @_;
+	my %r = (rows => 0, bytes => 0, stage => 0, build => 0, verify => 0, publish => 0, windows => 0);
+	for my $j (grep { length } @json)
+	{
+		my $ev = decode_json($j);
+		my $ph = $ev->{phases} // {};
+		$r{rows} += $ev->{source_rows} // 0;
+		$r{bytes} += $ev->{encoded_bytes} // 0;
+		$r{$_} += $ph->{"${_}_seconds"} // 0 for qw(stage build verify publish);
+		$r{windows}++;
+	}
+	return \%r;
+}
+
+# CALL dpwin.backfill(route, lo, hi) in an open session (the session's
+# clock, as v_dpwin's), then the evidence of the backfill's windows, read
+# after the timed part; dies unless the backfill completed every window.
+sub v_backfill
+{
+	my ($routename, $lo, $hi, $windows) = @_;
+	my $rss = rss_start();
+	my ($wall) = eval { psql_session_timed("CALL dpwin.backfill('$routename', '" . ts($lo) . "+00', '" . ts($hi) . "+00')") };
+	my $err = $@;
+	my $mem = rss_stop($rss);
+	die $err if $err;
+	my ($state, $done, $total) = split /\|/, psql("SELECT state, windows_done, windows_total FROM dpwin.backfills"
+		  . " WHERE route_name = '$routename' ORDER BY backfill_id DESC LIMIT 1");
+	die "the backfill is $state with $done of $total windows\n" unless $state eq 'completed' && $done == $windows && $total == $windows;
+	my $ev = evidence_sum(split /\n/, psql("SELECT e.metrics FROM dpwin.evidence e JOIN dpwin.invocation i USING (invocation_id)"
+		  . " WHERE i.backfill_id = (SELECT max(b.backfill_id) FROM dpwin.backfill b JOIN dpwin.route r USING (route_id)"
+		  . " WHERE r.route_name = '$routename')"));
+	die "the backfill has evidence of $ev->{windows} windows, not $windows\n" unless $ev->{windows} == $windows;
+	return { wall => $wall, mem => $mem, %$ev };
+}
+
+# What a DBA scripts without dpwin.backfill: the same windows, newest
+# first, as separate dpwin_refresh calls in one open session.
+sub v_singles
+{
+	my ($routename, @his) = @_;
+	my $rss = rss_start();
+	my ($wall, $out) = eval {
+		psql_session_timed(join(";\n", map { "SELECT details->'evidence' FROM dpwin_refresh('$routename', '" . ts($_) . "+00')" } @his));
+	};
+	my $err = $@;
+	my $mem = rss_stop($rss);
+	die $err if $err;
+	my $ev = evidence_sum(split /\n/, $out);
+	die "the single refreshes gave evidence of $ev->{windows} windows, not " . scalar(@his) . "\n" unless $ev->{windows} == @his;
+	return { wall => $wall, mem => $mem, %$ev };
 }
 
 # The refresh as a ClickHouse user writes it without dpwin: copy every kept
@@ -1290,6 +1358,49 @@ sub skip_setup
 	psql("SELECT dpwin.alter_route('" . dname('b_skip_on') . "', skip_unchanged => true)");
 }
 
+# The backfill variants (docs/benchmark.md, "The variants"), each on a
+# fresh clone of the largest day-partitioned base, in an order that
+# rotates: CALL dpwin.backfill over $bf_windows windows of the lookback
+# ending at the source's last midnight, one refresh of their span (a
+# route whose lookback is the span), and the same windows as single
+# refreshes in one session.  Each route has the benchmark's chunk interval
+# and parallelism, through the current round trip's foreign server.
+sub backfill_variants
+{
+	my ($round) = @_;
+	my $n = max(@sizes);
+	my $hi = $end_epoch;
+	my $lo = $hi - $bf_days * 86400;
+	my $b = base_name('day', $n);
+	my %k = (round => $round, end => '00:00', days => $n, shape => 'day', par => $par, mode_keys());
+	my @items = ([ 'backfill', 'bf', $wdays, sub { v_backfill($_[0], $lo, $hi, $bf_windows) } ],
+		[ 'backfill span', 'bf_span', $bf_days, sub { v_dpwin($_[0], $hi) } ]);
+	push @items, [ 'backfill singles', 'bf_singles', $wdays, sub { v_singles($_[0], map { $hi - $_ * $wdays * 86400 } 0 .. $bf_windows - 1) } ]
+	  if $bf_singles;
+	@items = (@items[ $round % @items .. $#items ], @items[ 0 .. $round % @items - 1 ]);
+	for my $it (@items)
+	{
+		my ($variant, $tn, $lookback, $code) = @$it;
+		my $t = "t_$tn";
+		my $route = dname("b_$tn");
+		drop_leftovers();
+		route_for_net($route, $t, $lookback);
+		clone_base($b, $t);
+		settle();
+		my $r = eval { measured("$k{mode} 00:00 day_$n $variant r$round", sub { $code->($route) }) };
+		if (!$r)
+		{
+			logmsg("$variant on $t failed: $@");
+			record({}, %k, variant => $variant, check => 'FAILED: ' . (split /\n/, $@)[0]);
+			next;
+		}
+		$r->{check} = check_result(fingerprint("$db.$t", $lo, $hi), source_window_ref('events', $lo, $hi),
+			pg_window_ref('events', $lo, $hi), base_outside_ref($b, $lo, $hi));
+		drop_leftovers();
+		record($r, %k, variant => $variant);
+	}
+}
+
 sub mode_keys
 {
 	return (mode => "$cur_hosts/$cur_net" . (@rpds > 1 ? " r$rpd" : ''), hosts => $cur_hosts, rtt => $cur_net,
@@ -1301,10 +1412,10 @@ my %route_server;
 
 sub route_for_net
 {
-	my ($name, $t) = @_;
+	my ($name, $t, $lookback) = @_;
 	my $srv = $net{$cur_net}{server};
 	return if ($route_server{$name} // '') eq $srv;
-	route($name, $t, $wdays, server => $srv, chunk_days => $chunk_days);
+	route($name, $t, $lookback // $wdays, server => $srv, chunk_days => $chunk_days);
 	$route_server{$name} = $srv;
 }
 
@@ -1337,6 +1448,11 @@ sub one_round
 				}
 			}
 		}
+		# the backfill variants in every host mode, as goal 9 is read in each
+		if (on('backfill'))
+		{
+			for my $mode (@m) { set_mode($mode); backfill_variants($round); }
+		}
 		set_mode($modes[0]);
 		memory_variant($round) if on('memory');
 		skip_variants($round) if on('skip');
@@ -1350,7 +1466,7 @@ sub loadavg { open my $f, '<', '/proc/loadavg' or return '?'; my $l = <$f>; retu
 my %meta = (
 	rows_per_day => "@rpds", source_days => $src_days, window_days => $wdays, memory_window_days => $mem_wdays,
 	skip_days => $skip_days, skip_changed => $skip_changed, sizes => "@sizes", shapes => "@shapes", ends => "@ends", parallelism => $par,
-	chunk_days => $chunk_days, target => $target_mode,
+	chunk_days => $chunk_days, target => $target_mode, backfill_windows => $bf_windows, backfill_singles => $bf_singles,
 	rounds => $rounds, only => join(',', grep { on($_) } @kinds), hosts => "@hosts", rtt_ms => "@rtts",
 	shared_buffers => $ENV{BENCH_SHARED_BUFFERS} // '?',
 );
@@ -1374,7 +1490,7 @@ for my $density (@rpds)
 		$window_rows{$k} = psql("SELECT count(*) FROM $pgs.events WHERE w >= '" . ts($lo) . "+00' AND w < '" . ts($e->{hi}) . "+00'");
 		logmsg("$pgs: window ending $e->{label}: [" . ts($lo) . ', ' . ts($e->{hi}) . "), $window_rows{$k} rows");
 	}
-	for my $n (@sizes)
+	for my $n (grep { on('dpwin') || on('naive') || on('expert') } @sizes)
 	{
 		for my $s (@shapes)
 		{
@@ -1414,7 +1530,8 @@ my %tables;
 for my $density (@rpds)
 {
 	set_density($density);
-	ch_drop(map { "t_$_" } 'mem', 'skip_on', 'skip_off', map { my $s = $_; map { "${s}_$_" } @sizes } @shapes);
+	ch_drop(map { "t_$_" } 'mem', 'skip_on', 'skip_off', 'bf', 'bf_span', 'bf_singles',
+		map { my $s = $_; map { "${s}_$_" } @sizes } @shapes);
 	drop_leftovers();
 	%tables = (%tables, %{ table_sizes() });
 }

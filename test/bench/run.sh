@@ -19,7 +19,11 @@
 #   BENCH_ENDS ["00:00 13:37"]  BENCH_PARALLELISM [2]  BENCH_ROUNDS [3]
 #   BENCH_MEMORY_WINDOW_DAYS [10 x window]  BENCH_SKIP_DAYS [30]
 #   BENCH_SKIP_CHANGED [rotate; or newest]: the skip variant's changed day
-#   BENCH_ONLY [all: dpwin,naive,expert,copy,sink,memory,skip]
+#   BENCH_ONLY [all: dpwin,naive,expert,copy,sink,memory,skip,backfill]
+#   BENCH_BACKFILL_WINDOWS [10]: the backfill variants' windows of the
+#     lookback, ending at the source's last midnight, on the largest
+#     day-partitioned target; BENCH_BACKFILL_SINGLES [1]: 0 leaves out
+#     "backfill singles"
 #   BENCH_HOSTS ["shared"; or "split", or both]: split pins PostgreSQL to
 #   CPU 0 and the endpoint to CPU 1, as on two hosts
 #   BENCH_RTT_MS ["direct"; or round trips in ms, e.g. "0 2 20"]: every
