@@ -216,6 +216,11 @@ sub kill_while_extracting
 	settle_and_check($s, 'expired');
 }
 
+# A ClickHouse restart met by dpwin's next statement: the stopping server
+# drops the connection (08006), or the stopped one refuses it (HV00N),
+# whichever the timing gives.
+my $server_gone = qr/(?:08006: lost the connection|HV00N: could not connect) to ClickHouse server /;
+
 # After an EXCHANGE that ran and lost its reply ($out, $err: the refresh's
 # result; $seq: the log before it): dpwin reads the target's UUID, finds
 # the generation of its intent there and completes, in either query-id
@@ -235,7 +240,7 @@ sub x_committed_then
 	}
 	else
 	{
-		like($err, qr/ERROR:\s+08006: /, "$s->{tag}: or the refresh fails, the server not back in time") or diag($err);
+		like($err, qr/ERROR:\s+$server_gone/, "$s->{tag}: or the refresh fails, the server not back in time") or diag($err);
 		check_after_fault($s, which => 'new', state => 'publishing', outcome => '');
 	}
 	my $seq2 = ch_log_seq();
@@ -285,7 +290,7 @@ sub after_restart_published
 	}
 	else
 	{
-		like($err, qr/ERROR:\s+08006: lost the connection to ClickHouse server .*HINT:\s+The invocation is publishing; .*dpwin\.recover\('\Q$s->{inv}\E'\)/s,
+		like($err, qr/ERROR:\s+$server_gone.*HINT:\s+The invocation is publishing; .*dpwin\.recover\('\Q$s->{inv}\E'\)/s,
 			"$s->{tag}: or the refresh stops after the EXCHANGE, the server down, naming recover()") or diag($err);
 		check_after_fault($s, which => 'new', state => 'publishing', outcome => '');
 	}
@@ -667,7 +672,7 @@ our @CASES = (
 		}
 		else
 		{
-			like($err, qr/ERROR:\s+08006: lost the connection to ClickHouse server .* while inserting rows of chunk/,
+			like($err, qr/ERROR:\s+$server_gone.* while inserting rows of chunk/,
 				"$s->{tag}: or the refresh fails with the retries run out") or diag($err);
 			check_after_fault($s, which => 'old', state => 'failed', outcome => '');
 			settle_and_check($s, 'failed');
@@ -725,7 +730,7 @@ our @CASES = (
 		}
 		else
 		{
-			like($err, qr/ERROR:\s+08006: .*(?:HINT:.*dpwin\.recover\('\Q$s->{inv}\E'\)|while settling query dpwin-\Q$s->{inv}\E-exchange-)/s,
+			like($err, qr/ERROR:\s+(?:$server_gone.*|08006: .*)(?:HINT:.*dpwin\.recover\('\Q$s->{inv}\E'\)|while settling query dpwin-\Q$s->{inv}\E-exchange-)/s,
 				"$s->{tag}: the refresh fails, leaving the publication to recover()") or diag($err);
 			check_after_fault($s, which => 'old', state => 'publishing', outcome => '');
 			my $seq = ch_log_seq();
@@ -1054,7 +1059,7 @@ our @CASES = (
 		}
 		else
 		{
-			like($err, qr/ERROR:\s+HV00N: could not connect to ClickHouse server /,
+			like($err, qr/ERROR:\s+$server_gone/,
 				"$s->{tag}: or the refresh fails, the server down") or diag($err);
 			check_after_fault($s, which => 'old', state => 'failed', outcome => '');
 			settle_and_check($s, 'failed');
